@@ -1,0 +1,39 @@
+# The two commands of the README: `make demo` (the lab's main job) and `make test` (the suite).
+# Both create .venv on first use; nothing else needs to be installed by hand.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.chaoslab-installed
+
+.PHONY: demo test lint format bench lab clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	@echo "installing chaoslab and its dependencies into $(VENV) (once; about two minutes)"
+	$(BIN)/python -m pip install --quiet --quiet -e '.[dev]'
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (chaoslab)" >/dev/null
+	@touch $@
+
+demo: $(STAMP)
+	$(BIN)/chaoslab demo
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: $(STAMP)
+	$(BIN)/python tests/benchmarks/bench_startup.py
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --ip 127.0.0.1 --notebook-dir notebooks
+
+clean:
+	rm -rf $(VENV) .chaoslab .pytest_cache .ruff_cache

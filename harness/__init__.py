@@ -1,0 +1,3 @@
+"""chaoslab: a chaos-testing lab for exactly-once ingestion from Kafka into MongoDB."""
+
+__version__ = "0.1.0"

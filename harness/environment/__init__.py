@@ -1,0 +1,81 @@
+"""The lab's environment: Kafka, MongoDB and Spark behind one interface (see ``base``).
+
+Typical use: ``with open_environment("local", DIR) as env:`` then ``env.kafka_bootstrap``,
+``env.mongo_uri``, ``spark_session(env.spark)``, ``env.restart_broker(hard=True)``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from harness.environment.base import (
+    BackendUnavailable,
+    Component,
+    Environment,
+    EnvironmentBusy,
+    EnvironmentStatus,
+    Link,
+    NoEnvironment,
+    ServerStartError,
+    ServerStatus,
+)
+from harness.environment.docker import docker_engine_problem
+from harness.environment.local import LocalEnvironment, LocalOptions, Progress, reap_orphans
+from harness.environment.spark import SparkSettings, spark_session
+from harness.errors import BadInput
+
+BACKENDS = ("local", "docker")
+
+__all__ = [
+    "BACKENDS",
+    "BackendUnavailable",
+    "Component",
+    "Environment",
+    "EnvironmentBusy",
+    "EnvironmentStatus",
+    "Link",
+    "LocalEnvironment",
+    "LocalOptions",
+    "NoEnvironment",
+    "ServerStartError",
+    "ServerStatus",
+    "SparkSettings",
+    "attach",
+    "default_directory",
+    "open_environment",
+    "reap_orphans",
+    "spark_session",
+]
+
+
+def default_directory() -> Path:
+    """``$CHAOSLAB_DIR``, or ``.chaoslab/env`` below the current directory."""
+    return Path(os.environ.get("CHAOSLAB_DIR") or Path(".chaoslab") / "env")
+
+
+def open_environment(
+    backend: str = "local",
+    directory: Path | str | None = None,
+    options: LocalOptions | None = None,
+    *,
+    progress: Progress | None = None,
+) -> Environment:
+    """An environment of ``backend`` in ``directory``, not yet started."""
+    directory = directory if directory is not None else default_directory()
+    if backend == "local":
+        return LocalEnvironment(directory, options, progress=progress)
+    if backend == "docker":
+        problem = docker_engine_problem()
+        if problem:
+            raise BackendUnavailable(f"the docker backend cannot run here: {problem}")
+        raise BackendUnavailable(
+            "the docker backend is not built yet in this version of chaoslab; use --backend local"
+        )
+    raise BadInput(f"unknown backend {backend!r} (choose from: {', '.join(BACKENDS)})")
+
+
+def attach(directory: Path | str | None = None, *, progress: Progress | None = None) -> Environment:
+    """The environment already running in ``directory`` (e.g. started by ``chaoslab up``)."""
+    directory = directory if directory is not None else default_directory()
+    return LocalEnvironment.attach(directory, progress=progress)

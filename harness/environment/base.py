@@ -1,0 +1,232 @@
+"""The environment: the running servers (Kafka, MongoDB, Spark) behind one interface.
+
+Everything else in the lab talks to an environment only through this module's types: the
+addresses clients connect to, a Spark settings record, and the operations faults perform on a
+component. Which processes or containers sit behind them is the backend's business.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from harness.environment.signals import stop_on_termination
+from harness.environment.spark import SparkSettings
+from harness.errors import BadInput, LabError
+
+
+class Component(StrEnum):
+    """A server that faults can act on."""
+
+    KAFKA = "kafka"
+    MONGO = "mongo"
+
+
+class Link(StrEnum):
+    """A client-to-server connection that a fault proxy can be placed on."""
+
+    PRODUCER_KAFKA = "producer-kafka"
+    CONSUMER_KAFKA = "consumer-kafka"
+    CONSUMER_MONGO = "consumer-mongo"
+
+
+class BackendUnavailable(BadInput):
+    """The backend cannot run on this machine (the message says why)."""
+
+
+class EnvironmentBusy(BadInput):
+    """The directory already holds a running environment."""
+
+
+class NoEnvironment(LabError):
+    """The directory holds no environment."""
+
+
+class ServerStartError(LabError):
+    """A server exited or did not become ready in time; the message ends with its log's tail."""
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    name: str
+    role: str
+    address: str
+    pid: int | None
+    alive: bool
+    paused: bool
+    ready: bool
+    log: str
+
+
+@dataclass(frozen=True)
+class EnvironmentStatus:
+    backend: str
+    directory: str
+    env_id: str
+    detached: bool
+    owner_pid: int | None
+    kafka_bootstrap: str
+    mongo_uri: str
+    spark_master: str
+    servers: tuple[ServerStatus, ...]
+
+    @property
+    def healthy(self) -> bool:
+        return all(s.alive and s.ready and not s.paused for s in self.servers)
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "healthy": self.healthy}, indent=2)
+
+
+class Environment(ABC):
+    """Kafka, a MongoDB replica set and Spark, started together and stopped together.
+
+    Use it as a context manager (``with open_environment(...) as env:``) or call ``start`` and
+    ``stop``. Leaving the ``with`` block by any route - normal exit, an exception, Ctrl-C or
+    SIGTERM - stops every server the environment started.
+    """
+
+    backend: str
+    directory: Path
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def start(self, *, detach: bool = False) -> Self:
+        """Start every server and wait until each is ready.
+
+        ``detach`` leaves the servers running after this process exits (``chaoslab up``);
+        otherwise this process owns them and a later start reaps them if it dies.
+        """
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop every server this environment started. Safe to call twice."""
+
+    @abstractmethod
+    def status(self) -> EnvironmentStatus: ...
+
+    def __enter__(self) -> Self:
+        self._exit_stack = ExitStack()
+        self._exit_stack.enter_context(stop_on_termination())
+        try:
+            return self.start()
+        except BaseException:
+            self._exit_stack.close()
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self.stop()
+        finally:
+            self._exit_stack.close()
+
+    # -- what clients use -------------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def kafka_bootstrap(self) -> str:
+        """``host:port[,host:port]`` of the Kafka brokers."""
+
+    @property
+    @abstractmethod
+    def mongo_uri(self) -> str:
+        """A MongoDB URI with the replica set named, so sessions and transactions work."""
+
+    @property
+    @abstractmethod
+    def spark(self) -> SparkSettings:
+        """How to build a Spark session against this environment (see ``spark_session``)."""
+
+    def kafka_bootstrap_for(self, link: Link) -> str:
+        """The address a client on ``link`` connects to; a fault proxy on the link changes it."""
+        return self.kafka_bootstrap
+
+    def mongo_uri_for(self, link: Link) -> str:
+        """The URI a client on ``link`` connects with; a fault proxy on the link changes it."""
+        return self.mongo_uri
+
+    # -- what faults use ----------------------------------------------------------------------
+
+    @property
+    def broker_count(self) -> int:
+        """How many Kafka brokers there are; a rolling restart visits each in turn."""
+        return 1
+
+    @abstractmethod
+    def restart(self, component: Component, *, hard: bool = False, broker: int = 0) -> None:
+        """Stop ``component`` (SIGTERM, or SIGKILL when ``hard``) and start it again on the
+        same address, returning once it is ready."""
+
+    @abstractmethod
+    def kill(self, component: Component, *, broker: int = 0) -> None:
+        """SIGKILL ``component`` and leave it down until ``revive``."""
+
+    @abstractmethod
+    def revive(self, component: Component, *, broker: int = 0) -> None:
+        """Start a killed ``component`` again on the same address and wait until it is ready."""
+
+    @abstractmethod
+    def pause(self, component: Component, *, broker: int = 0) -> None:
+        """Freeze ``component`` (SIGSTOP): connections stay open, nothing answers."""
+
+    @abstractmethod
+    def resume(self, component: Component, *, broker: int = 0) -> None:
+        """Undo ``pause``."""
+
+    def restart_broker(self, *, hard: bool = False, broker: int = 0) -> None:
+        self.restart(Component.KAFKA, hard=hard, broker=broker)
+
+    def kill_broker(self, *, broker: int = 0) -> None:
+        self.kill(Component.KAFKA, broker=broker)
+
+    def pause_broker(self, *, broker: int = 0) -> None:
+        self.pause(Component.KAFKA, broker=broker)
+
+    def resume_broker(self, *, broker: int = 0) -> None:
+        self.resume(Component.KAFKA, broker=broker)
+
+    def restart_mongo(self, *, hard: bool = False) -> None:
+        self.restart(Component.MONGO, hard=hard)
+
+    def kill_mongo(self) -> None:
+        self.kill(Component.MONGO)
+
+    def pause_mongo(self) -> None:
+        self.pause(Component.MONGO)
+
+    def resume_mongo(self) -> None:
+        self.resume(Component.MONGO)
+
+    # -- logs ---------------------------------------------------------------------------------
+
+    @abstractmethod
+    def log_path(self, server: str) -> Path:
+        """The log file of a server (names as in ``status().servers``)."""
+
+    def log_tail(self, server: str, lines: int = 20) -> str:
+        return tail(self.log_path(server), lines)
+
+
+def tail(path: Path, lines: int) -> str:
+    """The last ``lines`` lines of a text file ('' if it does not exist)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            data = f.read()
+    except FileNotFoundError:
+        return ""
+    return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])

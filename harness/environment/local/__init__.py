@@ -1,0 +1,383 @@
+"""The local backend: Kafka (Tansu on moto's S3), MongoDB (SecantusDB) and Spark as processes.
+
+Ports are picked free at ``up`` and kept for the environment's life, so a restarted server comes
+back on the address its clients already know. Every server runs in its own session, carries the
+environment's marker, and is recorded in ``DIR/state.json``; see ``harness.environment.process``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Self
+
+from harness.environment import process, state
+from harness.environment.base import (
+    Component,
+    Environment,
+    EnvironmentBusy,
+    EnvironmentStatus,
+    NoEnvironment,
+    ServerStartError,
+    ServerStatus,
+)
+from harness.environment.local.moto_s3 import MotoS3
+from harness.environment.local.secantus import SecantusMongo
+from harness.environment.local.server import LocalServer, ServerContext
+from harness.environment.local.spark_standalone import SparkMaster, SparkWorker
+from harness.environment.local.tansu import TansuBroker
+from harness.environment.ports import free_ports
+from harness.environment.readiness import DeadlineExceeded, GaveUp, wait_for
+from harness.environment.spark import SparkSettings
+from harness.errors import BadInput
+
+# Directories below DIR that belong to one environment's life and are wiped with it.
+DATA_DIRS = ("mongo", "spark")
+PORT_NAMES = ("s3", "kafka", "mongo", "spark-master", "spark-master-ui", "spark-worker-ui")
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class LocalOptions:
+    spark_standalone: bool = False  # run a Spark master and worker as processes
+    spark_cores: int = 2
+
+    def __post_init__(self) -> None:
+        if self.spark_cores < 1:
+            raise BadInput(f"spark cores must be at least 1, got {self.spark_cores}")
+
+
+class LocalEnvironment(Environment):
+    backend = "local"
+
+    def __init__(
+        self,
+        directory: Path | str,
+        options: LocalOptions | None = None,
+        *,
+        progress: Progress | None = None,
+    ) -> None:
+        self.directory = Path(directory).expanduser().resolve()
+        if self.directory.exists() and not self.directory.is_dir():
+            raise BadInput(f"environment directory {self.directory} exists and is not a directory")
+        self.options = options or LocalOptions()
+        self._progress = progress or _quiet
+        self._state: state.EnvironmentState | None = None
+
+    @classmethod
+    def attach(cls, directory: Path | str, *, progress: Progress | None = None) -> Self:
+        """The environment running in ``directory`` (started by another process)."""
+        env = cls(directory, progress=progress)
+        env._reload()
+        return env
+
+    def _reload(self) -> state.EnvironmentState:
+        """Read the state file again: another process may have restarted a server."""
+        found = state.load(self.directory)
+        if found is None:
+            raise NoEnvironment(f"no environment in {self.directory} (start one: chaoslab up)")
+        self._state = found
+        self.options = LocalOptions(**found.options)
+        return found
+
+    # -- the servers ----------------------------------------------------------------------------
+
+    @property
+    def _st(self) -> state.EnvironmentState:
+        if self._state is None:
+            raise NoEnvironment(f"the environment in {self.directory} is not running")
+        return self._state
+
+    def _ctx(self) -> ServerContext:
+        return ServerContext(self.directory, self._st.ports)
+
+    def _servers(self) -> list[LocalServer]:
+        """Every server, in start order."""
+        ctx = self._ctx()
+        servers: list[LocalServer] = [MotoS3(ctx), SecantusMongo(ctx), TansuBroker(ctx)]
+        if self.options.spark_standalone:
+            servers += [SparkMaster(ctx), SparkWorker(ctx, self.options.spark_cores)]
+        return servers
+
+    def _server(self, name: str) -> LocalServer:
+        for server in self._servers():
+            if server.name == name:
+                return server
+        raise KeyError(f"no server {name!r} in this environment")
+
+    def _record(self, name: str, **changes: object) -> None:
+        with state.updating(self.directory) as st:
+            record = st.servers.setdefault(name, state.ServerRecord())
+            for key, value in changes.items():
+                setattr(record, key, value)
+            self._state = st
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self, *, detach: bool = False) -> Self:
+        reap_orphans(self._progress)
+        self._claim()
+        started = time.monotonic()
+        try:
+            self._start_servers()
+        except BaseException:
+            self._progress("stopping what was started")
+            self.stop()
+            raise
+        if detach:
+            with state.updating(self.directory) as st:
+                st.detached = True
+                self._state = st
+        self._progress(f"environment ready in {time.monotonic() - started:.1f}s")
+        return self
+
+    def _claim(self) -> None:
+        """Create a fresh state for this directory, owned by this process."""
+        with state.locked(self.directory):
+            existing = state.load(self.directory)
+            if existing is not None:
+                if not existing.orphaned():
+                    who = "chaoslab up" if existing.detached else f"PID {existing.owner_pid}"
+                    raise EnvironmentBusy(
+                        f"an environment is already running in {self.directory} "
+                        f"(started by {who}); use it, or stop it with: "
+                        f"chaoslab down --dir {self.directory}"
+                    )
+                process.reap(existing.env_id)
+                state.unregister(existing.env_id)
+            for name in DATA_DIRS:
+                shutil.rmtree(self.directory / name, ignore_errors=True)
+            shutil.rmtree(self.directory / "logs", ignore_errors=True)
+            me = process.handle_of(os.getpid())
+            self._state = state.EnvironmentState(
+                env_id=uuid.uuid4().hex[:12],
+                backend=self.backend,
+                directory=str(self.directory),
+                created_at=time.time(),
+                owner_pid=me.pid,
+                owner_create_time=me.create_time,
+                detached=False,
+                ports=dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES)), strict=True)),
+                options=asdict(self.options),
+            )
+            state.save(self.directory, self._state)
+            state.register(self._state.env_id, self.directory)
+
+    def _start_servers(self) -> None:
+        self.spark.prepare()
+        servers = {s.name: s for s in self._servers()}
+        for server in servers.values():
+            server.prepare()
+        # Launch what has no dependency at once, then wait: start-up overlaps.
+        s3, mongo, kafka = servers["s3"], servers["mongo"], servers["kafka"]
+        self._launch(s3)
+        self._launch(mongo)
+        if master := servers.get("spark-master"):
+            self._launch(master)
+        self._await_ready(s3)
+        s3.on_first_ready()
+        self._launch(kafka)
+        if master:
+            self._await_ready(master)
+            self._launch(servers["spark-worker"])
+        for server in servers.values():
+            if server.name not in ("s3", "spark-master"):
+                self._await_ready(server)
+
+    def _launch(self, server: LocalServer) -> process.ProcessHandle:
+        handle = process.spawn(
+            server.argv(),
+            env_id=self._st.env_id,
+            server=server.name,
+            log_path=server.log_path,
+            extra_env=server.extra_env(),
+            cwd=self.directory,
+        )
+        self._record(server.name, pid=handle.pid, create_time=handle.create_time, paused=False)
+        return handle
+
+    def _await_ready(self, server: LocalServer) -> None:
+        record = self._st.servers[server.name]
+        handle = process.ProcessHandle(record.pid, record.create_time)  # type: ignore[arg-type]
+
+        def exited() -> str | None:
+            return None if handle.alive() else "the process exited"
+
+        started = time.monotonic()
+        try:
+            wait_for(
+                server.probe,
+                what=f"{server.role} on {server.address}",
+                timeout=server.ready_timeout,
+                abort=exited,
+            )
+        except (DeadlineExceeded, GaveUp) as exc:
+            raise ServerStartError(
+                f"{exc}\n--- last lines of {server.log_path} ---\n{self.log_tail(server.name)}"
+            ) from None
+        took = time.monotonic() - started
+        self._progress(f"  {server.name:<13} {server.role:<34} {server.address:<16} {took:5.1f}s")
+
+    def stop(self) -> None:
+        try:
+            found = self._reload()
+        except NoEnvironment:
+            return
+        # All at once: the data is discarded with the environment, so the order servers
+        # stop in does not matter, and SecantusDB alone takes seconds to shut down.
+        stopped = process.reap(found.env_id, grace=10.0)
+        with state.locked(self.directory):
+            state.remove(self.directory)
+            state.unregister(found.env_id)
+            for name in DATA_DIRS:
+                shutil.rmtree(self.directory / name, ignore_errors=True)
+        self._progress(
+            f"stopped {len(stopped)} processes; the environment in {self.directory} is down"
+        )
+
+    # -- what clients use -----------------------------------------------------------------------
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return self._server("kafka").address
+
+    @property
+    def mongo_uri(self) -> str:
+        mongo = self._server("mongo")
+        assert isinstance(mongo, SecantusMongo)
+        return mongo.uri
+
+    @property
+    def spark(self) -> SparkSettings:
+        if self.options.spark_standalone:
+            master = f"spark://127.0.0.1:{self._st.ports['spark-master']}"
+        else:
+            master = f"local[{self.options.spark_cores}]"
+        return SparkSettings.for_directory(self.directory, master)
+
+    @property
+    def env_id(self) -> str:
+        return self._st.env_id
+
+    def status(self) -> EnvironmentStatus:
+        found = self._reload()
+        servers = []
+        for server in self._servers():
+            record = found.servers.get(server.name, state.ServerRecord())
+            alive = record.alive()
+            servers.append(
+                ServerStatus(
+                    name=server.name,
+                    role=server.role,
+                    address=server.address,
+                    pid=record.pid,
+                    alive=alive,
+                    paused=record.paused,
+                    ready=alive and not record.paused and _answers(server),
+                    log=str(server.log_path),
+                )
+            )
+        return EnvironmentStatus(
+            backend=self.backend,
+            directory=str(self.directory),
+            env_id=found.env_id,
+            detached=found.detached,
+            owner_pid=found.owner_pid,
+            kafka_bootstrap=self.kafka_bootstrap,
+            mongo_uri=self.mongo_uri,
+            spark_master=self.spark.master,
+            servers=tuple(servers),
+        )
+
+    def log_path(self, server: str) -> Path:
+        return self.directory / "logs" / f"{server}.log"
+
+    # -- what faults use ------------------------------------------------------------------------
+
+    def _fault_target(self, component: Component, broker: int) -> LocalServer:
+        if broker != 0:
+            raise BadInput(f"the local backend has one Kafka broker; there is no broker {broker}")
+        return self._server(component.value)
+
+    def restart(self, component: Component, *, hard: bool = False, broker: int = 0) -> None:
+        server = self._fault_target(component, broker)
+        process.stop_server(self._st.env_id, server.name, hard=hard)
+        self._launch(server)
+        self._await_ready(server)
+
+    def kill(self, component: Component, *, broker: int = 0) -> None:
+        server = self._fault_target(component, broker)
+        process.stop_server(self._st.env_id, server.name, hard=True)
+        self._record(server.name, pid=None, create_time=None, paused=False)
+
+    def revive(self, component: Component, *, broker: int = 0) -> None:
+        server = self._fault_target(component, broker)
+        if self._reload().servers[server.name].alive():
+            raise BadInput(f"{server.name} is running; only a killed server can be revived")
+        self._launch(server)
+        self._await_ready(server)
+
+    def pause(self, component: Component, *, broker: int = 0) -> None:
+        server = self._fault_target(component, broker)
+        process.signal_server(self._st.env_id, server.name, signal.SIGSTOP)
+        self._record(server.name, paused=True)
+
+    def resume(self, component: Component, *, broker: int = 0) -> None:
+        server = self._fault_target(component, broker)
+        process.signal_server(self._st.env_id, server.name, signal.SIGCONT)
+        self._record(server.name, paused=False)
+
+
+def _answers(server: LocalServer) -> bool:
+    try:
+        server.probe()
+    except Exception:
+        return False
+    return True
+
+
+def reap_orphans(progress: Progress = _quiet) -> list[int]:
+    """Stop every environment of this user whose owning harness died without stopping it.
+
+    Detached environments (``chaoslab up``) are left alone: ``chaoslab down`` owns them.
+    Returns the PIDs that were stopped.
+    """
+    stopped: list[int] = []
+    for env_id, directory in state.registered():
+        with _lock_if_exists(directory):
+            found = state.load(directory)
+            ours = found is not None and found.env_id == env_id
+            if ours and not found.orphaned():  # type: ignore[union-attr]
+                continue
+            pids = process.reap(env_id)
+            if ours:
+                state.remove(directory)
+            state.unregister(env_id)
+        if pids:
+            progress(
+                f"stopped {len(pids)} processes (PIDs {', '.join(map(str, pids))}) left by a "
+                f"harness that died without stopping its environment in {directory}"
+            )
+        stopped += pids
+    return stopped
+
+
+@contextmanager
+def _lock_if_exists(directory: Path) -> Iterator[None]:
+    if directory.is_dir():
+        with state.locked(directory):
+            yield
+    else:
+        yield

@@ -1,0 +1,67 @@
+"""What every server of the local backend has in common: a command, ports, a log, a probe."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from harness.environment.ports import LOOPBACK
+
+
+def console_script(name: str, module: str) -> list[str]:
+    """The command of an installed console script, from this interpreter's environment.
+
+    Falls back to ``python -m module`` when the script is missing (e.g. a zipapp install).
+    """
+    script = shutil.which(name, path=str(Path(sys.executable).parent))
+    return [script] if script else [sys.executable, "-m", module]
+
+
+@dataclass(frozen=True)
+class ServerContext:
+    directory: Path  # the environment's directory
+    ports: Mapping[str, int]  # every port of the environment, picked once at ``up``
+
+
+class LocalServer(ABC):
+    """One server process. Subclasses say how to run it and how to tell it is ready."""
+
+    name: ClassVar[str]  # key in the state file, log file name
+    role: ClassVar[str]  # what it is, for people
+    ready_timeout: ClassVar[float] = 30.0
+
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+
+    @property
+    def port(self) -> int:
+        return self.ctx.ports[self.name]
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.ctx.directory / "logs" / f"{self.name}.log"
+
+    @abstractmethod
+    def argv(self) -> list[str]: ...
+
+    def extra_env(self) -> dict[str, str]:
+        return {}
+
+    def prepare(self) -> None:  # noqa: B027 - an optional hook
+        """Create what the server needs on disk; runs once, before the first start."""
+
+    @abstractmethod
+    def probe(self) -> None:
+        """Return if the server answers its protocol; raise otherwise. Must be quick."""
+
+    def on_first_ready(self) -> None:  # noqa: B027 - an optional hook
+        """Runs once, after the first start is ready (e.g. create the S3 bucket)."""

@@ -1,0 +1,165 @@
+"""Supervised server processes: spawn, signal, stop, and find the ones a dead harness left.
+
+Every process the lab starts carries two environment variables, ``CHAOSLAB_ENV_ID`` and
+``CHAOSLAB_SERVER``, which its children inherit (a Spark worker's executors, a runtime's JVM).
+A process is "ours" only if it carries our marker, so signals never reach a stranger that was
+given a recycled PID, and grandchildren that left the process group are still found.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+ENV_ID_VAR = "CHAOSLAB_ENV_ID"
+SERVER_VAR = "CHAOSLAB_SERVER"
+
+# Popen objects of the children this process spawned, so their exit status is collected
+# (no zombies) when they are stopped from here.
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
+@dataclass(frozen=True)
+class ProcessHandle:
+    """A process we started: PID plus creation time, which together survive PID reuse."""
+
+    pid: int
+    create_time: float
+
+    def process(self) -> psutil.Process | None:
+        """The live process this handle names, or None if it exited (or is a zombie)."""
+        try:
+            proc = psutil.Process(self.pid)
+            if proc.create_time() != self.create_time or proc.status() == psutil.STATUS_ZOMBIE:
+                return None
+            return proc
+        except psutil.NoSuchProcess:
+            return None
+
+    def alive(self) -> bool:
+        return self.process() is not None
+
+
+def handle_of(pid: int) -> ProcessHandle:
+    return ProcessHandle(pid, psutil.Process(pid).create_time())
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    env_id: str,
+    server: str,
+    log_path: Path,
+    extra_env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> ProcessHandle:
+    """Start ``argv`` in its own session (so terminal signals and process-group kills aimed at
+    the harness do not reach it), appending its output to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **(extra_env or {}), ENV_ID_VAR: env_id, SERVER_VAR: server}
+    with log_path.open("ab") as log:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        log.write(f"==== chaoslab: starting {server} at {stamp}: {' '.join(argv)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    _children[proc.pid] = proc
+    return handle_of(proc.pid)
+
+
+def _carries(proc: psutil.Process, env_id: str, server: str | None) -> bool:
+    try:
+        env = proc.environ()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+        return False
+    return env.get(ENV_ID_VAR) == env_id and (server is None or env.get(SERVER_VAR) == server)
+
+
+def marked(env_id: str, server: str | None = None) -> list[psutil.Process]:
+    """Every live process carrying this environment's marker (and this server's, if given)."""
+    me = os.getpid()
+    return [
+        proc for proc in psutil.process_iter() if proc.pid != me and _carries(proc, env_id, server)
+    ]
+
+
+def _send(procs: Iterable[psutil.Process], sig: int) -> None:
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.ZombieProcess):
+            proc.send_signal(sig)
+
+
+def _collect(procs: Iterable[psutil.Process]) -> None:
+    for proc in procs:
+        child = _children.pop(proc.pid, None)
+        if child is not None:
+            child.wait()
+
+
+def signal_server(env_id: str, server: str, sig: int) -> int:
+    """Send ``sig`` to every process of ``server``; returns how many received it."""
+    procs = marked(env_id, server)
+    _send(procs, sig)
+    return len(procs)
+
+
+def terminate(procs: Sequence[psutil.Process], *, grace: float) -> None:
+    """SIGTERM, then SIGKILL whatever is still running after ``grace`` seconds; returns once
+    every process has exited (and children of ours are reaped)."""
+    _send(procs, signal.SIGTERM)
+    _send(procs, signal.SIGCONT)  # a paused process would never act on the SIGTERM
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    kill(alive)
+    _collect(procs)
+
+
+def kill(procs: Sequence[psutil.Process]) -> None:
+    """SIGKILL and wait until each process is gone."""
+    _send(procs, signal.SIGKILL)
+    _, alive = psutil.wait_procs(procs, timeout=10)
+    if alive:
+        raise RuntimeError(f"processes survived SIGKILL: {[p.pid for p in alive]}")
+    _collect(procs)
+
+
+def stop_server(env_id: str, server: str, *, hard: bool, grace: float = 10.0) -> None:
+    procs = marked(env_id, server)
+    if hard:
+        kill(procs)
+    else:
+        terminate(procs, grace=grace)
+
+
+def reap(env_id: str, *, grace: float = 5.0) -> list[int]:
+    """Stop every process of an environment; returns their PIDs."""
+    procs = marked(env_id)
+    terminate(procs, grace=grace)
+    return [p.pid for p in procs]
+
+
+def alive(pid: int | None, create_time: float | None) -> bool:
+    if pid is None or create_time is None:
+        return False
+    return ProcessHandle(pid, create_time).alive()
+
+
+def reap_exited_children() -> None:
+    """Collect the exit status of children that died on their own (a crashed server)."""
+    for pid, child in list(_children.items()):
+        if child.poll() is not None:
+            del _children[pid]

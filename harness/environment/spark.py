@@ -1,0 +1,118 @@
+"""Spark sessions for the lab: the project's interpreter, loopback only, quiet, no UI port.
+
+An environment hands out ``SparkSettings`` (a small, JSON-able record) rather than a session,
+because the Spark runtime runs in its own process - a session cannot cross a process boundary,
+a settings record can.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Self
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+LOG4J2_TEMPLATE = """\
+# Written by chaoslab: Spark's own logging goes to a file, only errors reach the console.
+status = error
+rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+rootLogger.appenderRef.console.ref = console
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = ${sys:chaoslab.spark.log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = spark %p %c{1}: %m%n
+appender.console.filter.threshold.type = ThresholdFilter
+appender.console.filter.threshold.level = error
+# Harmless on a laptop, alarming in a lab's output.
+logger.nativecode.name = org.apache.hadoop.util.NativeCodeLoader
+logger.nativecode.level = error
+"""
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """Everything needed to build a Spark session against an environment."""
+
+    master: str  # local[N] or spark://127.0.0.1:PORT
+    python: str  # the interpreter Python workers run under
+    checkpoint_root: str  # streaming checkpoints go below here, one directory per run
+    local_dir: str  # scratch space (shuffle, spills)
+    log_dir: str
+    log_config: str  # log4j2 properties file
+
+    @classmethod
+    def for_directory(cls, directory: Path, master: str) -> Self:
+        spark_dir = directory / "spark"
+        return cls(
+            master=master,
+            python=sys.executable,
+            checkpoint_root=str(spark_dir / "checkpoints"),
+            local_dir=str(spark_dir / "local"),
+            log_dir=str(directory / "logs"),
+            log_config=str(spark_dir / "log4j2.properties"),
+        )
+
+    def prepare(self) -> None:
+        """Create the directories and the logging configuration."""
+        for d in (self.checkpoint_root, self.local_dir, self.log_dir):
+            Path(d).mkdir(parents=True, exist_ok=True)
+        Path(self.log_config).write_text(LOG4J2_TEMPLATE)
+
+    def checkpoint(self, name: str) -> str:
+        return str(Path(self.checkpoint_root) / name)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        return cls(**json.loads(text))
+
+
+def spark_session(
+    settings: SparkSettings, app_name: str = "chaoslab", conf: dict[str, str] | None = None
+) -> SparkSession:
+    """Build (or return this process's existing) Spark session for ``settings``."""
+    from pyspark.sql import SparkSession
+
+    # Read by the JVM launcher: bind to loopback and stop Spark guessing a public interface.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = settings.python
+    log_file = Path(settings.log_dir) / f"spark-driver-{os.getpid()}.log"
+    java_opts = (
+        f"-Dlog4j2.configurationFile=file:{settings.log_config} -Dchaoslab.spark.log={log_file}"
+    )
+    options = {
+        "spark.pyspark.python": settings.python,
+        "spark.pyspark.driver.python": settings.python,
+        "spark.driver.extraJavaOptions": java_opts,
+        "spark.executor.extraJavaOptions": java_opts,
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        # The UI would take port 4040 (or the next free one): a fixed port, and not needed.
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.local.dir": settings.local_dir,
+        "spark.sql.streaming.checkpointLocation": settings.checkpoint_root,
+        "spark.sql.shuffle.partitions": "4",
+        "spark.executor.memory": "1g",
+        **(conf or {}),
+    }
+    builder = SparkSession.builder.master(settings.master).appName(app_name)
+    for key, value in options.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session

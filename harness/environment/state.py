@@ -1,0 +1,140 @@
+"""The state file of an environment, and the per-user registry of environments.
+
+``DIR/state.json`` says what runs (PIDs, ports, directories) so that any process - ``chaoslab
+status`` in another terminal, a fault runner, the next ``up`` - can find and act on the servers.
+Writers hold ``DIR/state.lock``; the file is replaced atomically, so readers need no lock.
+
+The registry (one small file per environment under the user's runtime directory) lets an ``up``
+anywhere find environments whose owning harness died without stopping them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.environment import process
+
+STATE_FILE = "state.json"
+LOCK_FILE = "state.lock"
+
+
+@dataclass
+class ServerRecord:
+    pid: int | None = None
+    create_time: float | None = None
+    paused: bool = False
+
+    def alive(self) -> bool:
+        return process.alive(self.pid, self.create_time)
+
+
+@dataclass
+class EnvironmentState:
+    env_id: str
+    backend: str
+    directory: str
+    created_at: float
+    owner_pid: int | None
+    owner_create_time: float | None
+    detached: bool
+    ports: dict[str, int]
+    options: dict[str, Any]
+    servers: dict[str, ServerRecord] = field(default_factory=dict)
+
+    def owner_alive(self) -> bool:
+        return process.alive(self.owner_pid, self.owner_create_time)
+
+    def orphaned(self) -> bool:
+        """True when nobody will ever stop these servers: the owner died and the environment
+        was not handed over to ``chaoslab down`` (detached)."""
+        return not self.detached and not self.owner_alive()
+
+    @classmethod
+    def from_json(cls, text: str) -> EnvironmentState:
+        raw = json.loads(text)
+        raw["servers"] = {k: ServerRecord(**v) for k, v in raw.get("servers", {}).items()}
+        return cls(**raw)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+
+def state_path(directory: Path) -> Path:
+    return directory / STATE_FILE
+
+
+def load(directory: Path) -> EnvironmentState | None:
+    try:
+        return EnvironmentState.from_json(state_path(directory).read_text())
+    except FileNotFoundError:
+        return None
+
+
+def save(directory: Path, state: EnvironmentState) -> None:
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".state.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(state.to_json())
+    os.replace(tmp, state_path(directory))
+
+
+@contextmanager
+def locked(directory: Path) -> Iterator[None]:
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / LOCK_FILE).open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextmanager
+def updating(directory: Path) -> Iterator[EnvironmentState]:
+    """Load the state under the lock, let the caller change it, write it back."""
+    with locked(directory):
+        state = load(directory)
+        if state is None:
+            raise FileNotFoundError(state_path(directory))
+        yield state
+        save(directory, state)
+
+
+def remove(directory: Path) -> None:
+    state_path(directory).unlink(missing_ok=True)
+
+
+# -- registry --------------------------------------------------------------------------------
+
+
+def registry_dir() -> Path:
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    path = Path(base) / f"chaoslab-{os.getuid()}"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def register(env_id: str, directory: Path) -> None:
+    (registry_dir() / f"{env_id}.dir").write_text(str(directory.resolve()))
+
+
+def unregister(env_id: str) -> None:
+    (registry_dir() / f"{env_id}.dir").unlink(missing_ok=True)
+
+
+def registered() -> list[tuple[str, Path]]:
+    """(env_id, directory) of every environment registered by this user."""
+    entries = []
+    for entry in sorted(registry_dir().glob("*.dir")):
+        try:
+            entries.append((entry.stem, Path(entry.read_text().strip())))
+        except FileNotFoundError:
+            continue  # removed by a concurrent down
+    return entries

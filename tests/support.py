@@ -1,0 +1,58 @@
+"""Helpers shared by the tests: run the CLI, inspect an environment's processes."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import psutil
+
+from harness.environment import state
+from harness.environment.process import ProcessHandle
+
+_counter = itertools.count()
+
+
+def unique(prefix: str) -> str:
+    """A name no other test (or earlier run against the same servers) uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:6]}-{next(_counter)}"
+
+
+def chaoslab(*args: str, timeout: float = 180, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run the chaoslab CLI in a child process, as a user would."""
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **env},
+    )
+
+
+def server_handles(directory: Path) -> dict[str, ProcessHandle]:
+    """The servers recorded in an environment's state file."""
+    found = state.load(directory)
+    assert found is not None, f"no state file in {directory}"
+    return {
+        name: ProcessHandle(r.pid, r.create_time)
+        for name, r in found.servers.items()
+        if r.pid is not None and r.create_time is not None
+    }
+
+
+def still_alive(handles: dict[str, ProcessHandle]) -> dict[str, int]:
+    """Those of ``handles`` whose process still runs (same PID and same creation time)."""
+    return {name: h.pid for name, h in handles.items() if h.alive()}
+
+
+def processes_started_in(directory: Path) -> list[int]:
+    """PIDs of live processes whose working directory is ``directory`` (servers run there)."""
+    found = []
+    for proc in psutil.process_iter(["cwd", "status"]):
+        if proc.info["cwd"] == str(directory) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(proc.pid)
+    return found

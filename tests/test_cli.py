@@ -1,0 +1,76 @@
+"""The chaoslab command: doctor, and bad input refused with exit code 2 before anything starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.environment.docker import docker_engine_problem
+from tests.support import chaoslab, processes_started_in
+
+
+def test_doctor_says_which_backends_can_run_here() -> None:
+    result = chaoslab("doctor")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "local   can run" in result.stdout
+    problem = docker_engine_problem()
+    if problem is None:
+        pytest.skip("a Docker engine answers here, so this machine is not the one this checks")
+    assert f"docker  cannot run: {problem}" in result.stdout
+    assert "no Docker engine" in problem
+
+
+def test_doctor_json_lists_versions_and_backends() -> None:
+    result = chaoslab("doctor", "--json")
+    report = json.loads(result.stdout)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["java"]["ok"] and "17" in checks["java"]["detail"]
+    assert checks["tansu"]["ok"] and "0.6.0" in checks["tansu"]["detail"]
+    backends = {b["backend"]: b for b in report["backends"]}
+    assert backends["local"]["can_run"] is True
+    assert backends["docker"]["can_run"] is False  # no engine here, and not built yet anyway
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["up", "--backend", "kubernetes"], "invalid choice: 'kubernetes'"),
+        (["up", "--spark-cores", "0"], "spark cores must be at least 1, got 0"),
+        (["up", "--spark-cores", "two"], "invalid int value: 'two'"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
+def test_bad_arguments_exit_2_and_start_nothing(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    result = chaoslab(*args, "--dir", str(tmp_path)) if args[0] == "up" else chaoslab(*args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert processes_started_in(tmp_path) == []
+    assert not (tmp_path / "state.json").exists()
+
+
+def test_a_directory_that_is_a_file_exits_2(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    result = chaoslab("up", "--dir", str(not_a_dir))
+    assert result.returncode == 2
+    assert f"{not_a_dir} exists and is not a directory" in result.stderr
+
+
+def test_the_docker_backend_is_refused_with_the_reason(tmp_path: Path) -> None:
+    result = chaoslab("up", "--backend", "docker", "--dir", str(tmp_path))
+    assert result.returncode == 2
+    problem = docker_engine_problem()
+    expected = problem if problem is not None else "not built yet"
+    assert expected in result.stderr
+    assert processes_started_in(tmp_path) == []
+
+
+def test_status_and_down_of_an_empty_directory(tmp_path: Path) -> None:
+    status = chaoslab("status", "--dir", str(tmp_path))
+    assert status.returncode == 1 and "no environment in" in status.stdout
+    down = chaoslab("down", "--dir", str(tmp_path))
+    assert down.returncode == 0 and "nothing running" in down.stdout

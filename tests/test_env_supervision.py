@@ -1,0 +1,146 @@
+"""Everything the lab starts, it stops: on down, on an exception, on SIGTERM / SIGINT, and -
+when its harness was SIGKILLed - at the next ``up``. Checked by PID."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.environment import EnvironmentBusy, LocalEnvironment, ServerStartError
+from harness.environment.process import ProcessHandle
+from harness.environment.readiness import wait_for
+from tests.support import chaoslab, processes_started_in, server_handles, still_alive
+
+pytestmark = pytest.mark.servers
+
+
+@pytest.fixture
+def child_harness(
+    tmp_path: Path,
+) -> Iterator[tuple[subprocess.Popen[str], dict[str, ProcessHandle]]]:
+    """A separate harness process that has brought an environment up in tmp_path/env."""
+    directory = tmp_path / "env"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.harness_child", str(directory)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = child.stdout.readline()  # type: ignore[union-attr]
+        assert line, f"the child harness exited with {child.wait()} before reporting"
+        pids = json.loads(line)
+        handles = server_handles(directory)
+        assert {n: h.pid for n, h in handles.items()} == pids
+        yield child, handles
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        LocalEnvironment(directory).stop()
+
+
+def test_down_stops_every_server(tmp_path: Path) -> None:
+    up = chaoslab("up", "--dir", str(tmp_path))
+    assert up.returncode == 0, up.stderr
+    handles = server_handles(tmp_path)
+    assert set(handles) == {"s3", "kafka", "mongo"}
+    assert still_alive(handles) == {n: h.pid for n, h in handles.items()}
+
+    status = chaoslab("status", "--dir", str(tmp_path), "--json")
+    assert status.returncode == 0
+    assert json.loads(status.stdout)["healthy"] is True
+
+    down = chaoslab("down", "--dir", str(tmp_path))
+    assert down.returncode == 0, down.stderr
+    assert still_alive(handles) == {}
+    assert not (tmp_path / "state.json").exists()
+    assert chaoslab("status", "--dir", str(tmp_path)).returncode == 1
+
+
+def test_an_exception_in_the_with_block_stops_every_server(tmp_path: Path) -> None:
+    handles = {}
+    with pytest.raises(RuntimeError, match="boom"), LocalEnvironment(tmp_path) as env:
+        handles = server_handles(env.directory)
+        assert len(still_alive(handles)) == 3
+        raise RuntimeError("boom")
+    assert len(handles) == 3
+    assert still_alive(handles) == {}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signalled_harness_stops_every_server(child_harness, sig: int) -> None:
+    child, handles = child_harness
+    os.kill(child.pid, sig)
+    child.wait(timeout=60)
+    assert still_alive(handles) == {}
+
+
+def test_servers_of_a_sigkilled_harness_are_stopped_by_the_next_up(
+    child_harness,
+    tmp_path: Path,
+) -> None:
+    child, handles = child_harness
+    child.kill()
+    child.wait()
+    # SIGKILL runs no cleanup: the servers are orphans now.
+    assert still_alive(handles) == {n: h.pid for n, h in handles.items()}
+
+    other = tmp_path / "other"
+    up = chaoslab("up", "--dir", str(other))
+    try:
+        assert up.returncode == 0, up.stderr
+        assert "left by a harness that died" in up.stdout
+        assert still_alive(handles) == {}
+    finally:
+        chaoslab("down", "--dir", str(other))
+
+
+def test_a_server_that_cannot_start_shows_its_log_and_nothing_is_left(tmp_path: Path) -> None:
+    broken = tmp_path / "tansu"
+    broken.write_text("#!/bin/sh\necho 'tansu: cannot open storage (simulated)' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    directory = tmp_path / "env"
+    os.environ["CALF_TANSU_BIN"] = str(broken)
+    try:
+        with pytest.raises(ServerStartError) as caught:
+            LocalEnvironment(directory).start()
+    finally:
+        del os.environ["CALF_TANSU_BIN"]
+    message = str(caught.value)
+    assert "Kafka broker (Tansu)" in message and "the process exited" in message
+    assert "cannot open storage (simulated)" in message  # the log's tail
+    assert processes_started_in(directory) == []
+    assert not (directory / "state.json").exists()
+
+
+def test_two_environments_run_side_by_side_and_a_directory_holds_one(tmp_path: Path) -> None:
+    with LocalEnvironment(tmp_path / "a") as a, LocalEnvironment(tmp_path / "b") as b:
+        assert a.status().healthy and b.status().healthy
+        assert a.kafka_bootstrap != b.kafka_bootstrap and a.mongo_uri != b.mongo_uri
+        with pytest.raises(EnvironmentBusy, match="already running"):
+            LocalEnvironment(tmp_path / "a").start()
+        again = chaoslab("up", "--dir", str(tmp_path / "b"))
+        assert again.returncode == 2 and "already running" in again.stderr
+        assert a.status().healthy and b.status().healthy  # the refused starts changed nothing
+
+
+def test_pause_and_resume_the_broker(lab_env: LocalEnvironment) -> None:
+    lab_env.pause_broker()
+    try:
+        kafka = {s.name: s for s in lab_env.status().servers}["kafka"]
+        assert kafka.alive and kafka.paused and not kafka.ready
+    finally:
+        lab_env.resume_broker()
+    wait_for(
+        lambda: {s.name: s for s in lab_env.status().servers}["kafka"].ready or 1 / 0,
+        what="broker after resume",
+        timeout=30,
+    )
