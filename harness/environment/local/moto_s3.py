@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 import urllib.request
 
-from harness.environment.local.server import LocalServer, console_script
+from harness.environment.local.server import LocalServer
 from harness.environment.ports import LOOPBACK
 
 BUCKET = "tansu"
@@ -26,7 +27,16 @@ class MotoS3(LocalServer):
         return f"http://{self.address}"
 
     def argv(self) -> list[str]:
-        return [*console_script("moto_server", "moto.server"), "-H", LOOPBACK, "-p", str(self.port)]
+        # Not moto_server: see moto_server_serialized for the race it avoids.
+        return [
+            sys.executable,
+            "-m",
+            "harness.environment.local.moto_server_serialized",
+            "-H",
+            LOOPBACK,
+            "-p",
+            str(self.port),
+        ]
 
     def probe(self) -> None:
         with urllib.request.urlopen(self.endpoint + "/moto-api/", timeout=1) as response:
