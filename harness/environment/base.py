@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from enum import StrEnum
@@ -16,6 +17,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from harness.environment import process
+from harness.environment.process import ProcessHandle
 from harness.environment.signals import stop_on_termination
 from harness.environment.spark import SparkSettings
 from harness.errors import BadInput, LabError
@@ -208,6 +211,27 @@ class Environment(ABC):
 
     def resume_mongo(self) -> None:
         self.resume(Component.MONGO)
+
+    # -- client processes (consumer runtimes) ------------------------------------------------
+
+    @property
+    @abstractmethod
+    def env_id(self) -> str:
+        """A name unique to this environment's life (also marks the processes it owns)."""
+
+    def spawn_client(
+        self,
+        argv: Sequence[str],
+        *,
+        name: str,
+        log_path: Path,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> ProcessHandle:
+        """Start a client process (a consumer runtime) in its own session, tied to this
+        environment: ``stop()``, and the orphan reaping of a later ``up``, stop it too."""
+        return process.spawn(
+            argv, env_id=self.env_id, server=name, log_path=log_path, extra_env=extra_env
+        )
 
     # -- logs ---------------------------------------------------------------------------------
 

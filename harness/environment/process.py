@@ -163,3 +163,15 @@ def reap_exited_children() -> None:
     for pid, child in list(_children.items()):
         if child.poll() is not None:
             del _children[pid]
+
+
+def exit_code(handle: ProcessHandle) -> int | None:
+    """The exit status of a child of this process once it ended (negative: killed by that
+    signal), or None while it runs or when it is not our child."""
+    child = _children.get(handle.pid)
+    if child is None:
+        return None
+    code = child.poll()
+    if code is not None:
+        del _children[handle.pid]
+    return code

@@ -1,0 +1,33 @@
+"""The checker: ledger vs sink snapshot -> a verdict per variant (pure: no servers, no I/O).
+
+Usage::
+
+    ledger = LedgerArrays.from_csv(run_dir / "ledger.csv")
+    verdict = check(ledger, snapshot, produced=n, windows=[FaultWindow("broker-kill", t0, t1)])
+    verdict.to_dict()  # -> results.json
+"""
+
+from harness.checker.check import MAX_ORDER_ID, MAX_VERSION, VERSION_BITS, check
+from harness.checker.model import (
+    KIND_CODES,
+    KIND_NAMES,
+    Anomaly,
+    FaultWindow,
+    LedgerArrays,
+    SinkSnapshot,
+    Verdict,
+)
+
+__all__ = [
+    "KIND_CODES",
+    "KIND_NAMES",
+    "MAX_ORDER_ID",
+    "MAX_VERSION",
+    "VERSION_BITS",
+    "Anomaly",
+    "FaultWindow",
+    "LedgerArrays",
+    "SinkSnapshot",
+    "Verdict",
+    "check",
+]

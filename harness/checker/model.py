@@ -1,0 +1,325 @@
+"""The checker's data types: the ledger and a sink snapshot as columns, fault windows, verdicts.
+
+Everything here is a frozen dataclass. The bulk data are numpy arrays (one element per ledger
+row or per sink document) because the checker has to judge a million events in seconds; the
+arrays are stored as read-only views, so a value that was validated stays valid.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, ClassVar, Self
+
+import numpy as np
+
+from harness.workload.events import Kind
+from harness.workload.ledger import LedgerRow
+
+# The int8 code of each ledger kind in `LedgerArrays.kind`.
+KIND_CODES: Mapping[Kind, int] = {Kind.NORMAL: 0, Kind.RESEND: 1, Kind.POISON: 2}
+KIND_NAMES: Mapping[int, Kind] = {code: kind for kind, code in KIND_CODES.items()}
+
+
+def _column(name: str, values: Any, dtype: type[np.generic]) -> np.ndarray:
+    """`values` as a read-only 1-D array of `dtype`, or a ValueError naming the column."""
+    try:
+        array = np.asarray(values, dtype=dtype)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValueError(f"{name}: cannot be read as {np.dtype(dtype).name}: {exc}") from None
+    if array.ndim != 1:
+        raise ValueError(f"{name}: must be one-dimensional, got shape {array.shape}")
+    # A view, so that freezing it leaves the caller's own array writable.
+    array = array.view()
+    array.flags.writeable = False
+    return array
+
+
+def _same_length(what: str, columns: Mapping[str, np.ndarray]) -> None:
+    lengths = {name: len(array) for name, array in columns.items()}
+    if len(set(lengths.values())) > 1:
+        listed = ", ".join(f"{name}={n}" for name, n in lengths.items())
+        raise ValueError(f"{what}: columns differ in length ({listed})")
+
+
+def _freeze_columns(obj: object, dtypes: Mapping[str, type[np.generic]]) -> None:
+    for name, dtype in dtypes.items():
+        object.__setattr__(obj, name, _column(name, getattr(obj, name), dtype))
+
+
+@dataclass(frozen=True, eq=False)
+class LedgerArrays:
+    """The ledger as columns: one element per record the broker acknowledged.
+
+    The ledger (harness.workload.ledger) is every record the broker acked: (seq, event_id,
+    order_id, version, kind, topic, partition, offset, acked_at). The checker needs only the
+    columns kept here. Kinds (`kind` holds their `KIND_CODES`):
+
+    * ``normal`` - a business change, identified by (order_id, version);
+    * ``resend`` - the same business change sent again upstream with a NEW event_id;
+    * ``poison`` - an unparseable record that must end up in the dead-letter topic; its
+      version is 0 and meaningless.
+
+    (partition, offset) identify a record only within one topic, so a ledger holds the rows of
+    one topic: the loaders refuse a mix unless told which topic to keep.
+    """
+
+    KIND_CODES: ClassVar[Mapping[Kind, int]] = KIND_CODES
+
+    order_id: np.ndarray  # int64
+    version: np.ndarray  # int64
+    kind: np.ndarray  # int8, see KIND_CODES
+    partition: np.ndarray  # int32
+    offset: np.ndarray  # int64
+    acked_at: np.ndarray  # float64, unix seconds
+
+    _DTYPES: ClassVar[Mapping[str, type[np.generic]]] = {
+        "order_id": np.int64,
+        "version": np.int64,
+        "kind": np.int8,
+        "partition": np.int32,
+        "offset": np.int64,
+        "acked_at": np.float64,
+    }
+
+    def __post_init__(self) -> None:
+        _freeze_columns(self, self._DTYPES)
+        _same_length("LedgerArrays", {name: getattr(self, name) for name in self._DTYPES})
+        unknown = ~np.isin(self.kind, np.array(list(KIND_NAMES), dtype=np.int8))
+        if unknown.any():
+            i = int(np.flatnonzero(unknown)[0])
+            raise ValueError(
+                f"LedgerArrays: row {i} has kind code {int(self.kind[i])}, "
+                f"expected one of {dict(KIND_NAMES)}"
+            )
+
+    def __len__(self) -> int:
+        return len(self.order_id)
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[LedgerRow], *, topic: str | None = None) -> Self:
+        """Columns from ledger rows (e.g. ``read_ledger(path)``); see `select_topic`."""
+        kept = [row for row in rows if topic is None or row.topic == topic]
+        if topic is None:
+            require_one_topic({row.topic for row in kept})
+        return cls(
+            order_id=[row.order_id for row in kept],
+            version=[row.version for row in kept],
+            kind=[KIND_CODES[Kind(row.kind)] for row in kept],
+            partition=[row.partition for row in kept],
+            offset=[row.offset for row in kept],
+            acked_at=[row.acked_at for row in kept],
+        )
+
+    @classmethod
+    def from_csv(cls, path: Path | str, *, topic: str | None = None) -> Self:
+        """Load a ledger file written by ``LedgerWriter``, fast (a million rows in ~a second).
+
+        Rows are kept exactly as ``read_ledger`` keeps them: a line without all the columns
+        (such as a torn last line from a crash) is not a row. With ``topic`` only that topic's
+        rows are kept; without it, a ledger holding several topics is refused.
+        """
+        from harness.checker.load import read_ledger_columns  # pandas loads only when needed
+
+        columns = read_ledger_columns(Path(path), topic=topic)
+        return cls(**columns)
+
+
+def require_one_topic(topics: set[str]) -> None:
+    if len(topics) > 1:
+        raise ValueError(
+            f"the ledger holds rows of several topics {sorted(topics)}; (partition, offset) "
+            "is only unique within one topic: pass topic= to choose"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class SinkSnapshot:
+    """The final state one variant left in MongoDB (and in the dead-letter topic).
+
+    * ``changes_*`` - one element per document in the variant's landing collection:
+      (order_id, version, written_at in unix seconds). Copies of one business change are
+      separate documents, which is what the checker counts.
+    * ``projection_*`` - one element per order in the current-state collection: (order_id,
+      version); a deleted order keeps a tombstone with its version. One entry per order.
+    * ``dead_lettered_*`` - the (partition, offset) of every original record found in the
+      dead-letter topic; repeats are allowed (the checker counts distinct records).
+    * ``stored_offsets`` - for the transactional variant, {partition: last processed offset
+      (inclusive)} as stored in MongoDB; None for variants that keep no offsets there.
+    """
+
+    changes_order_id: np.ndarray  # int64
+    changes_version: np.ndarray  # int64
+    changes_written_at: np.ndarray  # float64
+    projection_order_id: np.ndarray  # int64
+    projection_version: np.ndarray  # int64
+    dead_lettered_partition: np.ndarray  # int32
+    dead_lettered_offset: np.ndarray  # int64
+    stored_offsets: Mapping[int, int] | None = None
+
+    _GROUPS: ClassVar[Mapping[str, Mapping[str, type[np.generic]]]] = {
+        "changes": {
+            "changes_order_id": np.int64,
+            "changes_version": np.int64,
+            "changes_written_at": np.float64,
+        },
+        "projection": {"projection_order_id": np.int64, "projection_version": np.int64},
+        "dead_lettered": {"dead_lettered_partition": np.int32, "dead_lettered_offset": np.int64},
+    }
+
+    def __post_init__(self) -> None:
+        for group, dtypes in self._GROUPS.items():
+            _freeze_columns(self, dtypes)
+            _same_length(f"SinkSnapshot.{group}", {name: getattr(self, name) for name in dtypes})
+        orders = np.sort(self.projection_order_id)
+        repeated = orders[1:][orders[1:] == orders[:-1]]
+        if len(repeated):
+            # The current-state collection is keyed by order: two documents for one order
+            # mean the snapshot was read wrongly, and "the" projected version is undefined.
+            raise ValueError(
+                f"SinkSnapshot.projection: order {int(repeated[0])} appears more than once "
+                f"({len(np.unique(repeated))} orders repeated); expected one entry per order"
+            )
+        if self.stored_offsets is not None:
+            object.__setattr__(self, "stored_offsets", _offsets(self.stored_offsets))
+
+    @classmethod
+    def from_lists(
+        cls,
+        changes: Sequence[tuple[int, int, float]] = (),
+        projection: Sequence[tuple[int, int]] = (),
+        dead_lettered: Sequence[tuple[int, int]] = (),
+        stored_offsets: Mapping[int, int] | None = None,
+    ) -> Self:
+        """A snapshot from plain tuples: changes (order_id, version, written_at), projection
+        (order_id, version), dead_lettered (partition, offset)."""
+        c = _tuples("changes", changes, 3)
+        p = _tuples("projection", projection, 2)
+        d = _tuples("dead_lettered", dead_lettered, 2)
+        return cls(
+            changes_order_id=c[0],
+            changes_version=c[1],
+            changes_written_at=c[2],
+            projection_order_id=p[0],
+            projection_version=p[1],
+            dead_lettered_partition=d[0],
+            dead_lettered_offset=d[1],
+            stored_offsets=stored_offsets,
+        )
+
+
+def _tuples(name: str, items: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
+    """Split tuples of `width` into `width` columns, naming the first malformed item."""
+    for i, item in enumerate(items):
+        if len(item) != width:
+            raise ValueError(f"{name}[{i}]: expected a tuple of {width} values, got {item!r}")
+    return [[item[j] for item in items] for j in range(width)]
+
+
+def _offsets(stored: Mapping[int, int]) -> dict[int, int]:
+    try:
+        return {int(partition): int(offset) for partition, offset in stored.items()}
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise ValueError(f"stored_offsets: expected {{partition: offset}}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class FaultWindow:
+    """A named interval [start, end] (unix seconds, both inclusive) during which a fault held."""
+
+    name: str
+    start: float
+    end: float
+
+    def __post_init__(self) -> None:
+        if math.isnan(self.start) or math.isnan(self.end) or self.end < self.start:
+            raise ValueError(
+                f"fault window {self.name!r}: needs start <= end, got [{self.start}, {self.end}]"
+            )
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    """One thing the sink got wrong, placed on the timeline.
+
+    * ``duplicate`` - one per extra copy of a business change; ``at`` is that copy's
+      written_at (copies ordered by written_at, every one but the first is extra).
+    * ``lost`` - an expected business change absent from the sink; ``at`` is the acked_at of
+      its earliest acked row.
+    * ``stale`` - an order whose projection is behind its highest acked version; ``version``
+      is the projection's version (0 when the order has no projection) and ``at`` the acked_at
+      of the (earliest) acked row of the order's highest version.
+
+    ``window`` is the name of the first fault window containing ``at``, else None.
+    """
+
+    kind: str  # "duplicate" | "lost" | "stale"
+    order_id: int
+    version: int
+    at: float
+    window: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "order_id": self.order_id,
+            "version": self.version,
+            "at": self.at,
+            "window": self.window,
+        }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the checker found for one variant. Counts are of business changes (order_id,
+    version) unless said otherwise.
+
+    * ``produced`` - events the workload tried to send (passed in); ``acked`` - ledger rows.
+    * ``expected`` - distinct business changes over acked normal and resend rows.
+    * ``in_sink`` - documents in the landing collection; ``unique_in_sink`` - distinct business
+      changes among them; ``duplicates`` = in_sink - unique_in_sink (extra copies);
+      ``duplicated_keys`` - business changes with more than one copy; ``copies`` - {number of
+      copies: how many business changes have exactly that many}, for 2 copies and more.
+    * ``lost`` - expected business changes absent from the sink.
+    * ``phantoms`` - distinct business changes in the sink that no acked row explains (a lab
+      bug indicator: should be 0).
+    * ``stale`` - orders with acked changes whose projection is below their highest acked
+      version, or missing. A projection ahead of the ledger is not stale.
+    * ``dead_lettered`` - distinct acked poison records found in the dead-letter topic;
+      ``poison_missing`` - distinct acked poison records not found there.
+    * ``offsets_consistent`` - None when the variant stores no offsets; else True iff every
+      partition with acked rows has a stored offset equal to its highest acked offset.
+    * ``anomalies`` - at most max_anomalies `Anomaly` records (see `check` for which are
+      kept); ``anomalies_total`` - how many there were before truncation.
+    """
+
+    produced: int
+    acked: int
+    expected: int
+    in_sink: int
+    unique_in_sink: int
+    duplicates: int
+    duplicated_keys: int
+    copies: dict[int, int]
+    lost: int
+    phantoms: int
+    stale: int
+    dead_lettered: int
+    poison_missing: int
+    offsets_consistent: bool | None
+    anomalies: list[Anomaly]
+    anomalies_total: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able values: copies' keys become strings, anomalies become dicts."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "copies":
+                value = {str(n): count for n, count in sorted(value.items())}
+            elif f.name == "anomalies":
+                value = [anomaly.to_dict() for anomaly in value]
+            out[f.name] = value
+        return out

@@ -1,0 +1,120 @@
+"""The history: every operation and fault of a run, with timestamps, written as it happens.
+
+Each writing process (the harness, each consumer process, the Spark driver) appends to its own
+JSON-lines file under ``RUN/history/``, line-buffered, so a SIGKILL loses at most the line being
+written and processes never interleave. Readers merge the files by time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import IO, Self
+
+
+class EventKind(StrEnum):
+    RUN_START = "run-start"  # a variant's run begins
+    RUN_END = "run-end"
+    PRODUCED = "produced"  # the producer finished: count acked
+    RUNTIME_START = "runtime-start"  # a consumer process (re)started
+    RUNTIME_EXIT = "runtime-exit"  # a consumer process ended (detail: how)
+    BATCH = "batch"  # a batch was handed to the variant (count, offsets: first offsets)
+    WRITTEN = "written"  # the variant finished writing a batch
+    WRITE_FAILED = "write-failed"  # the variant's write raised; it will be tried again
+    POLL_ERROR = "poll-error"  # the consumer reported an error instead of a record
+    ASSIGNED = "assigned"  # partitions assigned to a consumer (offsets: start positions)
+    COMMIT = "commit"  # consumer positions committed (offsets: partition -> next offset)
+    COMMIT_FAILED = "commit-failed"
+    DEAD_LETTER = "dead-letter"  # poison records sent to the dead-letter topic (count)
+    CRASH = "crash"  # a crash point fired (detail: the point)
+    FAULT_START = "fault-start"
+    FAULT_END = "fault-end"
+
+
+@dataclass(frozen=True)
+class HistoryEvent:
+    t: float
+    kind: EventKind
+    source: str  # who wrote it: "harness", "listener-0", "spark", "nemesis"
+    variant: str = ""
+    batch: int | None = None
+    count: int | None = None
+    offsets: dict[int, int] = field(default_factory=dict)
+    detail: str = ""
+
+    def to_json(self) -> str:
+        raw = asdict(self)
+        raw["offsets"] = {str(p): o for p, o in self.offsets.items()}
+        return json.dumps({k: v for k, v in raw.items() if v not in (None, "", {})})
+
+    @classmethod
+    def from_json(cls, line: str) -> Self:
+        raw = json.loads(line)
+        raw["kind"] = EventKind(raw["kind"])
+        raw["offsets"] = {int(p): o for p, o in raw.get("offsets", {}).items()}
+        return cls(**raw)
+
+
+class HistoryWriter:
+    def __init__(self, directory: Path, source: str, variant: str = "") -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.source = source
+        self.variant = variant
+        path = directory / f"{source}-{os.getpid()}.jsonl"
+        self._file: IO[str] = path.open("a", buffering=1)
+
+    def record(self, kind: EventKind, **fields: object) -> HistoryEvent:
+        event = HistoryEvent(
+            t=time.time(), kind=kind, source=self.source, variant=self.variant, **fields
+        )  # type: ignore[arg-type]
+        self._file.write(event.to_json() + "\n")
+        return event
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _lines(path: Path) -> Iterator[str]:
+    with path.open() as f:
+        for line in f:
+            if line.endswith("\n"):  # a torn last line (SIGKILL mid-write) is not an event
+                yield line
+
+
+def read_history(directory: Path) -> list[HistoryEvent]:
+    """Every event of every writer, in time order."""
+    events = [
+        HistoryEvent.from_json(line)
+        for path in sorted(directory.glob("*.jsonl"))
+        for line in _lines(path)
+    ]
+    return sorted(events, key=lambda e: e.t)
+
+
+class HistoryTail:
+    """Reads the events appended since the last call (for watching a run's progress)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._positions: dict[Path, int] = {}
+
+    def new_events(self) -> list[HistoryEvent]:
+        events = []
+        for path in sorted(self.directory.glob("*.jsonl")):
+            with path.open() as f:
+                f.seek(self._positions.get(path, 0))
+                while line := f.readline():
+                    if not line.endswith("\n"):
+                        break  # being written; read it next time
+                    self._positions[path] = f.tell()
+                    events.append(HistoryEvent.from_json(line))
+        return sorted(events, key=lambda e: e.t)
+
+
+def of_kind(events: Iterable[HistoryEvent], *kinds: EventKind) -> list[HistoryEvent]:
+    return [e for e in events if e.kind in kinds]

@@ -1,0 +1,137 @@
+"""Crash points: named places in both runtimes where an armed plan SIGKILLs the consumer.
+
+The kill takes the consumer's whole process group (a Spark driver takes its JVM and Python
+workers with it), like a pod killed mid-batch. How many times a plan has fired is kept in a
+file in the run directory, so "once" still means once after the runtime is restarted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Self
+
+from harness.history import EventKind, HistoryWriter
+
+
+class CrashPoint(StrEnum):
+    BEFORE_WRITE = "before_write"  # batch polled, nothing written
+    MID_WRITE = "mid_write"  # after k of the batch's documents were written
+    AFTER_WRITE_BEFORE_COMMIT = "after_write_before_commit"  # seed 000's gap
+    AFTER_COMMIT = "after_commit"  # written and committed: a restart must not redo anything
+
+
+@dataclass(frozen=True)
+class CrashPlan:
+    """When to kill the consumer at ``point``.
+
+    Fires at the ``at_batch``-th batch a consumer process handles, then (if ``every`` is set)
+    at every ``every``-th batch after it, or - with ``probability`` - at any batch with that
+    chance drawn from ``seed``; never more than ``times`` times in the whole run.
+    """
+
+    point: CrashPoint
+    at_batch: int = 1
+    every: int | None = None
+    probability: float | None = None
+    seed: int = 0
+    times: int = 1
+    after_docs: int = 1  # for mid_write: documents written before the kill
+
+    def problems(self) -> list[tuple[str, str]]:
+        found = []
+        if self.at_batch < 1:
+            found.append(("at_batch", f"must be >= 1, got {self.at_batch}"))
+        if self.every is not None and self.every < 1:
+            found.append(("every", f"must be >= 1, got {self.every}"))
+        if self.probability is not None and not 0 < self.probability <= 1:
+            found.append(("probability", f"must be in (0, 1], got {self.probability}"))
+        if self.times < 1:
+            found.append(("times", f"must be >= 1, got {self.times}"))
+        if self.after_docs < 1:
+            found.append(("after_docs", f"must be >= 1, got {self.after_docs}"))
+        return found
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        raw = json.loads(text)
+        raw["point"] = CrashPoint(raw["point"])
+        return cls(**raw)
+
+    def due(self, batch_no: int, rng: random.Random) -> bool:
+        """Whether the plan wants a crash at this process's ``batch_no``-th batch (1-based)."""
+        if self.probability is not None:
+            return rng.random() < self.probability
+        if batch_no == self.at_batch:
+            return True
+        return (
+            self.every is not None
+            and batch_no > self.at_batch
+            and ((batch_no - self.at_batch) % self.every == 0)
+        )
+
+
+class Crasher:
+    """The armed crash plans of one consumer process."""
+
+    def __init__(self, plans: list[CrashPlan], counter_dir: Path, history: HistoryWriter) -> None:
+        self.plans = plans
+        self.counter_dir = counter_dir
+        self.history = history
+        # Each process life draws its own sequence, still a function of the seed.
+        self._rngs = [random.Random(f"{p.seed}:{self._fired(i)}") for i, p in enumerate(plans)]
+
+    def _counter(self, index: int) -> Path:
+        return self.counter_dir / f"crash-{index}-{self.plans[index].point}.count"
+
+    def _fired(self, index: int) -> int:
+        try:
+            return int(self._counter(index).read_text())
+        except FileNotFoundError:
+            return 0
+
+    def reached(
+        self,
+        point: CrashPoint,
+        batch_no: int,
+        docs_written: int | None = None,
+        *,
+        batch_id: int | None = None,
+    ) -> None:
+        """Called by the runtime at ``point``; kills this process group if a plan says so.
+
+        ``batch_no`` counts this process's batches (what plans are written in); ``batch_id``
+        is the runtime's own id of the batch, recorded in the history. For mid_write the
+        runtime calls it after each document chunk with the number written.
+        """
+        for index, plan in enumerate(self.plans):
+            if plan.point is not point or self._fired(index) >= plan.times:
+                continue
+            if point is CrashPoint.MID_WRITE and docs_written != plan.after_docs:
+                continue
+            if not plan.due(batch_no, self._rngs[index]):
+                continue
+            self.counter_dir.mkdir(parents=True, exist_ok=True)
+            self._counter(index).write_text(str(self._fired(index) + 1))
+            self.history.record(
+                EventKind.CRASH,
+                batch=batch_no if batch_id is None else batch_id,
+                detail=point.value,
+            )
+            kill_own_process_group()
+
+
+def kill_own_process_group() -> None:
+    """SIGKILL this process and, if it leads its process group (runtimes are started in their
+    own session), everything in the group: the Spark JVM and Python workers too."""
+    if os.getpgid(0) == os.getpid():
+        os.killpg(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,88 @@
+"""The listener runtime: a confluent-kafka consumer in a group - poll a batch, hand it to the
+variant, commit synchronously - the shape of the seeds' listeners. One process per consumer.
+
+    python -m harness.pipeline.listener CONFIG.json INDEX
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from harness.history import EventKind
+from harness.kafka import consumer_config
+from harness.pipeline.batch import RawRecord
+from harness.pipeline.crash import CrashPoint
+from harness.pipeline.runtime import BatchHandler, RuntimeConfig, StopFlag
+
+
+def run(config: RuntimeConfig, index: int) -> None:
+    stop = StopFlag()
+    handler = BatchHandler(config, source=f"listener-{index}")
+    history = handler.history
+    consumer = Consumer(
+        consumer_config(config.bootstrap, config.group, **{"client.id": f"listener-{index}"})
+    )
+
+    def on_assign(c: Consumer, partitions: list[TopicPartition]) -> None:
+        # A variant that keeps its positions in MongoDB (transactional) decides where to start,
+        # and Kafka is told: a batch MongoDB committed before a crash was never acknowledged.
+        positions = handler.variant.resume_positions(handler.db, config.group, config.topic)
+        resumed = []
+        for tp in partitions:
+            if tp.partition in positions:
+                tp.offset = positions[tp.partition]
+                resumed.append(TopicPartition(tp.topic, tp.partition, tp.offset))
+        c.assign(partitions)
+        history.record(EventKind.ASSIGNED, offsets={tp.partition: tp.offset for tp in partitions})
+        if resumed:
+            commit(c, resumed, batch_id=None)
+
+    def commit(c: Consumer, offsets: list[TopicPartition], batch_id: int | None) -> None:
+        try:
+            c.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            # The write is done; only the bookkeeping failed (seed 002). The records will
+            # come again if the partition moves before a later commit succeeds.
+            history.record(EventKind.COMMIT_FAILED, batch=batch_id, detail=str(exc))
+        else:
+            history.record(
+                EventKind.COMMIT,
+                batch=batch_id,
+                offsets={tp.partition: tp.offset for tp in offsets},
+            )
+
+    consumer.subscribe([config.topic], on_assign=on_assign)
+    history.record(EventKind.RUNTIME_START, detail=f"pid {os.getpid()}")
+    batch_id = 0
+    try:
+        while not stop:
+            messages = consumer.consume(num_messages=config.batch_size, timeout=0.5)
+            raw = []
+            for m in messages:
+                if m.error() is not None:
+                    history.record(EventKind.POLL_ERROR, detail=str(m.error()))
+                    continue
+                raw.append(RawRecord(m.partition(), m.offset(), m.value()))
+            if not raw:
+                continue
+            batch_id += 1
+            batch = handler.handle(batch_id, raw)
+            offsets = [
+                TopicPartition(config.topic, p, last + 1) for p, last in batch.last_offsets.items()
+            ]
+            commit(consumer, offsets, batch_id)
+            handler.reached(CrashPoint.AFTER_COMMIT)
+    finally:
+        consumer.close()
+        history.record(EventKind.RUNTIME_EXIT, detail="stopped")
+
+
+def main(argv: list[str]) -> None:
+    run(RuntimeConfig.load(argv[0]), int(argv[1]))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,147 @@
+"""What both runtimes share: their configuration, and handling one batch from poll to write.
+
+A runtime is a process (so it can be killed) started from a ``RuntimeConfig`` written as JSON.
+Handling a batch is the same in both: split off the poison and dead-letter it, pass the crash
+points, hand the rest to the variant - retrying a failed write the way a redelivery would - and
+record each step in the history. Committing is the runtime's own business (Kafka or Spark).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Self
+
+from pymongo import MongoClient
+from pymongo.errors import PyMongoError
+
+from harness.history import EventKind, HistoryWriter
+from harness.pipeline.batch import Batch, DeadLetters, RawRecord, split
+from harness.pipeline.crash import Crasher, CrashPlan, CrashPoint
+from harness.pipeline.variants import Variant, WriteContext, make_variant
+
+RUNTIMES = ("listener", "spark")
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    runtime: str  # listener | spark
+    bootstrap: str
+    mongo_uri: str
+    topic: str
+    group: str  # consumer group; for spark also the query's name
+    database: str  # the variant's MongoDB database
+    variant: str
+    variant_options: dict[str, Any]
+    run_dir: str  # history/, crashes/ and logs/ live here
+    batch_size: int = 250  # records per poll (listener) or per trigger (spark)
+    crash_plans: tuple[CrashPlan, ...] = ()
+    write_retry_s: float = 60.0  # how long a failing write is retried before giving up
+    spark_settings: str = ""  # SparkSettings as JSON (spark only)
+    checkpoint: str = ""  # spark only
+    trigger_ms: int = 200  # spark only
+
+    @property
+    def history_dir(self) -> Path:
+        return Path(self.run_dir) / "history"
+
+    def to_json(self) -> str:
+        raw = asdict(self)
+        raw["crash_plans"] = [json.loads(p.to_json()) for p in self.crash_plans]
+        return json.dumps(raw, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        raw = json.loads(text)
+        raw["crash_plans"] = tuple(CrashPlan.from_json(json.dumps(p)) for p in raw["crash_plans"])
+        return cls(**raw)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Self:
+        return cls.from_json(Path(path).read_text())
+
+
+@dataclass
+class BatchHandler:
+    """Everything one consumer process needs to turn polled records into sink writes."""
+
+    config: RuntimeConfig
+    source: str  # history source name, e.g. listener-0
+    variant: Variant = field(init=False)
+    history: HistoryWriter = field(init=False)
+    crasher: Crasher = field(init=False)
+    client: MongoClient = field(init=False)
+    batches: int = 0  # batches this process handled (crash plans count these)
+    batch_id: int | None = None  # the runtime's id of the batch being handled
+
+    def __post_init__(self) -> None:
+        cfg = self.config
+        self.variant = make_variant(cfg.variant, cfg.variant_options)
+        self.history = HistoryWriter(cfg.history_dir, self.source, self.variant.label)
+        self.crasher = Crasher(list(cfg.crash_plans), Path(cfg.run_dir) / "crashes", self.history)
+        self.client = MongoClient(cfg.mongo_uri, heartbeatFrequencyMS=500)
+        self.db = self.client[cfg.database]
+        self._dead_letters = DeadLetters(cfg.bootstrap, cfg.topic)
+
+    def handle(self, batch_id: int, raw: Iterable[RawRecord]) -> Batch:
+        """Dead-letter the poison, then write the rest; returns the batch for committing."""
+        self.batches += 1
+        self.batch_id = batch_id
+        batch, poison = split(batch_id, self.config.topic, self.config.group, raw)
+        firsts: dict[int, int] = {}
+        for r in batch.records:
+            firsts.setdefault(r.partition, r.offset)
+        self.history.record(
+            EventKind.BATCH, batch=batch_id, count=len(batch.records) + len(poison), offsets=firsts
+        )
+        if poison:
+            self._dead_letters.send(poison)
+            self.history.record(EventKind.DEAD_LETTER, batch=batch_id, count=len(poison))
+        self.reached(CrashPoint.BEFORE_WRITE)
+        self._write(batch)
+        self.history.record(EventKind.WRITTEN, batch=batch_id, count=len(batch.records))
+        self.reached(CrashPoint.AFTER_WRITE_BEFORE_COMMIT)
+        return batch
+
+    def reached(self, point: CrashPoint, batch_id: int | None = None) -> None:
+        """Pass a crash point for the batch being handled (or the one named)."""
+        self.crasher.reached(
+            point, self.batches, batch_id=self.batch_id if batch_id is None else batch_id
+        )
+
+    def _write(self, batch: Batch) -> None:
+        deadline = time.monotonic() + self.config.write_retry_s
+        delay = 0.2
+        while True:
+            ctx = WriteContext(self.client, self.db, self.batches, self.crasher, batch.batch_id)
+            try:
+                self.variant.write(batch, ctx)
+                return
+            except PyMongoError as exc:
+                # Writing the batch again is what a redelivery would do; a variant that is not
+                # idempotent shows it here too.
+                self.history.record(EventKind.WRITE_FAILED, batch=batch.batch_id, detail=str(exc))
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+
+class StopFlag:
+    """Set by SIGTERM / SIGINT: the runtime finishes its batch, then stops."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self._event.set())
+
+    def __bool__(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._event.wait(timeout)

@@ -1,0 +1,66 @@
+"""Reading back what a variant left: the snapshot the checker judges."""
+
+from __future__ import annotations
+
+import numpy as np
+from confluent_kafka import Consumer, TopicPartition
+from pymongo.database import Database
+
+from harness.checker import SinkSnapshot
+from harness.environment.readiness import NotReady, wait_for
+from harness.kafka import consumer_config, end_offsets
+from harness.pipeline.batch import dead_letter_topic
+from harness.pipeline.variants import Variant
+
+CURSOR_BATCH = 10_000
+
+
+def snapshot(
+    db: Database, variant: Variant, *, bootstrap: str, topic: str, group: str
+) -> SinkSnapshot:
+    changes = db.events.find(
+        {}, {"_id": 0, "order_id": 1, "version": 1, "_lab.written_at": 1}, batch_size=CURSOR_BATCH
+    )
+    order_ids, versions, written = [], [], []
+    for doc in changes:
+        order_ids.append(doc["order_id"])
+        versions.append(doc["version"])
+        written.append(doc["_lab"]["written_at"])
+    projection = list(db.orders.find({}, {"version": 1}, batch_size=CURSOR_BATCH))
+    dlq = dead_letter_origins(bootstrap, topic)
+    return SinkSnapshot(
+        changes_order_id=np.array(order_ids, dtype=np.int64),
+        changes_version=np.array(versions, dtype=np.int64),
+        changes_written_at=np.array(written, dtype=np.float64),
+        projection_order_id=np.array([d["_id"] for d in projection], dtype=np.int64),
+        projection_version=np.array([d["version"] for d in projection], dtype=np.int64),
+        dead_lettered_partition=np.array([p for p, _ in dlq], dtype=np.int32),
+        dead_lettered_offset=np.array([o for _, o in dlq], dtype=np.int64),
+        stored_offsets=variant.stored_offsets(db, group, topic),
+    )
+
+
+def dead_letter_origins(bootstrap: str, topic: str) -> list[tuple[int, int]]:
+    """(partition, offset) of the original of every record in the dead-letter topic."""
+    dlq = dead_letter_topic(topic)
+    ends = end_offsets(bootstrap, dlq)
+    total = sum(ends.values())
+    if total == 0:
+        return []
+    consumer = Consumer(consumer_config(bootstrap, "chaoslab-dlq-reader"))
+    consumer.assign([TopicPartition(dlq, p, 0) for p in ends])
+    origins: list[tuple[int, int]] = []
+
+    def read_all() -> None:
+        for m in consumer.consume(num_messages=1000, timeout=0.5):
+            if m.error() is None:
+                headers = dict(m.headers() or [])
+                origins.append((int(headers["origin-partition"]), int(headers["origin-offset"])))
+        if len(origins) < total:
+            raise NotReady(f"read {len(origins)} of {total} dead letters")
+
+    try:
+        wait_for(read_all, what=f"the dead-letter topic {dlq}", timeout=60)
+    finally:
+        consumer.close()
+    return origins

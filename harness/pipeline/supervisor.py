@@ -1,0 +1,120 @@
+"""Runs a runtime's consumer processes for the harness, and restarts the ones that crash.
+
+A consumer killed at a crash point (SIGKILL) is started again after ``restart_delay``, as an
+orchestrator would restart a pod. A consumer that fails on its own (an exception) is restarted
+too, but a few failures in a row stop the run with the end of its log: that is a bug to read,
+not a fault to measure.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.environment import Environment
+from harness.environment import process as proc
+from harness.environment.base import tail
+from harness.errors import LabError
+from harness.history import EventKind, HistoryWriter
+from harness.pipeline.runtime import RuntimeConfig
+
+MAX_FAILURES_IN_A_ROW = 3
+RUNTIME_MODULES = {
+    "listener": "harness.pipeline.listener",
+    "spark": "harness.pipeline.spark_runtime",
+}
+
+
+class RuntimeFailed(LabError):
+    pass
+
+
+@dataclass
+class _Consumer:
+    index: int
+    name: str
+    log: Path
+    handle: proc.ProcessHandle | None = None
+    restart_at: float | None = None
+    starts: int = 0
+    failures_in_a_row: int = 0
+
+
+class RuntimeSupervisor:
+    def __init__(
+        self,
+        env: Environment,
+        config: RuntimeConfig,
+        config_path: Path,
+        *,
+        consumers: int,
+        restart_delay: float,
+        history: HistoryWriter,
+    ) -> None:
+        self.env = env
+        self.config = config
+        self.config_path = config_path
+        self.restart_delay = restart_delay
+        self.history = history
+        count = consumers if config.runtime == "listener" else 1
+        logs = Path(config.run_dir) / "logs"
+        self.consumers = [
+            _Consumer(i, f"{config.runtime}-{i}", logs / f"{config.runtime}-{i}.log")
+            for i in range(count)
+        ]
+        self.crashes = 0
+
+    def _argv(self, consumer: _Consumer) -> list[str]:
+        module = RUNTIME_MODULES[self.config.runtime]
+        return [sys.executable, "-m", module, str(self.config_path), str(consumer.index)]
+
+    def _start(self, consumer: _Consumer) -> None:
+        consumer.handle = self.env.spawn_client(
+            self._argv(consumer), name=f"runtime-{consumer.name}", log_path=consumer.log
+        )
+        consumer.starts += 1
+        consumer.restart_at = None
+
+    def start(self) -> None:
+        for consumer in self.consumers:
+            self._start(consumer)
+
+    @property
+    def restarts(self) -> int:
+        return sum(max(c.starts - 1, 0) for c in self.consumers)
+
+    def check(self) -> None:
+        """Notice consumers that ended and restart them when their delay has passed."""
+        now = time.monotonic()
+        for c in self.consumers:
+            if c.handle is not None and not c.handle.alive():
+                code = proc.exit_code(c.handle)
+                c.handle = None
+                c.restart_at = now + self.restart_delay
+                if code == -signal.SIGKILL:
+                    self.crashes += 1
+                    c.failures_in_a_row = 0
+                    how = "killed by SIGKILL"
+                else:
+                    c.failures_in_a_row += 1
+                    how = f"exited with status {code}"
+                self.history.record(EventKind.RUNTIME_EXIT, detail=f"{c.name} {how}")
+                if c.failures_in_a_row >= MAX_FAILURES_IN_A_ROW:
+                    raise RuntimeFailed(
+                        f"{c.name} failed {c.failures_in_a_row} times in a row; last lines of "
+                        f"{c.log}:\n{tail(c.log, 30)}"
+                    )
+            if c.handle is None and c.restart_at is not None and now >= c.restart_at:
+                self._start(c)
+
+    def stop(self, grace: float = 60.0) -> None:
+        """Ask every consumer to finish its batch and stop; SIGKILL after ``grace`` seconds."""
+        handles = [c.handle for c in self.consumers if c.handle is not None]
+        procs = [p for h in handles if (p := h.process()) is not None]
+        proc.terminate(procs, grace=grace)
+        for c in self.consumers:
+            c.handle = None
+            c.restart_at = None

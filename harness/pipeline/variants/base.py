@@ -1,0 +1,186 @@
+"""The sink strategies under test: one small protocol, and what every variant shares.
+
+Each variant writes a batch into its own database:
+
+* ``events`` - the landing zone: one document per change event received, carrying the
+  envelope plus ``_lab`` (partition, offset, batch, written_at) so the checker can count copies
+  of each business change and place each on the timeline;
+* ``orders`` - the current-state projection per ``order_id`` (the seeds' staging-zone view);
+  a tombstone marks a deleted order, keeping its version.
+
+Variants differ in how they write (and whether a redelivered batch can add copies or roll the
+projection back). A user's own variant is any ``module:callable`` returning a ``Variant``.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from pymongo import MongoClient, ReplaceOne, UpdateOne
+from pymongo.client_session import ClientSession
+from pymongo.collection import Collection
+from pymongo.database import Database
+from pymongo.errors import BulkWriteError
+
+from harness.pipeline.batch import Batch, Record
+from harness.pipeline.crash import Crasher, CrashPoint
+from harness.workload.events import Op
+
+DUPLICATE_KEY = 11000
+
+
+class Key(StrEnum):
+    """What identifies a message for de-duplication."""
+
+    EVENT_ID = "event_id"  # the producer-minted id: a resend upstream gets a new one
+    BUSINESS = "business"  # the business change itself: (order_id, version)
+
+
+@dataclass
+class WriteContext:
+    """What a variant may use while writing one batch."""
+
+    client: MongoClient
+    db: Database
+    batch_no: int  # this consumer process's batch counter, for crash plans
+    crasher: Crasher | None = None
+    batch_id: int | None = None  # the runtime's id of the batch, for the history
+
+    def chunks(self, docs: Sequence[dict[str, Any]]) -> Iterator[Sequence[dict[str, Any]]]:
+        """The documents in the chunks a variant should write them in, stopping at the
+        ``mid_write`` crash point (if one is armed) after the planned number of documents."""
+        cuts = sorted(
+            {p.after_docs for p in (self.crasher.plans if self.crasher else [])
+             if p.point is CrashPoint.MID_WRITE and 0 < p.after_docs < len(docs)}
+        )  # fmt: skip
+        start = 0
+        for cut in [*cuts, len(docs)]:
+            if cut > start:
+                yield docs[start:cut]
+                self.written(cut)
+            start = cut
+
+    def written(self, count: int) -> None:
+        """Tell the crash points that ``count`` documents of the batch are written."""
+        if self.crasher is not None:
+            self.crasher.reached(CrashPoint.MID_WRITE, self.batch_no, count, batch_id=self.batch_id)
+
+
+class Variant(ABC):
+    """A sink strategy. Subclasses are dataclasses whose fields are the variant's options."""
+
+    name: ClassVar[str]
+
+    @property
+    def label(self) -> str:
+        """The name plus any option that differs from its default, e.g. dedup-log[key=business]."""
+        changed = [
+            f"{f.name}={getattr(self, f.name)}"
+            for f in fields(self)  # type: ignore[arg-type]
+            if getattr(self, f.name) != f.default
+        ]
+        return f"{self.name}[{','.join(changed)}]" if changed else self.name
+
+    def prepare(self, db: Database) -> None:
+        """Create the collections and indexes (before the first batch, once per run)."""
+        for name in ("events", "orders"):
+            if name not in db.list_collection_names():
+                db.create_collection(name)
+
+    @abstractmethod
+    def write(self, batch: Batch, ctx: WriteContext) -> None:
+        """Make the batch's effects durable in MongoDB. Raising means: not done, redeliver."""
+
+    def resume_positions(self, db: Database, group: str, topic: str) -> dict[int, int]:
+        """Where to start reading each partition, if the variant keeps positions itself
+        ({partition: next offset}); empty when Kafka's (or Spark's) own positions rule."""
+        return {}
+
+    def stored_offsets(self, db: Database, group: str, topic: str) -> dict[int, int] | None:
+        """Offsets the variant stored in MongoDB (the checker compares them with the ledger)."""
+        return None
+
+
+def landing_doc(record: Record, batch: Batch) -> dict[str, Any]:
+    doc = dict(record.event.document)
+    doc["_lab"] = {
+        "partition": record.partition,
+        "offset": record.offset,
+        "batch": batch.batch_id,
+        "written_at": time.time(),
+    }
+    return doc
+
+
+def _projection_doc(record: Record) -> dict[str, Any]:
+    event = record.event
+    payload = event.document["payload"]
+    return {
+        "version": event.version,
+        "deleted": event.op is Op.DELETE,
+        "row": payload.get("after"),
+        "event_id": event.event_id,
+        "updated_at": time.time(),
+    }
+
+
+def project(
+    orders: Collection,
+    records: Sequence[Record],
+    *,
+    guarded: bool = True,
+    session: ClientSession | None = None,
+) -> None:
+    """Bring the projection up to date with ``records``.
+
+    Guarded, a change is applied only over an older version, so a redelivered or resent old
+    change cannot roll an order back; the filter ``version < v`` with upsert either updates
+    an older document or tries to insert a new one, which the ``_id`` index refuses when a
+    newer version is already there - that refusal is the guard working, not a failure.
+    Unguarded (how a naive consumer does it), the last write wins, whatever its version.
+    """
+    if not records:
+        return
+    if not guarded:
+        ops: list[Any] = [
+            ReplaceOne({"_id": r.event.order_id}, _projection_doc(r), upsert=True) for r in records
+        ]
+        orders.bulk_write(ops, ordered=True, session=session)
+        return
+    newest: dict[int, Record] = {}
+    for r in records:
+        current = newest.get(r.event.order_id)
+        if current is None or r.event.version > current.event.version:
+            newest[r.event.order_id] = r
+    ops = [
+        UpdateOne(
+            {"_id": order_id, "version": {"$lt": r.event.version}},
+            {"$set": _projection_doc(r)},
+            upsert=True,
+        )
+        for order_id, r in newest.items()
+    ]
+    write_ignoring_duplicates(orders, ops, session=session)
+
+
+def write_ignoring_duplicates(
+    collection: Collection, ops: Sequence[Any], *, session: ClientSession | None = None
+) -> int:
+    """Unordered bulk write where a duplicate-key refusal counts as success (seed 002's
+    pattern 3). Any other error is raised. Returns how many operations were refused."""
+    if not ops:
+        return 0
+    try:
+        collection.bulk_write(list(ops), ordered=False, session=session)
+    except BulkWriteError as exc:
+        errors = exc.details.get("writeErrors", [])
+        others = [e for e in errors if e.get("code") != DUPLICATE_KEY]
+        if others or exc.details.get("writeConcernErrors"):
+            raise
+        return len(errors)
+    return 0

@@ -1,0 +1,366 @@
+"""Running a scenario: every variant, on every runtime, over the same seeded workload.
+
+One variant run: a fresh topic, consumer group and MongoDB database; the runtime's consumer
+processes start; the producer sends the workload and ledgers each acknowledgement; the run
+waits until the consumers have committed past the last acknowledged offset (restarting any
+that crash); then the sink is read back and the checker judges it against the ledger.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pymongo import MongoClient
+
+from harness.checker import LedgerArrays, Verdict, check
+from harness.environment import Environment, Link
+from harness.errors import LabError
+from harness.history import EventKind, HistoryTail, HistoryWriter, read_history
+from harness.kafka import create_topic, end_offsets
+from harness.pipeline.batch import dead_letter_topic
+from harness.pipeline.runtime import RuntimeConfig
+from harness.pipeline.sink import snapshot
+from harness.pipeline.supervisor import RuntimeSupervisor
+from harness.pipeline.variants import make_variant
+from harness.scenario import Expectation, Scenario, VariantSpec
+from harness.workload.generator import generate
+from harness.workload.producer import ProduceSummary, produce
+
+Progress = Callable[[str], None]
+
+
+class RunTimeout(LabError):
+    pass
+
+
+class BrokerLostData(LabError):
+    """The broker acknowledged records it does not hold: a defect of the environment, not of
+    the variant under test, so the run stops instead of reporting losses."""
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    runtime: str
+    variant: str  # the variant's label
+    verdict: Verdict
+    events_per_s: float  # records consumed per second, first batch to last commit
+    seconds: float  # the whole variant run
+    restarts: int  # consumer processes started again after a crash
+    crashes: int  # crash points that fired
+    faults: tuple[str, ...]
+    expectations: tuple[str, ...]
+    failures: tuple[str, ...]  # the expectations that did not hold, with the actual values
+    directory: str
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "runtime": self.runtime,
+            "variant": self.variant,
+            **self.verdict.to_dict(),
+            "events_per_s": round(self.events_per_s, 1),
+            "seconds": round(self.seconds, 2),
+            "restarts": self.restarts,
+            "crashes": self.crashes,
+            "faults": list(self.faults),
+            "expectations": list(self.expectations),
+            "expectation": "pass" if self.passed else "fail",
+            "reason": "; ".join(self.failures) if self.failures else "every expectation holds",
+            "directory": self.directory,
+        }
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    scenario: Scenario
+    backend: str
+    versions: dict[str, str]
+    started_at: float
+    seconds: float
+    results: tuple[VariantResult, ...] = field(default_factory=tuple)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.scenario
+        return {
+            "scenario": {"name": s.name, "file": s.path, "description": s.description},
+            "seed": s.seed,
+            "workload": {**asdict(s.workload), "partitions": s.partitions, "rate": s.rate},
+            "backend": self.backend,
+            "versions": self.versions,
+            "started_at": self.started_at,
+            "seconds": round(self.seconds, 2),
+            "passed": self.passed,
+            "results": [r.to_dict() for r in self.results],
+        }
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+
+def run_scenario(
+    env: Environment,
+    scenario: Scenario,
+    out_dir: Path,
+    *,
+    versions: dict[str, str] | None = None,
+    progress: Progress = print,
+) -> ScenarioResult:
+    started = time.time()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = []
+    total = len(scenario.runtimes) * len(scenario.variants)
+
+    def so_far() -> ScenarioResult:
+        return ScenarioResult(
+            scenario, env.backend, versions or {}, started, time.time() - started, tuple(results)
+        )
+
+    for runtime in scenario.runtimes:
+        for spec in scenario.variants:
+            progress(f"[{len(results) + 1}/{total}] {runtime} / {spec.label}")
+            results.append(run_variant(env, scenario, runtime, spec, out_dir, progress=progress))
+            so_far().write(out_dir / "results.json")  # a later failure keeps what was measured
+    return so_far()
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
+
+
+def run_variant(
+    env: Environment,
+    scenario: Scenario,
+    runtime: str,
+    spec: VariantSpec,
+    out_dir: Path,
+    *,
+    progress: Progress = print,
+) -> VariantResult:
+    started = time.monotonic()
+    variant = make_variant(spec.name, spec.options)
+    slug = f"{runtime}-{_slug(variant.label)}"
+    run_dir = out_dir / slug
+    run_id = uuid.uuid4().hex[:6]
+    topic = f"{scenario.name}.{slug}.{run_id}"
+    group = f"{topic}.group"
+    database = f"cl_{run_id}_{slug.replace('-', '_')}"[:63]
+    bootstrap = env.kafka_bootstrap_for(Link.CONSUMER_KAFKA)
+    mongo_uri = env.mongo_uri_for(Link.CONSUMER_MONGO)
+
+    create_topic(env.kafka_bootstrap, topic, scenario.partitions)
+    create_topic(env.kafka_bootstrap, dead_letter_topic(topic), 1)
+    with MongoClient(env.mongo_uri) as client:
+        variant.prepare(client[database])
+
+    config = RuntimeConfig(
+        runtime=runtime,
+        bootstrap=bootstrap,
+        mongo_uri=mongo_uri,
+        topic=topic,
+        group=group,
+        database=database,
+        variant=spec.name,
+        variant_options=spec.options,
+        run_dir=str(run_dir),
+        batch_size=scenario.pipeline.batch_size,
+        crash_plans=scenario.crashes,
+        write_retry_s=scenario.pipeline.write_retry_s,
+        spark_settings=env.spark.to_json() if runtime == "spark" else "",
+        checkpoint=env.spark.checkpoint(f"{run_id}-{slug}") if runtime == "spark" else "",
+        trigger_ms=scenario.pipeline.trigger_ms,
+    )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_path = run_dir / "runtime.json"
+    config_path.write_text(config.to_json())
+    history = HistoryWriter(config.history_dir, "harness", variant.label)
+    history.record(EventKind.RUN_START, detail=f"{runtime} {variant.label} topic {topic}")
+
+    supervisor = RuntimeSupervisor(
+        env,
+        config,
+        config_path,
+        consumers=scenario.pipeline.consumers,
+        restart_delay=scenario.pipeline.restart_delay_s,
+        history=history,
+    )
+    ledger_path = run_dir / "ledger.csv"
+    producer = _ProducerThread(
+        lambda stop: produce(
+            generate(scenario.workload),
+            bootstrap=env.kafka_bootstrap_for(Link.PRODUCER_KAFKA),
+            topic=topic,
+            ledger_path=ledger_path,
+            rate=scenario.rate,
+            stop=stop,
+        )
+    )
+    supervisor.start()
+    try:
+        producer.start()
+        summary = _wait_until_consumed(
+            supervisor,
+            producer,
+            ledger_path,
+            config,
+            scenario.pipeline.timeout_s,
+            progress,
+            direct_bootstrap=env.kafka_bootstrap,
+        )
+        history.record(EventKind.PRODUCED, count=summary.acked)
+    finally:
+        producer.stop()
+        supervisor.stop()
+
+    with MongoClient(env.mongo_uri) as client:
+        sink = snapshot(client[database], variant, bootstrap=bootstrap, topic=topic, group=group)
+    verdict = check(LedgerArrays.from_csv(ledger_path), sink, produced=summary.produced)
+    history.record(EventKind.RUN_END)
+    history.close()
+
+    expectations = scenario.expectations_for(spec, runtime)
+    failures = tuple(_failure(e, verdict) for e in expectations if not _holds(e, verdict))
+    result = VariantResult(
+        runtime=runtime,
+        variant=variant.label,
+        verdict=verdict,
+        events_per_s=_throughput(config.history_dir, summary.acked),
+        seconds=time.monotonic() - started,
+        restarts=supervisor.restarts,
+        crashes=supervisor.crashes,
+        faults=tuple(
+            f"crash at {p.point} (batch {p.at_batch}, {p.times}x)" for p in config.crash_plans
+        ),
+        expectations=tuple(str(e) for e in expectations),
+        failures=failures,
+        directory=str(run_dir),
+    )
+    progress(
+        f"    {verdict.in_sink} in sink of {verdict.acked} acked: {verdict.duplicates} duplicates, "
+        f"{verdict.lost} lost, {verdict.stale} stale, {verdict.dead_lettered} dead-lettered; "
+        f"{result.events_per_s:.0f} events/s; {'pass' if result.passed else 'FAIL'}"
+    )
+    return result
+
+
+class _ProducerThread:
+    """The producer runs beside the consumers, as it would in production."""
+
+    def __init__(self, body: Callable[[threading.Event], ProduceSummary]) -> None:
+        self._stop = threading.Event()
+        self._body = body
+        self.summary: ProduceSummary | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="producer", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.summary = self._body(self._stop)
+        except BaseException as exc:
+            self.error = exc
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def done(self) -> bool:
+        if self.error is not None:
+            raise LabError(f"the producer failed: {self.error}") from self.error
+        return self.summary is not None
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+
+def _end_offsets_of(ledger_path: Path) -> dict[int, int]:
+    ledger = LedgerArrays.from_csv(ledger_path)
+    ends: dict[int, int] = {}
+    for p, o in zip(ledger.partition.tolist(), ledger.offset.tolist(), strict=True):
+        ends[p] = max(ends.get(p, 0), o + 1)
+    return ends
+
+
+def _wait_until_consumed(
+    supervisor: RuntimeSupervisor,
+    producer: _ProducerThread,
+    ledger_path: Path,
+    config: RuntimeConfig,
+    timeout: float,
+    progress: Progress,
+    direct_bootstrap: str,
+) -> ProduceSummary:
+    """Until the consumers committed past every acknowledged record; returns the producer's
+    summary."""
+    deadline = time.monotonic() + timeout
+    tail = HistoryTail(config.history_dir)
+    committed: dict[int, int] = {}
+    targets: dict[int, int] | None = None
+    reported = time.monotonic()
+    while True:
+        supervisor.check()
+        for event in tail.new_events():
+            if event.kind is EventKind.COMMIT:
+                for p, offset in event.offsets.items():
+                    committed[p] = max(committed.get(p, 0), offset)
+        if targets is None and producer.done():
+            targets = _end_offsets_of(ledger_path)
+            _verify_stored(direct_bootstrap, config.topic, targets)
+        if targets is not None and all(committed.get(p, 0) >= e for p, e in targets.items()):
+            assert producer.summary is not None
+            return producer.summary
+        now = time.monotonic()
+        if now > deadline:
+            raise RunTimeout(
+                f"consumers did not catch up within {timeout:.0f}s: committed {committed}, "
+                f"acknowledged up to {targets}; see {config.run_dir}/logs"
+            )
+        if now - reported > 10:
+            done = sum(committed.values())
+            goal = sum(targets.values()) if targets else "?"
+            progress(f"    committed {done} of {goal} records")
+            reported = now
+        time.sleep(0.1)
+
+
+def _verify_stored(bootstrap: str, topic: str, acked: dict[int, int]) -> None:
+    stored = end_offsets(bootstrap, topic)
+    short = {p: (end, stored.get(p, 0)) for p, end in acked.items() if stored.get(p, 0) < end}
+    if short:
+        details = ", ".join(
+            f"partition {p}: acked up to {a}, holds {s}" for p, (a, s) in short.items()
+        )
+        raise BrokerLostData(
+            f"the broker acknowledged records of {topic} it does not hold ({details}); "
+            "this is a defect of the environment, so no verdict is given"
+        )
+
+
+def _holds(e: Expectation, verdict: Verdict) -> bool:
+    return e.holds(getattr(verdict, e.field))
+
+
+def _failure(e: Expectation, verdict: Verdict) -> str:
+    return f"expected {e}, got {getattr(verdict, e.field)}"
+
+
+def _throughput(history_dir: Path, records: int) -> float:
+    events = [e for e in read_history(history_dir) if e.source != "harness"]
+    first = next((e.t for e in events if e.kind is EventKind.BATCH), None)
+    last = max((e.t for e in events if e.kind is EventKind.COMMIT), default=None)
+    if first is None or last is None or last <= first:
+        return 0.0
+    return records / (last - first)

@@ -1,0 +1,339 @@
+"""Scenario files: what to run, and what each variant is expected to show.
+
+    name: baseline
+    description: No faults. Every variant must deliver every change exactly once.
+    seed: 7
+    workload: {events: 2000, keys: 200, key_skew: 0.5, poison_fraction: 0.01, partitions: 3}
+    runtimes: [listener, spark]
+    pipeline: {batch_size: 250, consumers: 1}
+    variants: [naive, idempotent, {name: dedup-log, key: business}]
+    crashes: [{point: after_write_before_commit, at_batch: 3}]
+    expect:
+      "*": {duplicates: 0, lost: 0, stale: 0}
+      naive: {duplicates: ">0"}
+
+Every problem is reported as ``FILE: FIELD: what is wrong``, before anything starts.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Self
+
+import yaml
+
+from harness.errors import BadInput
+from harness.pipeline.crash import CrashPlan, CrashPoint
+from harness.pipeline.runtime import RUNTIMES
+from harness.pipeline.variants import make_variant
+from harness.workload.generator import WorkloadSpec
+
+EXPECTABLE = (
+    "duplicates", "duplicated_keys", "lost", "stale", "dead_lettered", "poison_missing",
+    "phantoms", "in_sink", "unique_in_sink", "acked", "offsets_consistent",
+)  # fmt: skip
+OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
+    "==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le,
+    ">": operator.gt, "<": operator.lt,
+}  # fmt: skip
+
+
+class ScenarioError(BadInput):
+    def __init__(self, path: Path | str, where: str, problem: str) -> None:
+        super().__init__(f"{path}: {where}: {problem}" if where else f"{path}: {problem}")
+        self.path = str(path)
+        self.field = where
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return make_variant(self.name, self.options).label
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    batch_size: int = 250  # records per poll (listener) / per trigger (spark)
+    consumers: int = 1  # listener processes in the group
+    restart_delay_s: float = 1.0  # before a crashed consumer is started again
+    timeout_s: float = 300.0  # for one variant to consume everything
+    trigger_ms: int = 200  # spark micro-batch interval
+    write_retry_s: float = 60.0  # how long a failing sink write is retried
+
+    def problems(self) -> list[tuple[str, str]]:
+        found = []
+        for name in ("batch_size", "consumers", "trigger_ms"):
+            if getattr(self, name) < 1:
+                found.append((name, f"must be >= 1, got {getattr(self, name)}"))
+        for name in ("restart_delay_s", "timeout_s", "write_retry_s"):
+            if getattr(self, name) < 0:
+                found.append((name, f"must be >= 0, got {getattr(self, name)}"))
+        return found
+
+
+@dataclass(frozen=True)
+class Expectation:
+    field: str
+    op: str
+    value: int | bool
+
+    def holds(self, actual: int | bool | None) -> bool:
+        return actual is not None and OPERATORS[self.op](actual, self.value)
+
+    def __str__(self) -> str:
+        return f"{self.field} {self.op} {self.value}"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    path: str
+    seed: int
+    workload: WorkloadSpec
+    partitions: int
+    rate: float  # events per second from the producer; 0 = as fast as it goes
+    runtimes: tuple[str, ...]
+    pipeline: PipelineSpec
+    variants: tuple[VariantSpec, ...]
+    crashes: tuple[CrashPlan, ...]
+    expect: dict[str, tuple[Expectation, ...]]
+
+    def expectations_for(self, variant: VariantSpec, runtime: str) -> list[Expectation]:
+        """``*`` first, then the variant's name, its label, and ``label@runtime``; a later
+        entry replaces an earlier one's expectation on the same field."""
+        chosen: dict[str, Expectation] = {}
+        label = variant.label
+        for key in ("*", variant.name, label, f"{label}@{runtime}"):
+            for e in self.expect.get(key, ()):
+                chosen[e.field] = e
+        return list(chosen.values())
+
+    def with_overrides(
+        self,
+        *,
+        seed: int | None = None,
+        events: int | None = None,
+        variants: list[str] | None = None,
+        runtimes: list[str] | None = None,
+    ) -> Self:
+        """The scenario with command-line overrides applied (validated like the file)."""
+        new = self
+        if seed is not None:
+            new = replace(new, seed=seed, workload=replace(new.workload, seed=seed))
+        if events is not None:
+            if events < 0:
+                raise BadInput(f"--events must be >= 0, got {events}")
+            new = replace(new, workload=replace(new.workload, events=events))
+        if runtimes:
+            unknown = [r for r in runtimes if r not in RUNTIMES]
+            if unknown:
+                raise BadInput(f"--runtime: unknown {unknown} (choose from {', '.join(RUNTIMES)})")
+            new = replace(new, runtimes=tuple(runtimes))
+        if variants:
+            known = {v.label: v for v in self.variants} | {v.name: v for v in self.variants}
+            chosen = []
+            for name in variants:
+                if name in known:
+                    chosen.append(known[name])
+                else:
+                    _check_variant(self.path, "--variants", name, {})
+                    chosen.append(VariantSpec(name))
+            new = replace(new, variants=tuple(chosen))
+        return new
+
+
+# -- loading --------------------------------------------------------------------------------
+
+
+def load_scenario(path: Path | str) -> Scenario:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ScenarioError(path, "", f"cannot read the file ({exc.strerror})") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ScenarioError(path, "", f"YAML syntax error at {where}: {problem}") from None
+    return parse_scenario(raw, path)
+
+
+def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
+    top = _mapping(path, "", raw)
+    _only(path, "", top, {f.name for f in fields(Scenario)} - {"path"})
+    name = _typed(path, "name", top.get("name"), str, required=True)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,40}", name):
+        raise ScenarioError(path, "name", f"use letters, digits, '-', '_' or '.', got {name!r}")
+    seed = _typed(path, "seed", top.get("seed", 1), int)
+    workload_raw = dict(_mapping(path, "workload", top.get("workload", {})))
+    partitions = _typed(path, "workload.partitions", workload_raw.pop("partitions", 3), int)
+    if partitions < 1:
+        raise ScenarioError(path, "workload.partitions", f"must be >= 1, got {partitions}")
+    rate = float(_typed(path, "workload.rate", workload_raw.pop("rate", 0), (int, float)))
+    if rate < 0:
+        raise ScenarioError(path, "workload.rate", f"must be >= 0, got {rate}")
+    workload = _dataclass(path, "workload", WorkloadSpec, {**workload_raw, "seed": seed})
+    runtimes = tuple(_typed(path, "runtimes", top.get("runtimes", ["listener"]), list))
+    for i, runtime in enumerate(runtimes):
+        if runtime not in RUNTIMES:
+            raise ScenarioError(
+                path, f"runtimes[{i}]", f"unknown runtime {runtime!r} ({', '.join(RUNTIMES)})"
+            )
+    pipeline = _dataclass(path, "pipeline", PipelineSpec, top.get("pipeline", {}))
+    variants = tuple(
+        _variant(path, f"variants[{i}]", v)
+        for i, v in enumerate(_typed(path, "variants", top.get("variants"), list, required=True))
+    )
+    crashes = tuple(
+        _crash(path, f"crashes[{i}]", c, seed)
+        for i, c in enumerate(_typed(path, "crashes", top.get("crashes", []), list))
+    )
+    expect = {
+        str(label): tuple(_expectations(path, f"expect.{label}", spec))
+        for label, spec in _mapping(path, "expect", top.get("expect", {})).items()
+    }
+    labels = {"*"} | {v.name for v in variants} | {v.label for v in variants}
+    for key in expect:
+        if key.split("@")[0] not in labels:
+            raise ScenarioError(path, f"expect.{key}", f"no such variant (have: {sorted(labels)})")
+    return Scenario(
+        name=name,
+        description=str(top.get("description", "")).strip(),
+        path=str(path),
+        seed=seed,
+        workload=workload,
+        partitions=partitions,
+        rate=rate,
+        runtimes=runtimes,
+        pipeline=pipeline,
+        variants=variants,
+        crashes=crashes,
+        expect=expect,
+    )
+
+
+def _mapping(path: Path | str, where: str, value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        what = where or "the file"
+        raise ScenarioError(path, where, f"{what} must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def _only(path: Path | str, where: str, value: Mapping[str, Any], known: set[str]) -> None:
+    for key in value:
+        if key not in known:
+            at = f"{where}.{key}" if where else str(key)
+            raise ScenarioError(path, at, f"unknown field (known: {', '.join(sorted(known))})")
+
+
+def _typed(
+    path: Path | str, where: str, value: Any, kind: type | tuple[type, ...], required: bool = False
+) -> Any:
+    if value is None and required:
+        raise ScenarioError(path, where, "is required")
+    if isinstance(value, bool) and kind in (int, float, (int, float)):
+        raise ScenarioError(path, where, f"must be a number, got {value!r}")
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise ScenarioError(path, where, f"must be {names}, got {value!r}")
+    return value
+
+
+def _dataclass(path: Path | str, where: str, cls: type, raw: Any) -> Any:
+    raw = _mapping(path, where, raw)
+    known = {f.name: f for f in fields(cls)}
+    _only(path, where, raw, set(known))
+    values = {}
+    for key, value in raw.items():
+        default = known[key].default
+        kind = (int, float) if isinstance(default, float) else type(default)
+        values[key] = _typed(path, f"{where}.{key}", value, kind)
+    instance = cls(**values)
+    for name, problem in instance.problems():
+        raise ScenarioError(path, f"{where}.{name}", problem)
+    return instance
+
+
+def _check_variant(path: Path | str, where: str, name: str, options: dict[str, Any]) -> None:
+    try:
+        make_variant(name, options)
+    except BadInput as exc:
+        raise ScenarioError(path, where, str(exc)) from None
+
+
+def _variant(path: Path | str, where: str, raw: Any) -> VariantSpec:
+    if isinstance(raw, str):
+        _check_variant(path, where, raw, {})
+        return VariantSpec(raw)
+    spec = dict(_mapping(path, where, raw))
+    name = _typed(path, f"{where}.name", spec.pop("name", None), str, required=True)
+    _check_variant(path, where, name, spec)
+    return VariantSpec(name, spec)
+
+
+def _crash(path: Path | str, where: str, raw: Any, seed: int) -> CrashPlan:
+    spec = dict(_mapping(path, where, raw))
+    point = _typed(path, f"{where}.point", spec.pop("point", None), str, required=True)
+    try:
+        point = CrashPoint(point)
+    except ValueError:
+        points = ", ".join(p.value for p in CrashPoint)
+        raise ScenarioError(path, f"{where}.point", f"unknown {point!r} ({points})") from None
+    spec.setdefault("seed", seed)
+    return _dataclass(path, where, _CrashFields, spec).plan(point)
+
+
+@dataclass(frozen=True)
+class _CrashFields:
+    """CrashPlan's fields as a scenario gives them (types for validation)."""
+
+    at_batch: int = 1
+    every: int = 0
+    probability: float = 0.0
+    seed: int = 0
+    times: int = 1
+    after_docs: int = 1
+
+    def plan(self, point: CrashPoint) -> CrashPlan:
+        return CrashPlan(
+            point,
+            at_batch=self.at_batch,
+            every=self.every or None,
+            probability=self.probability or None,
+            seed=self.seed,
+            times=self.times,
+            after_docs=self.after_docs,
+        )
+
+    def problems(self) -> list[tuple[str, str]]:
+        return self.plan(CrashPoint.BEFORE_WRITE).problems()
+
+
+_EXPRESSION = re.compile(r"^\s*(==|!=|>=|<=|>|<)?\s*(-?\d+)\s*$")
+
+
+def _expectations(path: Path | str, where: str, raw: Any) -> list[Expectation]:
+    found = []
+    for key, value in _mapping(path, where, raw).items():
+        at = f"{where}.{key}"
+        if key not in EXPECTABLE:
+            raise ScenarioError(path, at, f"cannot expect this (can: {', '.join(EXPECTABLE)})")
+        if isinstance(value, int):  # bool included: offsets_consistent: true
+            found.append(Expectation(key, "==", value))
+        elif isinstance(value, str) and (m := _EXPRESSION.match(value)):
+            found.append(Expectation(key, m.group(1) or "==", int(m.group(2))))
+        else:
+            raise ScenarioError(path, at, f"expected a number or e.g. '>0', got {value!r}")
+    return found

@@ -1,0 +1,122 @@
+"""Change events for an ``orders`` table, in a Debezium-style envelope.
+
+The Kafka value of an event::
+
+    {"event_id": "e-…", "order_id": 17, "version": 3,
+     "payload": {"op": "u", "before": {...}, "after": {...},
+                 "source": {"txId": "tx-…", "ts_ms": 1700000000000, "table": "orders"}}}
+
+``event_id`` is minted by the producer (seed 002's fix), ``order_id`` is the business key and
+the Kafka key, ``version`` counts the changes of one order and only grows. A *business change*
+is identified by ``(order_id, version)``: an upstream resend repeats one with a new event_id.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+TABLE = "orders"
+
+
+class Op(StrEnum):
+    CREATE = "c"
+    UPDATE = "u"
+    DELETE = "d"
+
+
+class Kind(StrEnum):
+    NORMAL = "normal"
+    RESEND = "resend"  # the same business change again, with a new event_id
+    POISON = "poison"  # a record no consumer can parse: it must go to the dead-letter topic
+
+
+class PoisonKind(StrEnum):
+    MALFORMED_JSON = "malformed-json"
+    MISSING_FIELDS = "missing-fields"
+
+
+@dataclass(frozen=True)
+class ChangeEvent:
+    seq: int  # position in the workload
+    event_id: str
+    order_id: int
+    version: int
+    op: Op
+    kind: Kind
+    tx_id: str
+    ts_ms: int
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    poison: PoisonKind | None = None
+
+    @property
+    def key(self) -> bytes:
+        return str(self.order_id).encode()
+
+    def envelope(self) -> dict[str, Any]:
+        return {
+            "event_id": self.event_id,
+            "order_id": self.order_id,
+            "version": self.version,
+            "payload": {
+                "op": self.op.value,
+                "before": self.before,
+                "after": self.after,
+                "source": {"txId": self.tx_id, "ts_ms": self.ts_ms, "table": TABLE},
+            },
+        }
+
+    def value(self) -> bytes:
+        """The bytes sent to Kafka (poison events are deliberately broken)."""
+        if self.poison is PoisonKind.MALFORMED_JSON:
+            text = json.dumps(self.envelope(), separators=(",", ":"))
+            return text[: len(text) // 2].encode()  # cut mid-document
+        if self.poison is PoisonKind.MISSING_FIELDS:
+            broken = self.envelope()
+            del broken["payload"]
+            del broken["order_id"]
+            return json.dumps(broken, separators=(",", ":")).encode()
+        return json.dumps(self.envelope(), separators=(",", ":")).encode()
+
+
+class ParseError(ValueError):
+    """The record is poison; the message says why."""
+
+
+@dataclass(frozen=True)
+class ParsedEvent:
+    """What a consumer knows of a record after parsing it."""
+
+    event_id: str
+    order_id: int
+    version: int
+    op: Op
+    tx_id: str
+    document: dict[str, Any]  # the envelope as received
+
+
+def parse(value: bytes | None) -> ParsedEvent:
+    """Parse a record's value, or raise ParseError naming what is wrong."""
+    if value is None:
+        raise ParseError("empty value")
+    try:
+        doc = json.loads(value)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ParseError(f"malformed JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ParseError("value is not a JSON object")
+    try:
+        payload = doc["payload"]
+        return ParsedEvent(
+            event_id=str(doc["event_id"]),
+            order_id=int(doc["order_id"]),
+            version=int(doc["version"]),
+            op=Op(payload["op"]),
+            tx_id=str(payload["source"]["txId"]),
+            document=doc,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ParseError(f"missing or invalid field: {exc}") from None

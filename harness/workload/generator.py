@@ -1,0 +1,102 @@
+"""The seeded workload: the same spec and seed always give the same events, byte for byte."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from harness.workload.events import ChangeEvent, Kind, Op, PoisonKind
+
+STATUSES = ("new", "paid", "packed", "shipped", "delivered", "returned")
+BASE_TS_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: timestamps are part of the seeded output
+RESEND_WINDOW = 200  # upstream resends repeat a recent change, as a retrying producer does
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    events: int = 2000
+    keys: int = 200  # distinct order_ids
+    key_skew: float = 0.0  # Zipf exponent: 0 uniform, 1.0 a few hot orders take most changes
+    poison_fraction: float = 0.0  # records no consumer can parse
+    resend_fraction: float = 0.0  # business changes sent again with a new event_id
+    delete_fraction: float = 0.05  # of the changes to an existing order
+    seed: int = 1
+
+    def problems(self) -> list[tuple[str, str]]:
+        """(field, what is wrong) for every invalid field."""
+        found = []
+        if self.events < 0:
+            found.append(("events", f"must be >= 0, got {self.events}"))
+        if self.keys < 1:
+            found.append(("keys", f"must be >= 1, got {self.keys}"))
+        if self.key_skew < 0:
+            found.append(("key_skew", f"must be >= 0, got {self.key_skew}"))
+        for name in ("poison_fraction", "resend_fraction", "delete_fraction"):
+            value = getattr(self, name)
+            if not 0 <= value < 1:
+                found.append((name, f"must be in [0, 1), got {value}"))
+        if self.poison_fraction + self.resend_fraction >= 1:
+            found.append(("resend_fraction", "poison_fraction + resend_fraction must be < 1"))
+        return found
+
+
+def generate(spec: WorkloadSpec) -> Iterator[ChangeEvent]:
+    """The workload's events in production order."""
+    if problems := spec.problems():
+        raise ValueError("; ".join(f"{field}: {why}" for field, why in problems))
+    rng = random.Random(spec.seed)
+    weights = [1.0 / (i**spec.key_skew) for i in range(1, spec.keys + 1)]
+    cumulative = list(itertools.accumulate(weights))
+    rows: dict[int, dict | None] = {}  # order_id -> current row (None once deleted)
+    versions: dict[int, int] = {}
+    recent: list[ChangeEvent] = []
+
+    def event_id() -> str:
+        return f"e-{rng.getrandbits(64):016x}"
+
+    for seq in range(spec.events):
+        ts_ms = BASE_TS_MS + seq * 10
+        roll = rng.random()
+        order_id = rng.choices(range(1, spec.keys + 1), cum_weights=cumulative)[0]
+        if roll < spec.poison_fraction:
+            poison = rng.choice(list(PoisonKind))
+            yield ChangeEvent(
+                seq, event_id(), order_id, 0, Op.UPDATE, Kind.POISON, f"tx-{seq}", ts_ms,
+                None, None, poison,
+            )  # fmt: skip
+            continue
+        if roll < spec.poison_fraction + spec.resend_fraction and recent:
+            original = rng.choice(recent)
+            yield ChangeEvent(
+                seq, event_id(), original.order_id, original.version, original.op, Kind.RESEND,
+                original.tx_id, original.ts_ms, original.before, original.after,
+            )  # fmt: skip
+            continue
+        before = rows.get(order_id)
+        version = versions.get(order_id, 0) + 1
+        if before is None:
+            op = Op.CREATE
+        elif rng.random() < spec.delete_fraction:
+            op = Op.DELETE
+        else:
+            op = Op.UPDATE
+        after = None
+        if op is not Op.DELETE:
+            after = {
+                "order_id": order_id,
+                "version": version,
+                "status": rng.choice(STATUSES),
+                "amount_cents": rng.randint(100, 100_000),
+                "customer_id": rng.randint(1, 5_000),
+            }
+        event = ChangeEvent(
+            seq, event_id(), order_id, version, op, Kind.NORMAL, f"tx-{seq}", ts_ms, before, after
+        )
+        rows[order_id] = after
+        versions[order_id] = version
+        recent.append(event)
+        if len(recent) > RESEND_WINDOW:
+            recent.pop(0)
+        yield event

@@ -1,0 +1,107 @@
+"""Scenario files: a valid file loads; a bad one names the file and the field, exits 2 from the
+CLI, and starts nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.pipeline.crash import CrashPoint
+from harness.scenario import ScenarioError, load_scenario
+from tests.support import chaoslab, processes_started_in
+
+GOOD = """\
+name: good
+seed: 3
+workload: {events: 100, keys: 10, partitions: 2, rate: 50}
+runtimes: [listener]
+variants: [naive, {name: dedup-log, key: business}]
+crashes: [{point: mid_write, at_batch: 2, after_docs: 5}]
+expect:
+  "*": {duplicates: 0, lost: 0}
+  naive: {duplicates: ">0"}
+  "dedup-log[key=business]": {stale: "<=1"}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_valid_scenario_loads_with_defaults_and_expectations(tmp_path: Path) -> None:
+    s = load_scenario(write(tmp_path, GOOD))
+    assert (s.name, s.seed, s.partitions, s.rate) == ("good", 3, 2, 50.0)
+    assert s.workload.events == 100 and s.workload.seed == 3
+    assert [v.label for v in s.variants] == ["naive", "dedup-log[key=business]"]
+    assert s.crashes[0].point is CrashPoint.MID_WRITE and s.crashes[0].after_docs == 5
+    naive, dedup = s.variants
+    assert sorted(map(str, s.expectations_for(naive, "listener"))) == [
+        "duplicates > 0",
+        "lost == 0",
+    ]
+    assert sorted(map(str, s.expectations_for(dedup, "listener"))) == [
+        "duplicates == 0",
+        "lost == 0",
+        "stale <= 1",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("name: x\nvariants: [naive\n", "YAML syntax error at line 3, column 1"),
+        ("name: x\nvariants: [naive]\nevnts: 3\n", "evnts: unknown field"),
+        ("name: x\nvariants: [naive, nave]\n", "variants[1]: unknown variant 'nave'"),
+        (
+            "name: x\nvariants: [{name: dedup-log, key: nope}]\n",
+            "variants[0]: variant dedup-log: 'nope' is not a valid Key",
+        ),
+        (
+            "name: x\nvariants: [{name: idempotent, colour: red}]\n",
+            "variants[0]: variant idempotent:",
+        ),
+        ("name: x\nvariants: [naive]\nworkload: {events: -5}\n", "workload.events: must be >= 0"),
+        ("name: x\nvariants: [naive]\nworkload: {events: lots}\n", "workload.events: must be int"),
+        ("name: x\nvariants: [naive]\nruntimes: [flink]\n", "runtimes[0]: unknown runtime"),
+        ("name: x\nvariants: [naive]\ncrashes: [{point: nowhere}]\n", "crashes[0].point: unknown"),
+        ("name: x\nvariants: [naive]\ncrashes: [{point: mid_write, times: 0}]\n", "times: must be"),
+        (
+            "name: x\nvariants: [naive]\nexpect: {navie: {lost: 0}}\n",
+            "expect.navie: no such variant",
+        ),
+        ("name: x\nvariants: [naive]\nexpect: {naive: {speed: 3}}\n", "expect.naive.speed: cannot"),
+        (
+            "name: x\nvariants: [naive]\nexpect: {naive: {lost: lots}}\n",
+            "expect.naive.lost: expected",
+        ),
+        ("variants: [naive]\n", "name: is required"),
+        ("name: x\n", "variants: is required"),
+        ("- a list\n", "the file must be a mapping"),
+    ],
+)
+def test_a_bad_scenario_names_the_file_and_the_field(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    assert str(caught.value).startswith(f"{path}: ")
+    assert message in str(caught.value)
+
+
+def test_the_cli_refuses_a_bad_scenario_with_exit_2_and_starts_nothing(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: x\nvariants: [naive, nave]\n")
+    out = tmp_path / "run"
+    result = chaoslab("run", str(path), "--out", str(out))
+    assert result.returncode == 2
+    assert f"{path}: variants[1]: unknown variant 'nave'" in result.stderr
+    assert not out.exists()
+    assert processes_started_in(out / "env") == []
+
+
+def test_a_missing_scenario_file_exits_2(tmp_path: Path) -> None:
+    result = chaoslab("run", str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "run"))
+    assert result.returncode == 2 and "cannot read the file" in result.stderr

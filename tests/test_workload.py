@@ -1,0 +1,97 @@
+"""The workload generator (pure): seeded, Debezium-shaped, with the knobs it promises."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from harness.workload import Kind, Op, ParseError, WorkloadSpec, generate, parse
+from harness.workload.events import ChangeEvent
+
+
+def events(**knobs: object) -> list[ChangeEvent]:
+    return list(generate(WorkloadSpec(**knobs)))  # type: ignore[arg-type]
+
+
+def test_the_same_seed_gives_the_same_bytes_and_another_seed_does_not() -> None:
+    spec = {"events": 500, "keys": 30, "poison_fraction": 0.05, "resend_fraction": 0.1}
+    first = [(e.key, e.value()) for e in events(**spec, seed=11)]
+    again = [(e.key, e.value()) for e in events(**spec, seed=11)]
+    other = [(e.key, e.value()) for e in events(**spec, seed=12)]
+    assert first == again
+    assert first != other
+    assert len(first) == 500
+
+
+def test_events_are_debezium_envelopes_whose_versions_only_grow_per_order() -> None:
+    last: dict[int, int] = {}
+    deleted: set[int] = set()
+    for e in events(events=2000, keys=50, delete_fraction=0.1, seed=3):
+        doc = parse(e.value()).document
+        payload = doc["payload"]
+        assert set(payload) == {"op", "before", "after", "source"}
+        assert payload["source"]["table"] == "orders" and payload["source"]["txId"]
+        assert e.version == last.get(e.order_id, 0) + 1
+        last[e.order_id] = e.version
+        if e.op is Op.CREATE:
+            assert payload["before"] is None and payload["after"]["version"] == e.version
+        elif e.op is Op.UPDATE:
+            assert payload["before"]["order_id"] == payload["after"]["order_id"] == e.order_id
+        else:
+            assert payload["after"] is None and payload["before"] is not None
+            deleted.add(e.order_id)
+    assert deleted, "a delete_fraction of 0.1 over 2000 changes produced no delete"
+
+
+def test_resends_repeat_a_business_change_with_a_new_event_id() -> None:
+    evs = events(events=3000, keys=100, resend_fraction=0.2, seed=5)
+    originals = {(e.order_id, e.version): e for e in evs if e.kind is Kind.NORMAL}
+    resends = [e for e in evs if e.kind is Kind.RESEND]
+    assert 450 <= len(resends) <= 750  # 20% of 3000, give or take the draw
+    for r in resends:
+        original = originals[(r.order_id, r.version)]
+        assert r.event_id != original.event_id
+        assert r.seq > original.seq
+        assert parse(r.value()).tx_id == original.tx_id
+        assert r.envelope()["payload"] == original.envelope()["payload"]
+    assert len({e.event_id for e in evs}) == len(evs), "event ids must be unique"
+
+
+def test_poison_records_fail_to_parse_and_good_ones_parse() -> None:
+    evs = events(events=2000, keys=100, poison_fraction=0.05, seed=9)
+    poison = [e for e in evs if e.kind is Kind.POISON]
+    assert 60 <= len(poison) <= 140
+    assert {p.poison for p in poison} == {"malformed-json", "missing-fields"}
+    for p in poison:
+        with pytest.raises(ParseError):
+            parse(p.value())
+    good = [e for e in evs if e.kind is not Kind.POISON]
+    assert all(parse(e.value()).event_id == e.event_id for e in good)
+
+
+def test_key_skew_concentrates_changes_on_few_orders() -> None:
+    def top_share(skew: float) -> float:
+        counts = Counter(e.order_id for e in events(events=5000, keys=500, key_skew=skew))
+        return sum(c for _, c in counts.most_common(10)) / 5000
+
+    assert top_share(0.0) < 0.05
+    assert top_share(1.2) > 0.3
+
+
+@pytest.mark.parametrize(
+    ("knobs", "field"),
+    [
+        ({"events": -1}, "events"),
+        ({"keys": 0}, "keys"),
+        ({"poison_fraction": 1.0}, "poison_fraction"),
+        ({"resend_fraction": -0.1}, "resend_fraction"),
+        ({"poison_fraction": 0.5, "resend_fraction": 0.5}, "resend_fraction"),
+        ({"key_skew": -1}, "key_skew"),
+    ],
+)
+def test_invalid_specs_name_the_field(knobs: dict, field: str) -> None:
+    problems = WorkloadSpec(**knobs).problems()
+    assert field in [f for f, _ in problems]
+    with pytest.raises(ValueError, match=field):
+        events(**knobs)
