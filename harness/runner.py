@@ -28,8 +28,8 @@ from harness.kafka import create_topic, end_offsets
 from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.sink import snapshot
-from harness.pipeline.supervisor import RuntimeSupervisor
-from harness.pipeline.variants import make_variant
+from harness.pipeline.supervisor import RuntimeSupervisor, stop_all
+from harness.pipeline.variants import Variant, make_variant
 from harness.scenario import Expectation, Scenario, VariantSpec
 from harness.workload.generator import generate
 from harness.workload.producer import ProduceSummary, produce
@@ -58,7 +58,8 @@ class VariantResult:
     faults: tuple[str, ...]
     expectations: tuple[str, ...]
     failures: tuple[str, ...]  # the expectations that did not hold, with the actual values
-    directory: str
+    directory: str  # the variant's history, logs and runtime configuration
+    ledger: str  # the ledger of the topic it consumed (shared by the variants run beside it)
 
     @property
     def passed(self) -> bool:
@@ -78,6 +79,7 @@ class VariantResult:
             "expectation": "pass" if self.passed else "fail",
             "reason": "; ".join(self.failures) if self.failures else "every expectation holds",
             "directory": self.directory,
+            "ledger": self.ledger,
         }
 
 
@@ -131,9 +133,15 @@ def run_scenario(
         )
 
     for runtime in scenario.runtimes:
-        for spec in scenario.variants:
-            progress(f"[{len(results) + 1}/{total}] {runtime} / {spec.label}")
-            results.append(run_variant(env, scenario, runtime, spec, out_dir, progress=progress))
+        # Side by side, variants share one topic and one broker's weather (as seed 002's
+        # three channels did); one at a time, each has the machine to itself (throughput).
+        groups = [list(scenario.variants)]
+        if not scenario.pipeline.parallel:
+            groups = [[spec] for spec in scenario.variants]
+        for specs in groups:
+            labels = ", ".join(s.label for s in specs)
+            progress(f"[{len(results) + len(specs)}/{total}] {runtime}: {labels}")
+            results.extend(run_side_by_side(env, scenario, runtime, specs, out_dir, progress))
             so_far().write(out_dir / "results.json")  # a later failure keeps what was measured
     return so_far()
 
@@ -142,35 +150,40 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
 
 
-def run_variant(
-    env: Environment,
-    scenario: Scenario,
-    runtime: str,
-    spec: VariantSpec,
-    out_dir: Path,
-    *,
-    progress: Progress = print,
-) -> VariantResult:
-    started = time.monotonic()
+@dataclass
+class _Lane:
+    """One variant's consumers, database and history within a side-by-side run."""
+
+    spec: VariantSpec
+    variant: Variant
+    config: RuntimeConfig
+    supervisor: RuntimeSupervisor
+    history: HistoryWriter
+    committed: dict[int, int] = field(default_factory=dict)
+    tail: HistoryTail | None = None
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.config.run_dir)
+
+
+def _lane(
+    env: Environment, scenario: Scenario, runtime: str, spec: VariantSpec, topic: str, out_dir: Path
+) -> _Lane:
     variant = make_variant(spec.name, spec.options)
     slug = f"{runtime}-{_slug(variant.label)}"
     run_dir = out_dir / slug
-    run_id = uuid.uuid4().hex[:6]
-    topic = f"{scenario.name}.{slug}.{run_id}"
-    group = f"{topic}.group"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run_id = topic.rsplit(".", 1)[-1]
+    group = f"{topic}.{_slug(variant.label)}"
     database = f"cl_{run_id}_{slug.replace('-', '_')}"[:63]
-    bootstrap = env.kafka_bootstrap_for(Link.CONSUMER_KAFKA)
-    mongo_uri = env.mongo_uri_for(Link.CONSUMER_MONGO)
-
-    create_topic(env.kafka_bootstrap, topic, scenario.partitions)
-    create_topic(env.kafka_bootstrap, dead_letter_topic(topic), 1)
+    create_topic(env.kafka_bootstrap, dead_letter_topic(group), 1)
     with MongoClient(env.mongo_uri) as client:
         variant.prepare(client[database])
-
     config = RuntimeConfig(
         runtime=runtime,
-        bootstrap=bootstrap,
-        mongo_uri=mongo_uri,
+        bootstrap=env.kafka_bootstrap_for(Link.CONSUMER_KAFKA),
+        mongo_uri=env.mongo_uri_for(Link.CONSUMER_MONGO),
         topic=topic,
         group=group,
         database=database,
@@ -184,12 +197,10 @@ def run_variant(
         checkpoint=env.spark.checkpoint(f"{run_id}-{slug}") if runtime == "spark" else "",
         trigger_ms=scenario.pipeline.trigger_ms,
     )
-    run_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir / "runtime.json"
     config_path.write_text(config.to_json())
     history = HistoryWriter(config.history_dir, "harness", variant.label)
     history.record(EventKind.RUN_START, detail=f"{runtime} {variant.label} topic {topic}")
-
     supervisor = RuntimeSupervisor(
         env,
         config,
@@ -198,7 +209,24 @@ def run_variant(
         restart_delay=scenario.pipeline.restart_delay_s,
         history=history,
     )
-    ledger_path = run_dir / "ledger.csv"
+    return _Lane(spec, variant, config, supervisor, history, tail=HistoryTail(config.history_dir))
+
+
+def run_side_by_side(
+    env: Environment,
+    scenario: Scenario,
+    runtime: str,
+    specs: list[VariantSpec],
+    out_dir: Path,
+    progress: Progress = print,
+) -> list[VariantResult]:
+    """Run ``specs`` at the same time over one topic that the workload is produced into once."""
+    started = time.monotonic()
+    run_id = uuid.uuid4().hex[:6]
+    topic = f"{scenario.name}.{runtime}.{run_id}"
+    create_topic(env.kafka_bootstrap, topic, scenario.partitions)
+    lanes = [_lane(env, scenario, runtime, spec, topic, out_dir) for spec in specs]
+    ledger_path = out_dir / f"{runtime}-{run_id}.ledger.csv"
     producer = _ProducerThread(
         lambda stop: produce(
             generate(scenario.workload),
@@ -209,50 +237,71 @@ def run_variant(
             stop=stop,
         )
     )
-    supervisor.start()
     try:
+        for lane in lanes:
+            lane.supervisor.start()
         producer.start()
         summary = _wait_until_consumed(
-            supervisor,
-            producer,
-            ledger_path,
-            config,
-            scenario.pipeline.timeout_s,
-            progress,
-            direct_bootstrap=env.kafka_bootstrap,
+            lanes, producer, ledger_path, scenario.pipeline.timeout_s, progress, env.kafka_bootstrap
         )
-        history.record(EventKind.PRODUCED, count=summary.acked)
     finally:
         producer.stop()
-        supervisor.stop()
+        stop_all([lane.supervisor for lane in lanes])
 
+    ledger = LedgerArrays.from_csv(ledger_path)
+    seconds = time.monotonic() - started
+    return [
+        _judge(env, scenario, lane, ledger, ledger_path, summary, seconds, progress)
+        for lane in lanes
+    ]
+
+
+def _judge(
+    env: Environment,
+    scenario: Scenario,
+    lane: _Lane,
+    ledger: LedgerArrays,
+    ledger_path: Path,
+    summary: ProduceSummary,
+    seconds: float,
+    progress: Progress,
+) -> VariantResult:
+    config = lane.config
+    lane.history.record(EventKind.PRODUCED, count=summary.acked)
     with MongoClient(env.mongo_uri) as client:
-        sink = snapshot(client[database], variant, bootstrap=bootstrap, topic=topic, group=group)
-    verdict = check(LedgerArrays.from_csv(ledger_path), sink, produced=summary.produced)
-    history.record(EventKind.RUN_END)
-    history.close()
-
-    expectations = scenario.expectations_for(spec, runtime)
+        sink = snapshot(
+            client[config.database],
+            lane.variant,
+            bootstrap=env.kafka_bootstrap,
+            topic=config.topic,
+            group=config.group,
+        )
+    verdict = check(ledger, sink, produced=summary.produced)
+    lane.history.record(EventKind.RUN_END)
+    lane.history.close()
+    expectations = scenario.expectations_for(lane.spec, config.runtime)
     failures = tuple(_failure(e, verdict) for e in expectations if not _holds(e, verdict))
     result = VariantResult(
-        runtime=runtime,
-        variant=variant.label,
+        runtime=config.runtime,
+        variant=lane.variant.label,
         verdict=verdict,
         events_per_s=_throughput(config.history_dir, summary.acked),
-        seconds=time.monotonic() - started,
-        restarts=supervisor.restarts,
-        crashes=supervisor.crashes,
+        seconds=seconds,
+        restarts=lane.supervisor.restarts,
+        crashes=lane.supervisor.crashes,
         faults=tuple(
             f"crash at {p.point} (batch {p.at_batch}, {p.times}x)" for p in config.crash_plans
         ),
         expectations=tuple(str(e) for e in expectations),
         failures=failures,
-        directory=str(run_dir),
+        directory=str(lane.run_dir),
+        ledger=str(ledger_path),
     )
     progress(
-        f"    {verdict.in_sink} in sink of {verdict.acked} acked: {verdict.duplicates} duplicates, "
-        f"{verdict.lost} lost, {verdict.stale} stale, {verdict.dead_lettered} dead-lettered; "
-        f"{result.events_per_s:.0f} events/s; {'pass' if result.passed else 'FAIL'}"
+        f"    {lane.variant.label}: {verdict.in_sink} in sink of {verdict.acked} acked, "
+        f"{verdict.duplicates} duplicates, {verdict.lost} lost, {verdict.stale} stale, "
+        f"{verdict.dead_lettered} dead-lettered; {result.events_per_s:.0f} events/s; "
+        f"{'pass' if result.passed else 'FAIL'}"
     )
     return result
 
@@ -295,45 +344,55 @@ def _end_offsets_of(ledger_path: Path) -> dict[int, int]:
 
 
 def _wait_until_consumed(
-    supervisor: RuntimeSupervisor,
+    lanes: list[_Lane],
     producer: _ProducerThread,
     ledger_path: Path,
-    config: RuntimeConfig,
     timeout: float,
     progress: Progress,
     direct_bootstrap: str,
 ) -> ProduceSummary:
-    """Until the consumers committed past every acknowledged record; returns the producer's
-    summary."""
+    """Until every lane's consumers committed past every acknowledged record, restarting the
+    ones that crash; returns the producer's summary."""
     deadline = time.monotonic() + timeout
-    tail = HistoryTail(config.history_dir)
-    committed: dict[int, int] = {}
     targets: dict[int, int] | None = None
     reported = time.monotonic()
     while True:
-        supervisor.check()
-        for event in tail.new_events():
-            if event.kind is EventKind.COMMIT:
-                for p, offset in event.offsets.items():
-                    committed[p] = max(committed.get(p, 0), offset)
+        for lane in lanes:
+            lane.supervisor.check()
+            for event in lane.tail.new_events():  # type: ignore[union-attr]
+                if event.kind is EventKind.COMMIT:
+                    for p, offset in event.offsets.items():
+                        lane.committed[p] = max(lane.committed.get(p, 0), offset)
         if targets is None and producer.done():
             targets = _end_offsets_of(ledger_path)
-            _verify_stored(direct_bootstrap, config.topic, targets)
-        if targets is not None and all(committed.get(p, 0) >= e for p, e in targets.items()):
+            _verify_stored(direct_bootstrap, lanes[0].config.topic, targets)
+        behind = [lane for lane in lanes if not _caught_up(lane.committed, targets)]
+        if not behind:
             assert producer.summary is not None
             return producer.summary
         now = time.monotonic()
         if now > deadline:
             raise RunTimeout(
-                f"consumers did not catch up within {timeout:.0f}s: committed {committed}, "
-                f"acknowledged up to {targets}; see {config.run_dir}/logs"
+                "consumers did not catch up within "
+                f"{timeout:.0f}s: "
+                + "; ".join(
+                    f"{lane.variant.label} committed {lane.committed} of {targets} "
+                    f"(see {lane.run_dir}/logs)"
+                    for lane in behind
+                )
             )
         if now - reported > 10:
-            done = sum(committed.values())
             goal = sum(targets.values()) if targets else "?"
-            progress(f"    committed {done} of {goal} records")
+            done = ", ".join(
+                f"{lane.variant.label} {sum(lane.committed.values())}" for lane in lanes
+            )
+            progress(f"    committed of {goal}: {done}")
             reported = now
         time.sleep(0.1)
+
+
+def _caught_up(committed: dict[int, int], targets: dict[int, int] | None) -> bool:
+    return targets is not None and all(committed.get(p, 0) >= e for p, e in targets.items())
 
 
 def _verify_stored(bootstrap: str, topic: str, acked: dict[int, int]) -> None:

@@ -67,6 +67,7 @@ class PipelineSpec:
     timeout_s: float = 300.0  # for one variant to consume everything
     trigger_ms: int = 200  # spark micro-batch interval
     write_retry_s: float = 60.0  # how long a failing sink write is retried
+    parallel: bool = True  # variants side by side over one topic, or one at a time
 
     def problems(self) -> list[tuple[str, str]]:
         found = []

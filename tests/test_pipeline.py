@@ -55,7 +55,7 @@ def test_baseline_every_variant_on_both_runtimes_from_the_cli(
     assert set(rows) == {(rt, v) for rt in ("listener", "spark") for v in variants}
     for key, r in rows.items():
         assert (r["duplicates"], r["lost"], r["stale"], r["phantoms"]) == (0, 0, 0, 0), key
-        assert r["acked"] == r["produced"] == 2000, key
+        assert r["acked"] == r["produced"] == 1000, key
         assert r["dead_lettered"] > 0 and r["poison_missing"] == 0, key
         assert r["in_sink"] == r["acked"] - r["dead_lettered"], key
         assert r["expectation"] == "pass", key
@@ -140,7 +140,7 @@ def test_upstream_resends_need_a_business_key_to_be_deduplicated(
     results = run(
         lab_env,
         tmp_path,
-        workload={"events": 1500, "keys": 150, "resend_fraction": 0.1, "partitions": 3},
+        workload={"events": 600, "keys": 100, "resend_fraction": 0.15, "partitions": 3},
         runtimes=["listener"],
         variants=[
             "dedup-log",
@@ -149,9 +149,9 @@ def test_upstream_resends_need_a_business_key_to_be_deduplicated(
         ],
     )
     by_event_id = results["listener/dedup-log"]
-    ledger = list(read_ledger(Path(by_event_id.directory) / "ledger.csv"))
+    ledger = list(read_ledger(Path(by_event_id.ledger)))
     resends = sum(1 for row in ledger if row.kind == "resend")
-    assert resends > 50
+    assert resends > 40
     # Keyed by event_id, every resend (a new id for an old change) got through as a copy.
     assert by_event_id.verdict.duplicates == resends
     assert by_event_id.verdict.lost == 0

@@ -166,12 +166,15 @@ def reap_exited_children() -> None:
 
 
 def exit_code(handle: ProcessHandle) -> int | None:
-    """The exit status of a child of this process once it ended (negative: killed by that
-    signal), or None while it runs or when it is not our child."""
+    """The exit status of a child of this process that is no longer alive (negative: killed by
+    that signal); None when it still runs or is not our child.
+
+    A killed multi-threaded process shows as a zombie while its other threads are still being
+    torn down, and only then can its status be collected: so this waits for it.
+    """
     child = _children.get(handle.pid)
-    if child is None:
+    if child is None or handle.alive():
         return None
-    code = child.poll()
-    if code is not None:
-        del _children[handle.pid]
+    code = child.wait(timeout=60)
+    del _children[handle.pid]
     return code

@@ -1,7 +1,7 @@
 """What both runtimes hand to a variant: a batch of parsed records, poison already removed.
 
 Parsing and dead-lettering happen here, once, for every runtime and variant: a poison record
-goes to ``<topic>.dlq`` with the reason and its origin in headers, is counted, and never stops
+goes to ``<group>.dlq`` with the reason and its origin in headers, is counted, and never stops
 the pipeline.
 """
 
@@ -68,15 +68,16 @@ def split(
     return Batch(batch_id, topic, group, tuple(records), last), poison
 
 
-def dead_letter_topic(topic: str) -> str:
-    return f"{topic}.dlq"
+def dead_letter_topic(group: str) -> str:
+    """Each consumer group (one per variant) has its own dead-letter topic."""
+    return f"{group}.dlq"
 
 
 class DeadLetters:
     """Sends poison records to the dead-letter topic and waits for the acknowledgements."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.topic = dead_letter_topic(topic)
+    def __init__(self, bootstrap: str, group: str) -> None:
+        self.topic = dead_letter_topic(group)
         self._producer = Producer(producer_config(bootstrap))
 
     def send(self, poison: list[Poison]) -> None:

@@ -86,7 +86,7 @@ class BatchHandler:
         self.crasher = Crasher(list(cfg.crash_plans), Path(cfg.run_dir) / "crashes", self.history)
         self.client = MongoClient(cfg.mongo_uri, heartbeatFrequencyMS=500)
         self.db = self.client[cfg.database]
-        self._dead_letters = DeadLetters(cfg.bootstrap, cfg.topic)
+        self._dead_letters = DeadLetters(cfg.bootstrap, cfg.group)
 
     def handle(self, batch_id: int, raw: Iterable[RawRecord]) -> Batch:
         """Dead-letter the poison, then write the rest; returns the batch for committing."""

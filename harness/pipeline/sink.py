@@ -27,7 +27,7 @@ def snapshot(
         versions.append(doc["version"])
         written.append(doc["_lab"]["written_at"])
     projection = list(db.orders.find({}, {"version": 1}, batch_size=CURSOR_BATCH))
-    dlq = dead_letter_origins(bootstrap, topic)
+    dlq = dead_letter_origins(bootstrap, group)
     return SinkSnapshot(
         changes_order_id=np.array(order_ids, dtype=np.int64),
         changes_version=np.array(versions, dtype=np.int64),
@@ -40,9 +40,9 @@ def snapshot(
     )
 
 
-def dead_letter_origins(bootstrap: str, topic: str) -> list[tuple[int, int]]:
-    """(partition, offset) of the original of every record in the dead-letter topic."""
-    dlq = dead_letter_topic(topic)
+def dead_letter_origins(bootstrap: str, group: str) -> list[tuple[int, int]]:
+    """(partition, offset) of the original of every record in a group's dead-letter topic."""
+    dlq = dead_letter_topic(group)
     ends = end_offsets(bootstrap, dlq)
     total = sum(ends.values())
     if total == 0:

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from harness.environment import Environment
 from harness.environment import process as proc
 from harness.environment.base import tail
@@ -110,11 +112,18 @@ class RuntimeSupervisor:
             if c.handle is None and c.restart_at is not None and now >= c.restart_at:
                 self._start(c)
 
-    def stop(self, grace: float = 60.0) -> None:
-        """Ask every consumer to finish its batch and stop; SIGKILL after ``grace`` seconds."""
+    def processes(self) -> list[psutil.Process]:
         handles = [c.handle for c in self.consumers if c.handle is not None]
-        procs = [p for h in handles if (p := h.process()) is not None]
-        proc.terminate(procs, grace=grace)
+        return [p for h in handles if (p := h.process()) is not None]
+
+    def forget(self) -> None:
         for c in self.consumers:
             c.handle = None
             c.restart_at = None
+
+
+def stop_all(supervisors: list[RuntimeSupervisor], grace: float = 60.0) -> None:
+    """Ask every consumer to finish its batch and stop, all at once; SIGKILL after ``grace``."""
+    proc.terminate([p for s in supervisors for p in s.processes()], grace=grace)
+    for s in supervisors:
+        s.forget()
