@@ -15,6 +15,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness.environment.readiness import DeadlineExceeded, NotReady, wait_for
 
+# Every client names its role in client.id: the environment's Kafka-aware fault proxy tells the
+# producer link from the consumer link by it (they share the broker's one advertised address).
+PRODUCER_CLIENT = "chaoslab-producer"
+CONSUMER_CLIENT = "chaoslab-consumer"
+HARNESS_CLIENT = "chaoslab-harness"  # the lab's own bookkeeping: never a fault target
+
 _COMMON: dict[str, Any] = {
     "reconnect.backoff.ms": 50,
     "reconnect.backoff.max.ms": 1000,
@@ -27,6 +33,7 @@ def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
     return {
         **_COMMON,
         "bootstrap.servers": bootstrap,
+        "client.id": PRODUCER_CLIENT,
         "acks": "all",
         "enable.idempotence": True,
         "linger.ms": 5,
@@ -40,6 +47,7 @@ def consumer_config(bootstrap: str, group: str, **overrides: Any) -> dict[str, A
     return {
         **_COMMON,
         "bootstrap.servers": bootstrap,
+        "client.id": CONSUMER_CLIENT,
         "group.id": group,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
@@ -51,7 +59,7 @@ def consumer_config(bootstrap: str, group: str, **overrides: Any) -> dict[str, A
 
 
 def admin(bootstrap: str) -> AdminClient:
-    return AdminClient({**_COMMON, "bootstrap.servers": bootstrap})
+    return AdminClient({**_COMMON, "bootstrap.servers": bootstrap, "client.id": HARNESS_CLIENT})
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, *, timeout: float = 30.0) -> None:
@@ -88,7 +96,14 @@ class HighWatermarks:
     answered (see ``_Round``).
     """
 
-    def __init__(self, bootstrap: str, topic: str, *, group: str = "chaoslab-watermarks") -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        group: str = "chaoslab-watermarks",
+        client_id: str = HARNESS_CLIENT,
+    ) -> None:
         self.topic = topic
         settings = {
             "enable.partition.eof": True,
@@ -102,7 +117,9 @@ class HighWatermarks:
             "isolation.level": "read_uncommitted",
             "enable.auto.offset.store": False,
         }
-        self._consumer = Consumer(consumer_config(bootstrap, group, **settings))
+        self._consumer = Consumer(
+            consumer_config(bootstrap, group, **{"client.id": client_id, **settings})
+        )
         self._assigned: set[int] = set()
         self._last: dict[int, int] = {}
 

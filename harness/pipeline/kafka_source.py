@@ -34,7 +34,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from harness.environment.readiness import wait_for
-from harness.kafka import HighWatermarks, consumer_config
+from harness.kafka import CONSUMER_CLIENT, HighWatermarks, consumer_config
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -199,7 +199,10 @@ class KafkaStreamReader(DataSourceStreamReader):
         """Each partition's high watermark; retried through a broker bounce until a deadline."""
         if self._watermarks is None:
             self._watermarks = HighWatermarks(
-                self.settings.bootstrap, self.settings.topic, group=GROUP
+                self.settings.bootstrap,
+                self.settings.topic,
+                group=GROUP,
+                client_id=f"{CONSUMER_CLIENT}-spark-planner",  # on the consumer's link
             )
         watermarks = self._watermarks
         return wait_for(
@@ -267,7 +270,9 @@ def read_range(
         "fetch.wait.max.ms": 5000,
         **consumer_overrides,
     }
-    consumer = Consumer(consumer_config(bootstrap, GROUP, **settings))
+    consumer = Consumer(
+        consumer_config(bootstrap, GROUP, **{"client.id": f"{CONSUMER_CLIENT}-spark", **settings})
+    )
     try:
         consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
         yield from _consume_until_end(consumer, part, stall_timeout)

@@ -12,7 +12,7 @@ import sys
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from harness.history import EventKind
-from harness.kafka import consumer_config
+from harness.kafka import CONSUMER_CLIENT, consumer_config
 from harness.pipeline.batch import RawRecord
 from harness.pipeline.crash import CrashPoint
 from harness.pipeline.runtime import BatchHandler, RuntimeConfig, StopFlag
@@ -23,7 +23,9 @@ def run(config: RuntimeConfig, index: int) -> None:
     handler = BatchHandler(config, source=f"listener-{index}")
     history = handler.history
     consumer = Consumer(
-        consumer_config(config.bootstrap, config.group, **{"client.id": f"listener-{index}"})
+        consumer_config(
+            config.bootstrap, config.group, **{"client.id": f"{CONSUMER_CLIENT}-listener-{index}"}
+        )
     )
 
     def on_assign(c: Consumer, partitions: list[TopicPartition]) -> None:

@@ -8,7 +8,7 @@ from pymongo.database import Database
 
 from harness.checker import SinkSnapshot
 from harness.environment.readiness import NotReady, wait_for
-from harness.kafka import consumer_config, end_offsets
+from harness.kafka import HARNESS_CLIENT, consumer_config, end_offsets
 from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.variants import Variant
 
@@ -47,7 +47,9 @@ def dead_letter_origins(bootstrap: str, group: str) -> list[tuple[int, int]]:
     total = sum(ends.values())
     if total == 0:
         return []
-    consumer = Consumer(consumer_config(bootstrap, "chaoslab-dlq-reader"))
+    consumer = Consumer(
+        consumer_config(bootstrap, "chaoslab-dlq-reader", **{"client.id": HARNESS_CLIENT})
+    )
     consumer.assign([TopicPartition(dlq, p, 0) for p in ends])
     origins: list[tuple[int, int]] = []
 
