@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
-from harness import doctor
+from harness import doctor, notebooks
 from harness.doctor import component_versions
 from harness.environment import (
     BACKENDS,
@@ -22,13 +22,18 @@ from harness.environment import (
     open_environment,
 )
 from harness.environment.signals import stop_on_termination
-from harness.errors import LabError
+from harness.errors import BadInput, LabError
+from harness.repair import add_repair_parser
+from harness.report import render_matrix_table, render_table, write_matrix_report, write_report
 from harness.runner import ScenarioResult, run_scenario
-from harness.scenario import load_scenario
+from harness.scenario import Scenario, backend_abilities, load_scenario, refuse_impossible
 
 
 def say(message: str) -> None:
     print(message, flush=True)
+
+
+# -- the environment ---------------------------------------------------------------------------
 
 
 def render_status(st: EnvironmentStatus) -> str:
@@ -48,12 +53,9 @@ def render_status(st: EnvironmentStatus) -> str:
     return "\n".join(lines)
 
 
-def _options(args: argparse.Namespace) -> LocalOptions:
-    return LocalOptions(spark_standalone=args.spark_standalone, spark_cores=args.spark_cores)
-
-
 def cmd_up(args: argparse.Namespace) -> int:
-    env = open_environment(args.backend, args.dir, _options(args), progress=say)
+    options = LocalOptions(spark_standalone=args.spark_standalone, spark_cores=args.spark_cores)
+    env = open_environment(args.backend, args.dir, options, progress=say)
     say(f"starting the {args.backend} environment in {env.directory}")
     with stop_on_termination():
         env.start(detach=True)
@@ -89,30 +91,24 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if diagnosis.can_run("local") else 1
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    """The lab's main job. For now: bring the environment up, show it, take it down."""
-    with open_environment("local", args.dir, progress=say) as env:
-        say("")
-        say(render_status(env.status()))
-        say("")
-    return 0
+# -- scenarios ---------------------------------------------------------------------------------
 
 
-def render_results(result: ScenarioResult) -> str:
-    header = (
-        f"{'runtime':<9} {'variant':<26} {'acked':>6} {'in_sink':>7} {'dup':>5} {'dup_keys':>8} "
-        f"{'lost':>5} {'stale':>5} {'dlq':>4} {'ev/s':>7}  expectation"
+def _split(value: str | None) -> list[str] | None:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+def _load(args: argparse.Namespace, path: Path) -> Scenario:
+    """A scenario with the command line's overrides, refused if the backend cannot run it."""
+    scenario = load_scenario(path).with_overrides(
+        seed=args.seed,
+        events=args.events,
+        variants=_split(getattr(args, "variants", None)),
+        runtimes=_split(args.runtime),
     )
-    lines = [f"scenario {result.scenario.name} (seed {result.scenario.seed})", header]
-    for r in result.results:
-        v = r.verdict
-        verdict = "pass" if r.passed else "FAIL: " + "; ".join(r.failures)
-        lines.append(
-            f"{r.runtime:<9} {r.variant:<26} {v.acked:>6} {v.in_sink:>7} {v.duplicates:>5} "
-            f"{v.duplicated_keys:>8} {v.lost:>5} {v.stale:>5} {v.dead_lettered:>4} "
-            f"{r.events_per_s:>7.0f}  {verdict}"
-        )
-    return "\n".join(lines)
+    backend = "local" if args.env is not None else args.backend
+    refuse_impossible(scenario, backend_abilities(backend))
+    return scenario
 
 
 def _environment_for_run(args: argparse.Namespace, out: Path) -> tuple[Environment, bool]:
@@ -122,28 +118,93 @@ def _environment_for_run(args: argparse.Namespace, out: Path) -> tuple[Environme
     return open_environment(args.backend, out / "env", progress=say), True
 
 
+def _run_dir(args: argparse.Namespace, name: str) -> Path:
+    return args.out or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def library() -> list[Path]:
+    """The scenario library: every file in ./scenarios, the baseline first."""
+    return sorted(Path("scenarios").glob("*.yaml"), key=lambda p: (p.stem != "baseline", p.stem))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    scenario = load_scenario(args.scenario).with_overrides(
-        seed=args.seed,
-        events=args.events,
-        variants=_split(args.variants),
-        runtimes=_split(args.runtime),
-    )
-    out = args.out or Path("runs") / f"{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    scenario = _load(args, args.scenario)
+    out = _run_dir(args, scenario.name)
     env, owned = _environment_for_run(args, out)
     with stop_on_termination(), ExitStack() as stack:
         if owned:
             say(f"starting a {args.backend} environment in {out / 'env'}")
             stack.enter_context(env)
         result = run_scenario(env, scenario, out, versions=component_versions(), progress=say)
+    report = write_report(out)
     say("")
-    say(render_results(result))
-    say(f"\nresults: {out / 'results.json'}")
+    say(render_table(result))
+    say(f"\nreport: {report.markdown}\nresults: {out / 'results.json'}")
     return 0 if result.passed else 1
 
 
-def _split(value: str | None) -> list[str] | None:
-    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+def cmd_matrix(args: argparse.Namespace) -> int:
+    paths = args.scenarios or library()
+    if not paths:
+        raise BadInput("no scenarios given and none in ./scenarios")
+    scenarios = [_load(args, p) for p in paths]  # every file is checked before anything starts
+    out = _run_dir(args, "matrix")
+    env, owned = _environment_for_run(args, out)
+    started = time.monotonic()
+    results: list[ScenarioResult] = []
+    with stop_on_termination(), ExitStack() as stack:
+        if owned:
+            say(f"starting a {args.backend} environment in {out / 'env'}")
+            stack.enter_context(env)
+        for i, scenario in enumerate(scenarios, 1):
+            say(f"\n=== [{i}/{len(scenarios)}] {scenario.name} ===")
+            results.append(
+                run_scenario(
+                    env, scenario, out / scenario.name, versions=component_versions(), progress=say
+                )
+            )
+    report = write_matrix_report(out, [out / s.name for s in scenarios])
+    wall = time.monotonic() - started
+    say("")
+    say(render_matrix_table(results))
+    say(f"\n{len(scenarios)} scenarios in {wall / 60:.1f} min; report: {report.markdown}")
+    return 0 if all(r.passed for r in results) else 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The lab's main job: the scenario library on a fresh local environment, then the table
+    and the report."""
+    defaults = {"scenarios": [], "runtime": None, "seed": None, "events": None, "env": None}
+    return cmd_matrix(argparse.Namespace(**vars(args), **defaults, backend="local"))
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write (again) the report of a run or matrix directory."""
+    if (args.directory / "results.json").exists():
+        say(f"report: {write_report(args.directory).markdown}")
+        return 0
+    runs = sorted(p.parent for p in args.directory.glob("*/results.json"))
+    if not runs:
+        raise BadInput(f"{args.directory} holds no results.json (run chaoslab run or matrix)")
+    say(f"report: {write_matrix_report(args.directory, runs).markdown}")
+    return 0
+
+
+def cmd_notebooks(args: argparse.Namespace) -> int:
+    """Execute notebooks with papermill; fail when one's own expectations fail."""
+    paths = notebooks.find(args.names)
+    parameters = notebooks.parse_parameters(args.parameter or [])
+    if args.env is not None:
+        parameters["env_dir"] = str(args.env.resolve())
+    out = _run_dir(args, "notebooks")
+    with stop_on_termination():
+        results = notebooks.run_notebooks(paths, out, parameters, progress=say)
+    passed = sum(r.passed for r in results)
+    say(f"\n{passed} of {len(results)} notebooks passed; executed copies in {out}")
+    return 0 if passed == len(results) else 1
+
+
+# -- the parser --------------------------------------------------------------------------------
 
 
 def _add_dir(p: argparse.ArgumentParser) -> None:
@@ -153,6 +214,15 @@ def _add_dir(p: argparse.ArgumentParser) -> None:
         default=default_directory(),
         help="the environment's directory (default: $CHAOSLAB_DIR or .chaoslab/env)",
     )
+
+
+def _add_scenario_options(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--runtime", help="comma-separated runtimes to run: listener, spark")
+    p.add_argument("--seed", type=int, help=f"override the seed of {what}")
+    p.add_argument("--events", type=int, help=f"override the number of events of {what}")
+    p.add_argument("--out", type=Path, help="where results and the report go (default: runs/...)")
+    p.add_argument("--env", type=Path, help="use the environment running in this directory")
+    p.add_argument("--backend", choices=BACKENDS, default="local")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -189,17 +259,30 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a scenario: every variant, same workload, checked")
     run.add_argument("scenario", type=Path, help="a scenario file, e.g. scenarios/baseline.yaml")
     run.add_argument("--variants", help="comma-separated variants (labels or names) to run")
-    run.add_argument("--runtime", help="comma-separated runtimes: listener, spark")
-    run.add_argument("--seed", type=int, help="override the scenario's seed")
-    run.add_argument("--events", type=int, help="override the number of events")
-    run.add_argument("--out", type=Path, help="run directory (default: runs/NAME-TIMESTAMP)")
-    run.add_argument("--env", type=Path, help="use the environment running in this directory")
-    run.add_argument("--backend", choices=BACKENDS, default="local")
+    _add_scenario_options(run, "the scenario")
     run.set_defaults(handler=cmd_run)
 
-    demo = sub.add_parser("demo", help="the lab's main job (what `make demo` runs)")
-    _add_dir(demo)
+    matrix = sub.add_parser("matrix", help="run several scenarios (default: the library)")
+    matrix.add_argument("scenarios", nargs="*", type=Path, help="default: scenarios/*.yaml")
+    _add_scenario_options(matrix, "every scenario")
+    matrix.set_defaults(handler=cmd_matrix)
+
+    demo = sub.add_parser("demo", help="the lab's main job (`make demo`): the scenario library")
+    demo.add_argument("--out", type=Path, help="directory (default: runs/matrix-TIMESTAMP)")
     demo.set_defaults(handler=cmd_demo)
+
+    report = sub.add_parser("report", help="write the report of a run or matrix directory")
+    report.add_argument("directory", type=Path)
+    report.set_defaults(handler=cmd_report)
+
+    nb = sub.add_parser("notebooks", help="execute the notebooks with papermill and check them")
+    nb.add_argument("names", nargs="*", help="notebooks to run, e.g. 01 or 03-postmortem-...")
+    nb.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"))
+    nb.add_argument("--out", type=Path, help="where executed copies go (default: runs/...)")
+    nb.add_argument("--env", type=Path, help="use the environment running in this directory")
+    nb.set_defaults(handler=cmd_notebooks)
+
+    add_repair_parser(sub)
     return parser
 
 

@@ -32,6 +32,9 @@ class EventKind(StrEnum):
     COMMIT_FAILED = "commit-failed"
     DEAD_LETTER = "dead-letter"  # poison records sent to the dead-letter topic (count)
     CRASH = "crash"  # a crash point fired (detail: the point)
+    PAUSED = "paused"  # a consumer froze itself at a point (detail: the point)
+    RESUMED = "resumed"  # the supervisor thawed a paused consumer
+    SCHEDULE_START = "schedule-start"  # the nemesis's clock starts: fault times count from here
     FAULT_START = "fault-start"
     FAULT_END = "fault-end"
 

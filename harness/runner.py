@@ -20,9 +20,11 @@ from typing import Any
 
 from pymongo import MongoClient
 
-from harness.checker import LedgerArrays, Verdict, check
+from harness.checker import FaultWindow, LedgerArrays, Verdict, check
 from harness.environment import Environment, Link
 from harness.errors import LabError
+from harness.faults.nemesis import Nemesis, Target
+from harness.faults.schedule import plan, plan_has_steps
 from harness.history import EventKind, HistoryTail, HistoryWriter, read_history
 from harness.kafka import create_topic, end_offsets
 from harness.pipeline.batch import dead_letter_topic
@@ -55,7 +57,9 @@ class VariantResult:
     seconds: float  # the whole variant run
     restarts: int  # consumer processes started again after a crash
     crashes: int  # crash points that fired
-    faults: tuple[str, ...]
+    faults: tuple[
+        dict[str, Any], ...
+    ]  # windows {name, kind, start, end}; crash points {name, kind}
     expectations: tuple[str, ...]
     failures: tuple[str, ...]  # the expectations that did not hold, with the actual values
     directory: str  # the variant's history, logs and runtime configuration
@@ -191,7 +195,7 @@ def _lane(
         variant_options=spec.options,
         run_dir=str(run_dir),
         batch_size=scenario.pipeline.batch_size,
-        crash_plans=scenario.crashes,
+        crash_plans=scenario.crash_plans,
         write_retry_s=scenario.pipeline.write_retry_s,
         spark_settings=env.spark.to_json() if runtime == "spark" else "",
         checkpoint=env.spark.checkpoint(f"{run_id}-{slug}") if runtime == "spark" else "",
@@ -228,30 +232,51 @@ def run_side_by_side(
     lanes = [_lane(env, scenario, runtime, spec, topic, out_dir) for spec in specs]
     ledger_path = out_dir / f"{runtime}-{run_id}.ledger.csv"
     producer = _ProducerThread(
-        lambda stop: produce(
+        lambda stop, on_ack: produce(
             generate(scenario.workload),
             bootstrap=env.kafka_bootstrap_for(Link.PRODUCER_KAFKA),
             topic=topic,
             ledger_path=ledger_path,
             rate=scenario.rate,
             stop=stop,
+            on_ack=on_ack,
         )
+    )
+    nemesis = Nemesis(
+        env,
+        plan(scenario.faults, scenario.seed),
+        runtime,
+        [
+            Target(
+                HistoryWriter(lane.config.history_dir, "nemesis", lane.variant.label),
+                lane.supervisor,
+                lane.run_dir,
+            )
+            for lane in lanes
+        ],
     )
     try:
         for lane in lanes:
             lane.supervisor.start()
         producer.start()
         summary = _wait_until_consumed(
-            lanes, producer, ledger_path, scenario.pipeline.timeout_s, progress, env.kafka_bootstrap
+            lanes, producer, nemesis, ledger_path, scenario.pipeline.timeout_s, progress, env
         )
     finally:
         producer.stop()
+        nemesis.restore()
         stop_all([lane.supervisor for lane in lanes])
 
     ledger = LedgerArrays.from_csv(ledger_path)
     seconds = time.monotonic() - started
+    windows = nemesis.fault_windows()
+    applied = tuple(w.to_dict() for w in nemesis.windows) + tuple(
+        {"name": f.name, "kind": f.kind} for f in scenario.faults if not plan_has_steps(f)
+    )
     return [
-        _judge(env, scenario, lane, ledger, ledger_path, summary, seconds, progress)
+        _judge(
+            env, scenario, lane, ledger, ledger_path, summary, seconds, windows, applied, progress
+        )
         for lane in lanes
     ]
 
@@ -264,6 +289,8 @@ def _judge(
     ledger_path: Path,
     summary: ProduceSummary,
     seconds: float,
+    windows: list[FaultWindow],
+    faults: tuple[dict[str, Any], ...],
     progress: Progress,
 ) -> VariantResult:
     config = lane.config
@@ -276,7 +303,7 @@ def _judge(
             topic=config.topic,
             group=config.group,
         )
-    verdict = check(ledger, sink, produced=summary.produced)
+    verdict = check(ledger, sink, produced=summary.produced, windows=windows)
     lane.history.record(EventKind.RUN_END)
     lane.history.close()
     expectations = scenario.expectations_for(lane.spec, config.runtime)
@@ -289,9 +316,7 @@ def _judge(
         seconds=seconds,
         restarts=lane.supervisor.restarts,
         crashes=lane.supervisor.crashes,
-        faults=tuple(
-            f"crash at {p.point} (batch {p.at_batch}, {p.times}x)" for p in config.crash_plans
-        ),
+        faults=faults,
         expectations=tuple(str(e) for e in expectations),
         failures=failures,
         directory=str(lane.run_dir),
@@ -309,16 +334,22 @@ def _judge(
 class _ProducerThread:
     """The producer runs beside the consumers, as it would in production."""
 
-    def __init__(self, body: Callable[[threading.Event], ProduceSummary]) -> None:
+    def __init__(
+        self, body: Callable[[threading.Event, Callable[[int], None]], ProduceSummary]
+    ) -> None:
         self._stop = threading.Event()
         self._body = body
         self.summary: ProduceSummary | None = None
         self.error: BaseException | None = None
+        self.acked = 0  # written by the producer thread, read by the run's loop
         self._thread = threading.Thread(target=self._run, name="producer", daemon=True)
 
     def _run(self) -> None:
+        def count(acked: int) -> None:
+            self.acked = acked
+
         try:
-            self.summary = self._body(self._stop)
+            self.summary = self._body(self._stop, count)
         except BaseException as exc:
             self.error = exc
 
@@ -346,17 +377,20 @@ def _end_offsets_of(ledger_path: Path) -> dict[int, int]:
 def _wait_until_consumed(
     lanes: list[_Lane],
     producer: _ProducerThread,
+    nemesis: Nemesis,
     ledger_path: Path,
     timeout: float,
     progress: Progress,
-    direct_bootstrap: str,
+    env: Environment,
 ) -> ProduceSummary:
-    """Until every lane's consumers committed past every acknowledged record, restarting the
-    ones that crash; returns the producer's summary."""
-    deadline = time.monotonic() + timeout
+    """Until every lane's consumers committed past every acknowledged record and the fault
+    schedule has played out, restarting consumers that crash; returns the producer's summary."""
+    started = time.monotonic()
+    deadline = started + timeout
     targets: dict[int, int] | None = None
     reported = time.monotonic()
     while True:
+        nemesis.tick(time.monotonic() - started, producer.acked)
         for lane in lanes:
             lane.supervisor.check()
             for event in lane.tail.new_events():  # type: ignore[union-attr]
@@ -365,9 +399,9 @@ def _wait_until_consumed(
                         lane.committed[p] = max(lane.committed.get(p, 0), offset)
         if targets is None and producer.done():
             targets = _end_offsets_of(ledger_path)
-            _verify_stored(direct_bootstrap, lanes[0].config.topic, targets)
+            _verify_stored(env.kafka_bootstrap, lanes[0].config.topic, targets)
         behind = [lane for lane in lanes if not _caught_up(lane.committed, targets)]
-        if not behind:
+        if not behind and nemesis.done:
             assert producer.summary is not None
             return producer.summary
         now = time.monotonic()

@@ -7,7 +7,9 @@
     runtimes: [listener, spark]
     pipeline: {batch_size: 250, consumers: 1}
     variants: [naive, idempotent, {name: dedup-log, key: business}]
-    crashes: [{point: after_write_before_commit, at_batch: 3}]
+    faults:
+      - {kind: consumer-crash, point: after_write_before_commit, at_batch: 3}
+      - {kind: broker-bounce, at: 5, hard: true}
     expect:
       "*": {duplicates: 0, lost: 0, stale: 0}
       naive: {duplicates: ">0"}
@@ -27,10 +29,24 @@ from typing import Any, Self
 import yaml
 
 from harness.errors import BadInput
-from harness.pipeline.crash import CrashPlan, CrashPoint
+from harness.faults.kinds import (
+    BrokerBounce,
+    BrokerKill,
+    BrokerPause,
+    ConsumerCrash,
+    ConsumerKill,
+    ConsumerPause,
+    Fault,
+    FieldError,
+    PoisonBurst,
+    ProducerBurst,
+    parse_fault,
+)
+from harness.pipeline.crash import CrashPlan
 from harness.pipeline.runtime import RUNTIMES
 from harness.pipeline.variants import make_variant
-from harness.workload.generator import WorkloadSpec
+from harness.workload.events import Kind
+from harness.workload.generator import Burst, WorkloadSpec
 
 EXPECTABLE = (
     "duplicates", "duplicated_keys", "lost", "stale", "dead_lettered", "poison_missing",
@@ -40,6 +56,10 @@ OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le,
     ">": operator.gt, "<": operator.lt,
 }  # fmt: skip
+
+
+# Fields of the records above that a scenario file does not set directly.
+INTERNAL_FIELDS = {"bursts"}
 
 
 class ScenarioError(BadInput):
@@ -105,8 +125,15 @@ class Scenario:
     runtimes: tuple[str, ...]
     pipeline: PipelineSpec
     variants: tuple[VariantSpec, ...]
-    crashes: tuple[CrashPlan, ...]
+    faults: tuple[Fault, ...]
     expect: dict[str, tuple[Expectation, ...]]
+
+    @property
+    def crash_plans(self) -> tuple[CrashPlan, ...]:
+        """The consumer crashes and pauses, armed inside each runtime."""
+        return tuple(
+            f.plan(self.seed) for f in self.faults if isinstance(f, ConsumerCrash | ConsumerPause)
+        )
 
     def expectations_for(self, variant: VariantSpec, runtime: str) -> list[Expectation]:
         """``*`` first, then the variant's name, its label, and ``label@runtime``; a later
@@ -197,10 +224,15 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
         _variant(path, f"variants[{i}]", v)
         for i, v in enumerate(_typed(path, "variants", top.get("variants"), list, required=True))
     )
-    crashes = tuple(
-        _crash(path, f"crashes[{i}]", c, seed)
-        for i, c in enumerate(_typed(path, "crashes", top.get("crashes", []), list))
+    faults = tuple(
+        _fault(path, i, raw)
+        for i, raw in enumerate(_typed(path, "faults", top.get("faults", []), list))
     )
+    fault_names = [f.name for f in faults]
+    for i, fault_name in enumerate(fault_names):
+        if fault_names.index(fault_name) != i:
+            raise ScenarioError(path, f"faults[{i}].name", f"{fault_name!r} is used twice")
+    workload = replace(workload, bursts=_bursts(faults))
     expect = {
         str(label): tuple(_expectations(path, f"expect.{label}", spec))
         for label, spec in _mapping(path, "expect", top.get("expect", {})).items()
@@ -220,7 +252,7 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
         runtimes=runtimes,
         pipeline=pipeline,
         variants=variants,
-        crashes=crashes,
+        faults=faults,
         expect=expect,
     )
 
@@ -254,7 +286,7 @@ def _typed(
 
 def _dataclass(path: Path | str, where: str, cls: type, raw: Any) -> Any:
     raw = _mapping(path, where, raw)
-    known = {f.name: f for f in fields(cls)}
+    known = {f.name: f for f in fields(cls) if f.name not in INTERNAL_FIELDS}
     _only(path, where, raw, set(known))
     values = {}
     for key, value in raw.items():
@@ -284,42 +316,78 @@ def _variant(path: Path | str, where: str, raw: Any) -> VariantSpec:
     return VariantSpec(name, spec)
 
 
-def _crash(path: Path | str, where: str, raw: Any, seed: int) -> CrashPlan:
-    spec = dict(_mapping(path, where, raw))
-    point = _typed(path, f"{where}.point", spec.pop("point", None), str, required=True)
+def _fault(path: Path | str, index: int, raw: Any) -> Fault:
+    where = f"faults[{index}]"
+    default_name = f"{raw.get('kind')}#{index + 1}" if isinstance(raw, dict) else ""
     try:
-        point = CrashPoint(point)
-    except ValueError:
-        points = ", ".join(p.value for p in CrashPoint)
-        raise ScenarioError(path, f"{where}.point", f"unknown {point!r} ({points})") from None
-    spec.setdefault("seed", seed)
-    return _dataclass(path, where, _CrashFields, spec).plan(point)
+        return parse_fault(raw, default_name)
+    except FieldError as exc:
+        at = f"{where}.{exc.field}" if exc.field else where
+        raise ScenarioError(path, at, exc.problem) from None
+
+
+def _bursts(faults: tuple[Fault, ...]) -> tuple[Burst, ...]:
+    return tuple(
+        Burst(
+            Kind.POISON if isinstance(f, PoisonBurst) else Kind.RESEND,
+            f.start_event,
+            f.start_event + f.events,
+            f.fraction,
+        )
+        for f in faults
+        if isinstance(f, ProducerBurst)
+    )
 
 
 @dataclass(frozen=True)
-class _CrashFields:
-    """CrashPlan's fields as a scenario gives them (types for validation)."""
+class BackendAbilities:
+    """What a backend can do to its servers, for refusing a scenario before anything starts."""
 
-    at_batch: int = 1
-    every: int = 0
-    probability: float = 0.0
-    seed: int = 0
-    times: int = 1
-    after_docs: int = 1
+    name: str
+    brokers: int
+    link_faults: bool  # a proxy on each link (network faults, Kafka commit errors)
 
-    def plan(self, point: CrashPoint) -> CrashPlan:
-        return CrashPlan(
-            point,
-            at_batch=self.at_batch,
-            every=self.every or None,
-            probability=self.probability or None,
-            seed=self.seed,
-            times=self.times,
-            after_docs=self.after_docs,
-        )
 
-    def problems(self) -> list[tuple[str, str]]:
-        return self.plan(CrashPoint.BEFORE_WRITE).problems()
+def backend_abilities(backend: str) -> BackendAbilities:
+    # The docker backend is not built yet; opening it fails with its own reason first.
+    return {
+        "local": BackendAbilities("local", brokers=1, link_faults=True),
+        "docker": BackendAbilities("docker", brokers=3, link_faults=False),
+    }[backend]
+
+
+def refuse_impossible(scenario: Scenario, abilities: BackendAbilities) -> None:
+    """Raise ScenarioError for the first fault this backend (or the pipeline) cannot perform."""
+    for i, fault in enumerate(scenario.faults):
+        where = f"faults[{i}]"
+        broker = getattr(fault, "broker", 0)
+        if (
+            isinstance(fault, BrokerBounce | BrokerKill | BrokerPause)
+            and broker >= abilities.brokers
+        ):
+            raise ScenarioError(
+                scenario.path,
+                f"{where}.broker",
+                f"the {abilities.name} backend has {abilities.brokers} broker(s); "
+                f"there is no broker {broker}",
+            )
+        if fault.kind in ("network", "commit-failure", "broker-rolling-restart"):
+            needs_proxy = fault.kind == "network" or (
+                "listener" in scenario.runtimes
+                and (fault.kind == "commit-failure" or getattr(fault, "commit_failure", None))
+            )
+            if needs_proxy and not abilities.link_faults:
+                raise ScenarioError(
+                    scenario.path, where, f"the {abilities.name} backend has no link proxies"
+                )
+        consumer = getattr(fault, "consumer", None)
+        if isinstance(fault, ConsumerKill) and (consumer or 0) >= scenario.pipeline.consumers:
+            raise ScenarioError(
+                scenario.path,
+                f"{where}.consumer",
+                f"there are {scenario.pipeline.consumers} consumer(s) (pipeline.consumers); "
+                f"no consumer {consumer}",
+            )
 
 
 _EXPRESSION = re.compile(r"^\s*(==|!=|>=|<=|>|<)?\s*(-?\d+)\s*$")

@@ -51,7 +51,7 @@ def test_down_stops_every_server(tmp_path: Path) -> None:
     up = chaoslab("up", "--dir", str(tmp_path))
     assert up.returncode == 0, up.stderr
     handles = server_handles(tmp_path)
-    assert set(handles) == {"s3", "kafka", "mongo"}
+    assert set(handles) == {"s3", "kafka", "mongo", "proxy"}
     assert still_alive(handles) == {n: h.pid for n, h in handles.items()}
 
     status = chaoslab("status", "--dir", str(tmp_path), "--json")
@@ -69,9 +69,9 @@ def test_an_exception_in_the_with_block_stops_every_server(tmp_path: Path) -> No
     handles = {}
     with pytest.raises(RuntimeError, match="boom"), LocalEnvironment(tmp_path) as env:
         handles = server_handles(env.directory)
-        assert len(still_alive(handles)) == 3
+        assert len(still_alive(handles)) == 4
         raise RuntimeError("boom")
-    assert len(handles) == 3
+    assert len(handles) == 4
     assert still_alive(handles) == {}
 
 

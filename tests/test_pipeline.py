@@ -77,7 +77,7 @@ def test_a_crash_between_write_and_commit_duplicates_only_the_naive_batch(
         workload={"events": 2000, "keys": 200, "poison_fraction": 0.01, "partitions": 3},
         runtimes=[runtime],
         variants=["naive", "idempotent", "unique-index", "transactional"],
-        crashes=[{"point": "after_write_before_commit", "at_batch": 3}],
+        faults=[{"kind": "consumer-crash", "point": "after_write_before_commit", "at_batch": 3}],
     )
     for r in results.values():
         assert (r.crashes, r.restarts) == (1, 1), r.variant
@@ -99,7 +99,7 @@ def test_a_crash_in_the_middle_of_a_write(lab_env: LocalEnvironment, tmp_path: P
         workload={"events": 1500, "keys": 150, "partitions": 3},
         runtimes=["listener"],
         variants=["naive", "transactional", "dedup-log", "idempotent"],
-        crashes=[{"point": "mid_write", "at_batch": 2, "after_docs": 100}],
+        faults=[{"kind": "consumer-crash", "point": "mid_write", "at_batch": 2, "after_docs": 100}],
     )
     by_variant = {r.variant: r.verdict for r in results.values()}
     assert all(r.crashes == 1 for r in results.values())
@@ -123,9 +123,9 @@ def test_crashes_before_the_write_and_after_the_commit_cost_nothing(
         workload={"events": 1500, "keys": 150, "partitions": 3},
         runtimes=["listener"],
         variants=["naive"],
-        crashes=[
-            {"point": "before_write", "at_batch": 2},
-            {"point": "after_commit", "at_batch": 3},
+        faults=[
+            {"kind": "consumer-crash", "point": "before_write", "at_batch": 2},
+            {"kind": "consumer-crash", "point": "after_commit", "at_batch": 3},
         ],
     )
     naive = results["listener/naive"]

@@ -17,7 +17,11 @@ seed: 3
 workload: {events: 100, keys: 10, partitions: 2, rate: 50}
 runtimes: [listener]
 variants: [naive, {name: dedup-log, key: business}]
-crashes: [{point: mid_write, at_batch: 2, after_docs: 5}]
+faults:
+  - {kind: consumer-crash, point: mid_write, at_batch: 2, after_docs: 5}
+  - {kind: broker-rolling-restart, at: 2, rotations: 2, interval: 6,
+     commit_failure: {before: 1, after: 3, error: COORDINATOR_LOAD_IN_PROGRESS}}
+  - {kind: producer-resend, start_event: 40, events: 20, fraction: 0.5}
 expect:
   "*": {duplicates: 0, lost: 0}
   naive: {duplicates: ">0"}
@@ -36,7 +40,14 @@ def test_a_valid_scenario_loads_with_defaults_and_expectations(tmp_path: Path) -
     assert (s.name, s.seed, s.partitions, s.rate) == ("good", 3, 2, 50.0)
     assert s.workload.events == 100 and s.workload.seed == 3
     assert [v.label for v in s.variants] == ["naive", "dedup-log[key=business]"]
-    assert s.crashes[0].point is CrashPoint.MID_WRITE and s.crashes[0].after_docs == 5
+    assert s.crash_plans[0].point is CrashPoint.MID_WRITE and s.crash_plans[0].after_docs == 5
+    assert [f.name for f in s.faults] == [
+        "consumer-crash#1",
+        "broker-rolling-restart#2",
+        "producer-resend#3",
+    ]
+    assert s.faults[1].commit_failure.error == "COORDINATOR_LOAD_IN_PROGRESS"
+    assert [(b.start, b.end, b.fraction) for b in s.workload.bursts] == [(40, 60, 0.5)]
     naive, dedup = s.variants
     assert sorted(map(str, s.expectations_for(naive, "listener"))) == [
         "duplicates > 0",
@@ -66,8 +77,37 @@ def test_a_valid_scenario_loads_with_defaults_and_expectations(tmp_path: Path) -
         ("name: x\nvariants: [naive]\nworkload: {events: -5}\n", "workload.events: must be >= 0"),
         ("name: x\nvariants: [naive]\nworkload: {events: lots}\n", "workload.events: must be int"),
         ("name: x\nvariants: [naive]\nruntimes: [flink]\n", "runtimes[0]: unknown runtime"),
-        ("name: x\nvariants: [naive]\ncrashes: [{point: nowhere}]\n", "crashes[0].point: unknown"),
-        ("name: x\nvariants: [naive]\ncrashes: [{point: mid_write, times: 0}]\n", "times: must be"),
+        (
+            "name: x\nvariants: [naive]\nfaults: [{kind: consumer-crash, point: nowhere}]\n",
+            "faults[0].point: unknown 'nowhere'",
+        ),
+        (
+            "name: x\nvariants: [naive]\nfaults: [{kind: consumer-crash, point: mid_write, "
+            "times: 0}]\n",
+            "faults[0].times: must be >= 1",
+        ),
+        (
+            "name: x\nvariants: [naive]\nfaults: [{kind: meteor, at: 3}]\n",
+            "faults[0].kind: unknown",
+        ),
+        (
+            "name: x\nvariants: [naive]\nfaults: [{kind: broker-pause, at: 3, duration: -2}]\n",
+            "faults[0].duration: must be > 0, got -2",
+        ),
+        (
+            "name: x\nvariants: [naive]\nfaults: [{kind: broker-bounce}]\n",
+            "faults[0].at: give exactly one of 'at'",
+        ),
+        (
+            "name: x\nvariants: [naive]\nfaults: [{kind: commit-failure, at: 1, duration: 2, "
+            "error: OOPS}]\n",
+            "faults[0].error: unknown Kafka error 'OOPS'",
+        ),
+        (
+            "name: x\nvariants: [naive]\nfaults: [{kind: network, at: 1, duration: 2, "
+            "link: consumer-mongo, action: smash}]\n",
+            "faults[0].action: unknown 'smash'",
+        ),
         (
             "name: x\nvariants: [naive]\nexpect: {navie: {lost: 0}}\n",
             "expect.navie: no such variant",

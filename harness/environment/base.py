@@ -39,6 +39,63 @@ class Link(StrEnum):
     CONSUMER_MONGO = "consumer-mongo"
 
 
+KAFKA_LINKS = frozenset({Link.PRODUCER_KAFKA, Link.CONSUMER_KAFKA})
+LINK_ACTIONS = ("cut", "reset", "delay", "kafka-error")
+# The Kafka APIs a kafka-error rule can fail: OffsetCommit, FindCoordinator, JoinGroup, Heartbeat.
+KAFKA_ERROR_APIS = frozenset({8, 10, 11, 12})
+
+
+class LinkRuleRefused(BadInput):
+    """A link rule that cannot be applied (e.g. a Kafka error on a MongoDB link)."""
+
+
+@dataclass(frozen=True)
+class LinkRule:
+    """A network fault on one link, in force from ``add_link_rule`` to ``remove_link_rule``.
+
+    * ``cut``: nothing flows either way; connections stay open, new ones hang too.
+    * ``reset``: the link's connections are closed at once, and new ones as soon as they open.
+    * ``delay``: ``delay_ms`` is added to everything sent, each way.
+    * ``kafka-error`` (Kafka links only): requests of ``api_keys`` are answered with
+      ``error_code`` (e.g. 16 NOT_COORDINATOR) instead of reaching the broker.
+    """
+
+    link: Link
+    action: str
+    delay_ms: int = 0
+    api_keys: tuple[int, ...] = ()
+    error_code: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.link, Link):
+            raise LinkRuleRefused(f"not a link: {self.link!r}")
+        if self.action not in LINK_ACTIONS:
+            raise LinkRuleRefused(
+                f"unknown link fault {self.action!r} (choose from: {', '.join(LINK_ACTIONS)})"
+            )
+        if self.action == "delay" and self.delay_ms <= 0:
+            raise LinkRuleRefused(f"a delay needs delay_ms > 0, got {self.delay_ms}")
+        if self.action != "delay" and self.delay_ms:
+            raise LinkRuleRefused(f"delay_ms is for delays only, not {self.action}")
+        if self.action != "kafka-error":
+            if self.api_keys or self.error_code:
+                raise LinkRuleRefused(
+                    f"api_keys and error_code are for kafka-error, not {self.action}"
+                )
+            return
+        if self.link not in KAFKA_LINKS:
+            raise LinkRuleRefused(
+                f"a kafka-error rule needs a Kafka link; {self.link} is a MongoDB link "
+                "(fail MongoDB commands with failCommand instead)"
+            )
+        if not self.api_keys or not set(self.api_keys) <= KAFKA_ERROR_APIS:
+            raise LinkRuleRefused(
+                f"kafka-error can fail APIs {sorted(KAFKA_ERROR_APIS)}, got {list(self.api_keys)}"
+            )
+        if not (self.error_code and -(2**15) <= self.error_code < 2**15):
+            raise LinkRuleRefused(f"error_code must be a non-zero int16, got {self.error_code}")
+
+
 class BackendUnavailable(BadInput):
     """The backend cannot run on this machine (the message says why)."""
 
@@ -162,6 +219,19 @@ class Environment(ABC):
 
     # -- what faults use ----------------------------------------------------------------------
 
+    def add_link_rule(self, rule: LinkRule) -> str:
+        """Put a network fault on a link; returns the rule's id. Several rules may be in force
+        at once, on one link or several; each client of a link is affected, no other."""
+        raise LinkRuleRefused(f"the {self.backend} backend has no fault proxies")
+
+    def remove_link_rule(self, rule_id: str) -> int:
+        """Lift a rule; returns how many times it acted (requests answered with an error,
+        chunks held or delayed, connections reset)."""
+        raise LinkRuleRefused(f"the {self.backend} backend has no fault proxies")
+
+    def clear_link_rules(self) -> None:  # noqa: B027 - nothing to lift without proxies
+        """Lift every link rule."""
+
     @property
     def broker_count(self) -> int:
         """How many Kafka brokers there are; a rolling restart visits each in turn."""
@@ -232,6 +302,11 @@ class Environment(ABC):
         return process.spawn(
             argv, env_id=self.env_id, server=name, log_path=log_path, extra_env=extra_env
         )
+
+    def signal_client(self, name: str, sig: int) -> int:
+        """Send ``sig`` to every process of a client started with ``spawn_client(name=...)``,
+        children included; returns how many received it."""
+        return process.signal_server(self.env_id, name, sig)
 
     # -- logs ---------------------------------------------------------------------------------
 

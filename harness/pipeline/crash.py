@@ -42,6 +42,11 @@ class CrashPlan:
     seed: int = 0
     times: int = 1
     after_docs: int = 1  # for mid_write: documents written before the kill
+    pause_s: float | None = None  # freeze (SIGSTOP) for this long instead of killing
+
+    @property
+    def action(self) -> str:
+        return "pause" if self.pause_s is not None else "kill"
 
     def problems(self) -> list[tuple[str, str]]:
         found = []
@@ -55,6 +60,8 @@ class CrashPlan:
             found.append(("times", f"must be >= 1, got {self.times}"))
         if self.after_docs < 1:
             found.append(("after_docs", f"must be >= 1, got {self.after_docs}"))
+        if self.pause_s is not None and self.pause_s <= 0:
+            found.append(("duration", f"must be > 0, got {self.pause_s}"))
         return found
 
     def to_json(self) -> str:
@@ -121,17 +128,21 @@ class Crasher:
                 continue
             self.counter_dir.mkdir(parents=True, exist_ok=True)
             self._counter(index).write_text(str(self._fired(index) + 1))
-            self.history.record(
-                EventKind.CRASH,
-                batch=batch_no if batch_id is None else batch_id,
-                detail=point.value,
-            )
-            kill_own_process_group()
+            batch = batch_no if batch_id is None else batch_id
+            if plan.pause_s is not None:
+                # Frozen, not dead: the supervisor thaws it after pause_s (a GC pause, a stuck
+                # pod). Meanwhile its partitions may move to another consumer.
+                self.history.record(EventKind.PAUSED, batch=batch, detail=point.value)
+                signal_own_process_group(signal.SIGSTOP)
+                continue
+            self.history.record(EventKind.CRASH, batch=batch, detail=point.value)
+            signal_own_process_group(signal.SIGKILL)
 
 
-def kill_own_process_group() -> None:
-    """SIGKILL this process and, if it leads its process group (runtimes are started in their
+def signal_own_process_group(sig: int) -> None:
+    """Signal this process and, if it leads its process group (runtimes are started in their
     own session), everything in the group: the Spark JVM and Python workers too."""
     if os.getpgid(0) == os.getpid():
-        os.killpg(os.getpid(), signal.SIGKILL)
-    os.kill(os.getpid(), signal.SIGKILL)
+        os.killpg(os.getpid(), sig)
+    else:
+        os.kill(os.getpid(), sig)

@@ -26,6 +26,21 @@ from harness.pipeline.crash import Crasher, CrashPlan, CrashPoint
 from harness.pipeline.variants import Variant, WriteContext, make_variant
 
 RUNTIMES = ("listener", "spark")
+# The consumers' MongoDB appName: failCommand failpoints are scoped to it, so a fault hits the
+# pipeline under test and not the harness reading the results.
+CONSUMER_APP = "chaoslab-consumer"
+
+
+def commit_failure_flag(run_dir: Path | str) -> Path:
+    """While this file exists, a Spark runtime fails each batch between the sink write and the
+    checkpoint commit (the nemesis creates and removes it)."""
+    return Path(run_dir) / "faults" / "commit-failure"
+
+
+class InjectedCommitFailure(RuntimeError):
+    """The batch was written but, by the scenario's design, will not be committed."""
+
+    MARKER = "chaoslab: injected commit failure"
 
 
 @dataclass(frozen=True)
@@ -84,7 +99,7 @@ class BatchHandler:
         self.variant = make_variant(cfg.variant, cfg.variant_options)
         self.history = HistoryWriter(cfg.history_dir, self.source, self.variant.label)
         self.crasher = Crasher(list(cfg.crash_plans), Path(cfg.run_dir) / "crashes", self.history)
-        self.client = MongoClient(cfg.mongo_uri, heartbeatFrequencyMS=500)
+        self.client = MongoClient(cfg.mongo_uri, heartbeatFrequencyMS=500, appname=CONSUMER_APP)
         self.db = self.client[cfg.database]
         self._dead_letters = DeadLetters(cfg.bootstrap, cfg.group)
 
@@ -106,6 +121,10 @@ class BatchHandler:
         self._write(batch)
         self.history.record(EventKind.WRITTEN, batch=batch_id, count=len(batch.records))
         self.reached(CrashPoint.AFTER_WRITE_BEFORE_COMMIT)
+        flag = commit_failure_flag(self.config.run_dir)
+        if self.config.runtime == "spark" and flag.exists():
+            self.history.record(EventKind.COMMIT_FAILED, batch=batch_id, detail="injected")
+            raise InjectedCommitFailure(f"{InjectedCommitFailure.MARKER} of batch {batch_id}")
         return batch
 
     def reached(self, point: CrashPoint, batch_id: int | None = None) -> None:

@@ -16,14 +16,14 @@ import os
 import sys
 
 from pyspark.sql import DataFrame
-from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from harness.environment.spark import SparkSettings, spark_session
 from harness.history import EventKind
 from harness.pipeline.batch import RawRecord
 from harness.pipeline.crash import CrashPoint
 from harness.pipeline.kafka_source import register
-from harness.pipeline.runtime import BatchHandler, RuntimeConfig, StopFlag
+from harness.pipeline.runtime import BatchHandler, InjectedCommitFailure, RuntimeConfig, StopFlag
 
 
 class _Committed(StreamingQueryListener):
@@ -75,25 +75,35 @@ def run(config: RuntimeConfig) -> None:
         if raw:
             handler.handle(batch_id, raw)
 
-    query = (
-        spark.readStream.format("chaoslab-kafka")
-        .option("bootstrap", config.bootstrap)
-        .option("topic", config.topic)
-        .option("maxRecordsPerTrigger", str(config.batch_size))
-        .load()
-        .writeStream.queryName(config.group.replace(".", "_"))
-        .foreachBatch(write_batch)
-        .option("checkpointLocation", config.checkpoint)
-        .trigger(processingTime=f"{config.trigger_ms} milliseconds")
-        .start()
-    )
+    def start_query() -> StreamingQuery:
+        return (
+            spark.readStream.format("chaoslab-kafka")
+            .option("bootstrap", config.bootstrap)
+            .option("topic", config.topic)
+            .option("maxRecordsPerTrigger", str(config.batch_size))
+            .load()
+            .writeStream.queryName(config.group.replace(".", "_"))
+            .foreachBatch(write_batch)
+            .option("checkpointLocation", config.checkpoint)
+            .trigger(processingTime=f"{config.trigger_ms} milliseconds")
+            .start()
+        )
+
+    query = start_query()
     history.record(EventKind.RUNTIME_START, detail=f"pid {os.getpid()}")
     try:
-        while query.isActive and not stop:
-            stop.wait(0.5)
-        failure = query.exception()
-        if failure is not None:
-            raise RuntimeError(f"the streaming query failed: {failure}")
+        while not stop:
+            if query.isActive:
+                stop.wait(0.5)
+                continue
+            failure = query.exception()
+            if failure is None:
+                break
+            if InjectedCommitFailure.MARKER not in str(failure):
+                raise RuntimeError(f"the streaming query failed: {failure}")
+            # The batch was written, its checkpoint commit never happened: start the query
+            # again from the checkpoint, which replays that batch (the redelivery under test).
+            query = start_query()
     finally:
         query.stop()
         spark.stop()

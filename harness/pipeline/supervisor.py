@@ -43,6 +43,7 @@ class _Consumer:
     restart_at: float | None = None
     starts: int = 0
     failures_in_a_row: int = 0
+    stopped_since: float | None = None
 
 
 class RuntimeSupervisor:
@@ -68,14 +69,19 @@ class RuntimeSupervisor:
             for i in range(count)
         ]
         self.crashes = 0
+        pauses = [p.pause_s for p in config.crash_plans if p.pause_s is not None]
+        self.pause_s = max(pauses, default=0.0)
 
     def _argv(self, consumer: _Consumer) -> list[str]:
         module = RUNTIME_MODULES[self.config.runtime]
         return [sys.executable, "-m", module, str(self.config_path), str(consumer.index)]
 
+    def _process_name(self, consumer: _Consumer) -> str:
+        return f"runtime-{self.config.group}-{consumer.name}"
+
     def _start(self, consumer: _Consumer) -> None:
         consumer.handle = self.env.spawn_client(
-            self._argv(consumer), name=f"runtime-{consumer.name}", log_path=consumer.log
+            self._argv(consumer), name=self._process_name(consumer), log_path=consumer.log
         )
         consumer.starts += 1
         consumer.restart_at = None
@@ -88,10 +94,34 @@ class RuntimeSupervisor:
     def restarts(self) -> int:
         return sum(max(c.starts - 1, 0) for c in self.consumers)
 
+    def kill(self, index: int | None = None) -> None:
+        """SIGKILL a consumer (or all) with everything it started; ``check`` restarts it."""
+        for c in self.consumers:
+            if index is None or c.index == index:
+                self.env.signal_client(self._process_name(c), signal.SIGKILL)
+
+    def _thaw_paused(self, c: _Consumer, now: float) -> None:
+        """A consumer that froze itself at a pause point is thawed after its pause."""
+        proc_ = c.handle.process() if c.handle is not None else None
+        try:
+            stopped = proc_ is not None and proc_.status() == psutil.STATUS_STOPPED
+        except psutil.NoSuchProcess:
+            stopped = False
+        if not stopped:
+            c.stopped_since = None
+            return
+        if c.stopped_since is None:
+            c.stopped_since = now
+        elif now - c.stopped_since >= self.pause_s:
+            self.env.signal_client(self._process_name(c), signal.SIGCONT)
+            self.history.record(EventKind.RESUMED, detail=f"{c.name} after {self.pause_s:g}s")
+            c.stopped_since = None
+
     def check(self) -> None:
         """Notice consumers that ended and restart them when their delay has passed."""
         now = time.monotonic()
         for c in self.consumers:
+            self._thaw_paused(c, now)
             if c.handle is not None and not c.handle.alive():
                 code = proc.exit_code(c.handle)
                 c.handle = None

@@ -15,6 +15,17 @@ RESEND_WINDOW = 200  # upstream resends repeat a recent change, as a retrying pr
 
 
 @dataclass(frozen=True)
+class Burst:
+    """Extra resends or poison records for the events ``start <= seq < end`` (a producer-side
+    fault: an upstream retry storm, a bad deploy writing garbage)."""
+
+    kind: Kind  # RESEND or POISON
+    start: int
+    end: int
+    fraction: float
+
+
+@dataclass(frozen=True)
 class WorkloadSpec:
     events: int = 2000
     keys: int = 200  # distinct order_ids
@@ -23,6 +34,18 @@ class WorkloadSpec:
     resend_fraction: float = 0.0  # business changes sent again with a new event_id
     delete_fraction: float = 0.05  # of the changes to an existing order
     seed: int = 1
+    bursts: tuple[Burst, ...] = ()
+
+    def fractions(self, seq: int) -> tuple[float, float]:
+        """(poison, resend) probability for the event at ``seq``, bursts included."""
+        poison, resend = self.poison_fraction, self.resend_fraction
+        for b in self.bursts:
+            if b.start <= seq < b.end:
+                if b.kind is Kind.POISON:
+                    poison += b.fraction
+                else:
+                    resend += b.fraction
+        return poison, resend
 
     def problems(self) -> list[tuple[str, str]]:
         """(field, what is wrong) for every invalid field."""
@@ -39,6 +62,9 @@ class WorkloadSpec:
                 found.append((name, f"must be in [0, 1), got {value}"))
         if self.poison_fraction + self.resend_fraction >= 1:
             found.append(("resend_fraction", "poison_fraction + resend_fraction must be < 1"))
+        for b in self.bursts:
+            if b.kind not in (Kind.POISON, Kind.RESEND) or not 0 <= b.start <= b.end:
+                found.append(("bursts", f"invalid burst {b}"))
         return found
 
 
@@ -60,14 +86,15 @@ def generate(spec: WorkloadSpec) -> Iterator[ChangeEvent]:
         ts_ms = BASE_TS_MS + seq * 10
         roll = rng.random()
         order_id = rng.choices(range(1, spec.keys + 1), cum_weights=cumulative)[0]
-        if roll < spec.poison_fraction:
+        poison_fraction, resend_fraction = spec.fractions(seq)
+        if roll < poison_fraction:
             poison = rng.choice(list(PoisonKind))
             yield ChangeEvent(
                 seq, event_id(), order_id, 0, Op.UPDATE, Kind.POISON, f"tx-{seq}", ts_ms,
                 None, None, poison,
             )  # fmt: skip
             continue
-        if roll < spec.poison_fraction + spec.resend_fraction and recent:
+        if roll < poison_fraction + resend_fraction and recent:
             original = rng.choice(recent)
             yield ChangeEvent(
                 seq, event_id(), original.order_id, original.version, original.op, Kind.RESEND,

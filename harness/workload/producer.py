@@ -32,8 +32,10 @@ def produce(
     rate: float = 0.0,
     stop: threading.Event | None = None,
     on_progress: Callable[[int], None] | None = None,
+    on_ack: Callable[[int], None] | None = None,
 ) -> ProduceSummary:
-    """Send ``events`` in order; ``rate`` caps events per second (0: as fast as possible)."""
+    """Send ``events`` in order; ``rate`` caps events per second (0: as fast as possible).
+    ``on_ack`` is called with the number acknowledged so far after each acknowledgement."""
     started = time.monotonic()
     produced = acked = failed = 0
     producer = Producer(producer_config(bootstrap))
@@ -63,6 +65,8 @@ def produce(
                         time.time(),
                     )
                 )
+                if on_ack is not None:
+                    on_ack(acked)
 
             return callback
 

@@ -24,23 +24,37 @@ from harness.environment.base import (
     Environment,
     EnvironmentBusy,
     EnvironmentStatus,
+    Link,
+    LinkRule,
     NoEnvironment,
     ServerStartError,
     ServerStatus,
 )
+from harness.environment.local.fault_proxy import FaultProxy
 from harness.environment.local.moto_s3 import MotoS3
 from harness.environment.local.secantus import SecantusMongo
 from harness.environment.local.server import LocalServer, ServerContext
 from harness.environment.local.spark_standalone import SparkMaster, SparkWorker
 from harness.environment.local.tansu import TansuBroker
 from harness.environment.ports import free_ports
+from harness.environment.proxy.client import ProxyControl
 from harness.environment.readiness import DeadlineExceeded, GaveUp, wait_for
 from harness.environment.spark import SparkSettings
 from harness.errors import BadInput
 
 # Directories below DIR that belong to one environment's life and are wiped with it.
 DATA_DIRS = ("mongo", "spark")
-PORT_NAMES = ("s3", "kafka", "mongo", "spark-master", "spark-master-ui", "spark-worker-ui")
+PORT_NAMES = (
+    "s3",
+    "kafka",
+    "mongo",
+    "kafka-proxy",  # what every Kafka client connects to; Tansu advertises it
+    "mongo-proxy",  # the consumers' MongoDB link
+    "proxy-control",
+    "spark-master",
+    "spark-master-ui",
+    "spark-worker-ui",
+)
 
 Progress = Callable[[str], None]
 
@@ -106,7 +120,12 @@ class LocalEnvironment(Environment):
     def _servers(self) -> list[LocalServer]:
         """Every server, in start order."""
         ctx = self._ctx()
-        servers: list[LocalServer] = [MotoS3(ctx), SecantusMongo(ctx), TansuBroker(ctx)]
+        servers: list[LocalServer] = [
+            MotoS3(ctx),
+            SecantusMongo(ctx),
+            FaultProxy(ctx),
+            TansuBroker(ctx),
+        ]
         if self.options.spark_standalone:
             servers += [SparkMaster(ctx), SparkWorker(ctx, self.options.spark_cores)]
         return servers
@@ -182,18 +201,22 @@ class LocalEnvironment(Environment):
             server.prepare()
         # Launch what has no dependency at once, then wait: start-up overlaps.
         s3, mongo, kafka = servers["s3"], servers["mongo"], servers["kafka"]
+        proxy = servers["proxy"]
         self._launch(s3)
         self._launch(mongo)
+        self._launch(proxy)
         if master := servers.get("spark-master"):
             self._launch(master)
         self._await_ready(s3)
         s3.on_first_ready()
+        # Before the broker: it advertises the proxy, so its first clients connect there.
+        self._await_ready(proxy)
         self._launch(kafka)
         if master:
             self._await_ready(master)
             self._launch(servers["spark-worker"])
         for server in servers.values():
-            if server.name not in ("s3", "spark-master"):
+            if server.name not in ("s3", "proxy", "spark-master"):
                 self._await_ready(server)
 
     def _launch(self, server: LocalServer) -> process.ProcessHandle:
@@ -250,14 +273,28 @@ class LocalEnvironment(Environment):
     # -- what clients use -----------------------------------------------------------------------
 
     @property
+    def _proxy(self) -> FaultProxy:
+        proxy = self._server("proxy")
+        assert isinstance(proxy, FaultProxy)
+        return proxy
+
+    @property
     def kafka_bootstrap(self) -> str:
-        return self._server("kafka").address
+        # Through the fault proxy, like every Kafka client: the broker advertises its address.
+        return self._proxy.kafka_address
 
     @property
     def mongo_uri(self) -> str:
         mongo = self._server("mongo")
         assert isinstance(mongo, SecantusMongo)
         return mongo.uri
+
+    def mongo_uri_for(self, link: Link) -> str:
+        if link is Link.CONSUMER_MONGO:
+            # directConnection: SecantusDB's hello lists its own port, so a replicaSet URI would
+            # discover it and go around the proxy. Sessions and transactions still work.
+            return f"mongodb://{self._proxy.mongo_address}/?directConnection=true"
+        return self.mongo_uri
 
     @property
     def spark(self) -> SparkSettings:
@@ -305,6 +342,21 @@ class LocalEnvironment(Environment):
         return self.directory / "logs" / f"{server}.log"
 
     # -- what faults use ------------------------------------------------------------------------
+
+    @property
+    def fault_proxy(self) -> ProxyControl:
+        """The fault proxy's control API (rules in force, stats: which clients used which
+        Kafka API versions, how often each rule acted)."""
+        return self._proxy.control()
+
+    def add_link_rule(self, rule: LinkRule) -> str:
+        return self._proxy.add_rule(rule)
+
+    def remove_link_rule(self, rule_id: str) -> int:
+        return self.fault_proxy.remove_rule(rule_id)
+
+    def clear_link_rules(self) -> None:
+        self.fault_proxy.clear_rules()
 
     def _fault_target(self, component: Component, broker: int) -> LocalServer:
         if broker != 0:

@@ -6,6 +6,7 @@ from confluent_kafka.admin import AdminClient
 
 from harness.environment.local.moto_s3 import BUCKET, CREDENTIALS
 from harness.environment.local.server import LocalServer
+from harness.environment.ports import LOOPBACK
 from harness.environment.readiness import NotReady, accepts_connections
 
 
@@ -21,15 +22,15 @@ class TansuBroker(LocalServer):
     role = "Kafka broker (Tansu)"
 
     def argv(self) -> list[str]:
-        url = f"tcp://{self.address}"
         return [
             tansu_binary(),
             "broker",
             "--listener-url",
-            url,
-            # Clients use the advertised address for every request after bootstrap.
+            f"tcp://{self.address}",
+            # Clients use the advertised address for every request after bootstrap: the fault
+            # proxy's, so that no client goes around it.
             "--advertised-listener-url",
-            url,
+            f"tcp://{LOOPBACK}:{self.ctx.ports['kafka-proxy']}",
             "--storage-engine",
             f"s3://{BUCKET}/",
         ]
@@ -44,7 +45,16 @@ class TansuBroker(LocalServer):
     def probe(self) -> None:
         # A TCP check first: librdkafka logs every refused connection to stderr.
         accepts_connections("127.0.0.1", self.port)
-        admin = AdminClient({"bootstrap.servers": self.address, "socket.timeout.ms": 2000})
+        from harness.kafka import HARNESS_CLIENT  # here: harness.kafka imports this package
+
+        # Straight to the broker's own port: its readiness must not depend on the proxy.
+        admin = AdminClient(
+            {
+                "bootstrap.servers": self.address,
+                "client.id": HARNESS_CLIENT,
+                "socket.timeout.ms": 2000,
+            }
+        )
         metadata = admin.list_topics(timeout=2)
         if not metadata.brokers:
             raise NotReady("metadata lists no broker")

@@ -8,6 +8,7 @@ from typing import Any
 
 from harness.errors import BadInput
 from harness.pipeline.variants.base import Key, Variant, WriteContext
+from harness.pipeline.variants.check_then_insert import CheckThenInsert
 from harness.pipeline.variants.dedup_log import DedupLog
 from harness.pipeline.variants.idempotent import Idempotent
 from harness.pipeline.variants.naive import Naive
@@ -15,7 +16,8 @@ from harness.pipeline.variants.transactional import Transactional
 from harness.pipeline.variants.unique_index import UniqueIndex
 
 BUILT_IN: dict[str, type[Variant]] = {
-    cls.name: cls for cls in (Naive, Idempotent, Transactional, UniqueIndex, DedupLog)
+    cls.name: cls
+    for cls in (Naive, Idempotent, Transactional, UniqueIndex, DedupLog, CheckThenInsert)
 }
 
 __all__ = ["BUILT_IN", "Key", "Variant", "WriteContext", "make_variant"]

@@ -117,6 +117,12 @@ def landing_doc(record: Record, batch: Batch) -> dict[str, Any]:
     return doc
 
 
+def seed_000_key(doc: dict[str, Any]) -> dict[str, Any]:
+    """Seed 000's idempotent filter: the source transaction id and the row's primary key
+    ("a combination of the source table's primary key and the transaction ID")."""
+    return {"payload.source.txId": doc["payload"]["source"]["txId"], "order_id": doc["order_id"]}
+
+
 def _projection_doc(record: Record) -> dict[str, Any]:
     event = record.event
     payload = event.document["payload"]

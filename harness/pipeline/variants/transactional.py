@@ -2,14 +2,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pymongo import ReplaceOne
+from pymongo import ASCENDING, ReplaceOne
 from pymongo.client_session import ClientSession
 from pymongo.database import Database
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
 from harness.pipeline.batch import Batch
-from harness.pipeline.variants.base import Variant, WriteContext, landing_doc, project
+from harness.pipeline.variants.base import (
+    Variant,
+    WriteContext,
+    landing_doc,
+    project,
+    seed_000_key,
+)
 
 OFFSETS = "consumer_offsets"
 
@@ -23,7 +29,10 @@ class Transactional(Variant):
     but before the RocketMQ acknowledgement, on restart, the messages are redelivered. However,
     our consumer logic first checks the stored offset in MongoDB. If the incoming message's
     offset is less than or equal to the stored offset, it's a duplicate and can be safely
-    ignored." Offsets live in ``consumer_offsets`` with ``_id = group@topic@partition``; the
+    ignored." The write itself is still the seed's idempotent upsert on ``payload.source.txId``
+    + ``order_id`` under a unique index ("Idempotency is still key. We use it as a safety net"),
+    which also absorbs an upstream resend of a change - a new record, at a new offset.
+    Offsets live in ``consumer_offsets`` with ``_id = group@topic@partition``; the
     listener seeks to them on assignment, the Spark runtime skips by them; Kafka (or Spark's
     checkpoint) is told only after MongoDB committed. Transient errors and an unknown commit
     result are retried the way the driver documents, through ``with_transaction``.
@@ -36,6 +45,9 @@ class Transactional(Variant):
         # Collections must exist before a transaction writes to them.
         if OFFSETS not in db.list_collection_names():
             db.create_collection(OFFSETS)
+        db.events.create_index(
+            [("payload.source.txId", ASCENDING), ("order_id", ASCENDING)], unique=True
+        )
 
     def write(self, batch: Batch, ctx: WriteContext) -> None:
         db = ctx.db
@@ -53,8 +65,7 @@ class Transactional(Variant):
             ]
             docs = [landing_doc(r, batch) for r in fresh]
             for chunk in ctx.chunks(docs):
-                ops = [ReplaceOne({"_id": d["event_id"]}, {**d, "_id": d["event_id"]}, upsert=True)
-                       for d in chunk]  # fmt: skip
+                ops = [ReplaceOne(seed_000_key(d), d, upsert=True) for d in chunk]
                 db.events.bulk_write(ops, ordered=False, session=session)
             project(db.orders, fresh, session=session)
             for partition, last in batch.last_offsets.items():

@@ -1,0 +1,126 @@
+"""The proxy: its listeners, the connections they accepted, and the rules applied to them."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import logging
+from typing import Any
+
+from harness.environment.ports import LOOPBACK
+from harness.environment.proxy.connection import Connection
+from harness.environment.proxy.listener import ListenerSpec, ListenerStats
+from harness.environment.proxy.rules import Rule, RuleTable, parse_rule
+
+log = logging.getLogger("chaoslab.proxy")
+
+
+class ProxyServer:
+    def __init__(self, specs: list[ListenerSpec]) -> None:
+        names = [s.name for s in specs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"listener names must differ: {names}")
+        self.specs = {s.name: s for s in specs}
+        self.rules = RuleTable()
+        self.stats = {name: ListenerStats() for name in self.specs}
+        self.connections: dict[str, set[Connection]] = {name: set() for name in self.specs}
+        self._servers: list[asyncio.Server] = []
+        self._numbers = itertools.count(1)
+        self._handlers: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        for spec in self.specs.values():
+            server = await asyncio.start_server(
+                functools.partial(self._accept, spec), LOOPBACK, spec.port
+            )
+            self._servers.append(server)
+            log.info(
+                "listener %s (%s) on %s:%d -> %s",
+                spec.name,
+                spec.mode,
+                LOOPBACK,
+                spec.port,
+                spec.upstream,
+            )
+
+    async def close(self, timeout: float = 2.0) -> None:
+        """Stop accepting, reset every connection, and wait (briefly) for their handlers."""
+        for server in self._servers:
+            server.close()
+        for connections in self.connections.values():
+            for connection in list(connections):
+                connection.reset()
+        if self._handlers:
+            await asyncio.wait(self._handlers, timeout=timeout)
+
+    async def _accept(
+        self, spec: ListenerSpec, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        stats = self.stats[spec.name]
+        connection = Connection(spec, self.rules, stats, reader, writer, next(self._numbers))
+        self.connections[spec.name].add(connection)
+        stats.accepted += 1
+        stats.open += 1
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.add(handler)
+        try:
+            await connection.run()
+        except asyncio.CancelledError:
+            # The proxy is shutting down. Ending normally: Python 3.11's stream server logs
+            # a cancelled client handler as an error.
+            log.debug("%s: cancelled", connection.label)
+        except Exception:
+            # One connection's failure must never take the proxy (and every link) down.
+            log.exception("%s: failed", connection.label)
+        finally:
+            stats.open -= 1
+            self.connections[spec.name].discard(connection)
+            self._handlers.discard(handler)
+
+    # -- rules ----------------------------------------------------------------------------------
+
+    def add_rule(self, raw: object) -> Rule:
+        """Validate and apply a rule (``RuleError`` if it is wrong); returns it with its id."""
+        modes = {name: spec.mode for name, spec in self.specs.items()}
+        rule = parse_rule(raw, self.rules.next_id(), modes)
+        self.rules.add(rule)
+        log.info("rule %s added: %s", rule.id, rule.to_json())
+        if rule.action == "reset":
+            for connection in list(self.connections[rule.listener]):
+                if rule.matches(connection.spec.name, connection.client):
+                    self.rules.count([rule])
+                    log.info("%s: reset by rule %s", connection.label, rule.id)
+                    connection.reset()
+        return rule
+
+    def remove_rule(self, rule_id: str) -> bool:
+        found = self.rules.remove(rule_id)
+        if found:
+            log.info("rule %s removed (acted %d times)", rule_id, self.rules.affected[rule_id])
+        return found
+
+    def clear_rules(self) -> int:
+        count = self.rules.clear()
+        log.info("all rules removed (%d)", count)
+        return count
+
+    def rule_json(self, rule: Rule) -> dict[str, Any]:
+        return {**rule.to_json(), "affected": self.rules.affected[rule.id]}
+
+    def stats_json(self) -> dict[str, Any]:
+        return {
+            "listeners": {
+                name: {
+                    "mode": spec.mode,
+                    "port": spec.port,
+                    "upstream": spec.upstream,
+                    **self.stats[name].to_json(),
+                }
+                for name, spec in self.specs.items()
+            },
+            "rules": [self.rule_json(rule) for rule in self.rules],
+            # Removed rules too: a fault runner reads how often a rule acted after removing it.
+            "affected": dict(self.rules.affected),
+        }

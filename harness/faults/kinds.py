@@ -1,0 +1,431 @@
+"""The fault kinds a scenario can schedule, one small record each, parsed from YAML.
+
+Timed faults start ``at`` seconds after the run starts, or once ``at_event`` records have been
+acknowledged, and last ``duration`` seconds. Consumer crashes and pauses are armed in the
+runtime at a named crash point; producer bursts are windows of the workload's event stream.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import MISSING, dataclass, fields
+from enum import Enum, StrEnum
+from typing import Any, ClassVar, Union
+
+from harness.environment.base import Link
+from harness.pipeline.crash import CrashPlan, CrashPoint
+
+# Kafka's error codes and API keys the commit-failure fault speaks (seed 002's log lines).
+KAFKA_ERRORS = {
+    "REQUEST_TIMED_OUT": 7,
+    "COORDINATOR_LOAD_IN_PROGRESS": 14,
+    "COORDINATOR_NOT_AVAILABLE": 15,
+    "NOT_COORDINATOR": 16,
+}
+KAFKA_APIS = {"OffsetCommit": 8, "FindCoordinator": 10, "JoinGroup": 11, "Heartbeat": 12}
+
+
+class FieldError(ValueError):
+    """A fault's field is wrong: ``field`` names it relative to the fault."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}" if field else problem)
+        self.field = field
+        self.problem = problem
+
+
+class Timed:
+    """Mixin: when a timed fault starts."""
+
+    at: float | None
+    at_event: int | None
+    jitter: float
+
+    def check_trigger(self) -> None:
+        if (self.at is None) == (self.at_event is None):
+            raise FieldError("at", "give exactly one of 'at' (seconds) or 'at_event' (records)")
+        if self.at is not None and self.at < 0:
+            raise FieldError("at", f"must be >= 0, got {self.at}")
+        if self.at_event is not None and self.at_event < 0:
+            raise FieldError("at_event", f"must be >= 0, got {self.at_event}")
+        _positive("jitter", self.jitter, allow_zero=True)
+
+
+def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise FieldError(name, f"must be {bound}, got {value}")
+
+
+@dataclass(frozen=True)
+class BrokerBounce(Timed):
+    """Stop the broker (SIGTERM, or SIGKILL when ``hard``) and start it again at once."""
+
+    kind: ClassVar[str] = "broker-bounce"
+    name: str
+    at: float | None = None
+    at_event: int | None = None
+    jitter: float = 0.0  # seconds added to the start, drawn from the seed
+    hard: bool = False
+    broker: int = 0
+
+    def validate(self) -> None:
+        self.check_trigger()
+
+
+@dataclass(frozen=True)
+class CommitFailureAround:
+    """Commit failures around each rotation of a rolling restart: the coordinator moving."""
+
+    before: float = 1.0  # seconds before the bounce the failures begin
+    after: float = 3.0  # and after it they end
+    error: str = "NOT_COORDINATOR"
+    apis: tuple[str, ...] = ("OffsetCommit",)
+
+
+@dataclass(frozen=True)
+class BrokerRollingRestart(Timed):
+    """``rotations`` bounces, ``interval`` seconds apart - on a several-broker backend each
+    broker in turn, on the local backend its one broker again (seed 002's MSK upgrade)."""
+
+    kind: ClassVar[str] = "broker-rolling-restart"
+    name: str
+    at: float | None = None
+    at_event: int | None = None
+    jitter: float = 0.0  # seconds added to the start, drawn from the seed
+    rotations: int = 3
+    interval: float = 5.0
+    hard: bool = False
+    commit_failure: CommitFailureAround | None = None
+
+    def validate(self) -> None:
+        self.check_trigger()
+        if self.rotations < 1:
+            raise FieldError("rotations", f"must be >= 1, got {self.rotations}")
+        _positive("interval", self.interval)
+        if self.commit_failure is not None:
+            _positive("commit_failure.before", self.commit_failure.before, allow_zero=True)
+            _positive("commit_failure.after", self.commit_failure.after)
+            _kafka_error("commit_failure.error", self.commit_failure.error)
+            _kafka_apis("commit_failure.apis", self.commit_failure.apis)
+            window = self.commit_failure.before + self.commit_failure.after
+            if self.rotations > 1 and self.interval <= window:
+                raise FieldError(
+                    "interval",
+                    f"must exceed commit_failure.before + after ({window}) so windows do not merge",
+                )
+
+
+@dataclass(frozen=True)
+class BrokerKill(Timed):
+    """kill -9 the broker and leave it down for ``duration`` seconds."""
+
+    kind: ClassVar[str] = "broker-kill"
+    name: str
+    duration: float
+    at: float | None = None
+    at_event: int | None = None
+    jitter: float = 0.0  # seconds added to the start, drawn from the seed
+    broker: int = 0
+
+    def validate(self) -> None:
+        self.check_trigger()
+        _positive("duration", self.duration)
+
+
+@dataclass(frozen=True)
+class BrokerPause(Timed):
+    """SIGSTOP the broker for ``duration`` seconds: connections open, nothing answers."""
+
+    kind: ClassVar[str] = "broker-pause"
+    name: str
+    duration: float
+    at: float | None = None
+    at_event: int | None = None
+    jitter: float = 0.0  # seconds added to the start, drawn from the seed
+    broker: int = 0
+
+    def validate(self) -> None:
+        self.check_trigger()
+        _positive("duration", self.duration)
+
+
+@dataclass(frozen=True)
+class ConsumerCrash:
+    """SIGKILL a consumer at a named crash point: once, every Nth batch, or with a seeded
+    probability. The runtime is restarted after ``restart_after`` seconds."""
+
+    kind: ClassVar[str] = "consumer-crash"
+    name: str
+    point: CrashPoint
+    at_batch: int = 1
+    every: int | None = None
+    probability: float | None = None
+    times: int = 1
+    after_docs: int = 1
+    restart_after: float | None = None  # default: the pipeline's restart_delay_s
+
+    def plan(self, seed: int) -> CrashPlan:
+        return CrashPlan(
+            self.point,
+            at_batch=self.at_batch,
+            every=self.every,
+            probability=self.probability,
+            seed=seed,
+            times=self.times,
+            after_docs=self.after_docs,
+        )
+
+    def validate(self) -> None:
+        for field, problem in self.plan(0).problems():
+            raise FieldError(field, problem)
+        if self.restart_after is not None:
+            _positive("restart_after", self.restart_after, allow_zero=True)
+
+
+@dataclass(frozen=True)
+class ConsumerPause:
+    """SIGSTOP a consumer at a named point for ``duration`` seconds - a stalled (zombie) consumer
+    whose partitions move on while it is frozen, then it wakes and finishes its batch."""
+
+    kind: ClassVar[str] = "consumer-pause"
+    name: str
+    point: CrashPoint
+    duration: float
+    at_batch: int = 1
+    after_docs: int = 1
+    times: int = 1
+
+    def plan(self, seed: int) -> CrashPlan:
+        return CrashPlan(
+            self.point,
+            at_batch=self.at_batch,
+            seed=seed,
+            times=self.times,
+            after_docs=self.after_docs,
+            pause_s=self.duration,
+        )
+
+    def validate(self) -> None:
+        _positive("duration", self.duration)
+        for field, problem in self.plan(0).problems():
+            raise FieldError(field, problem)
+
+
+@dataclass(frozen=True)
+class ConsumerKill(Timed):
+    """SIGKILL the consumers (all, or the one at index ``consumer``) at a time."""
+
+    kind: ClassVar[str] = "consumer-kill"
+    name: str
+    at: float | None = None
+    at_event: int | None = None
+    jitter: float = 0.0  # seconds added to the start, drawn from the seed
+    consumer: int | None = None
+
+    def validate(self) -> None:
+        self.check_trigger()
+        if self.consumer is not None and self.consumer < 0:
+            raise FieldError("consumer", f"must be >= 0, got {self.consumer}")
+
+
+@dataclass(frozen=True)
+class CommitFailure(Timed):
+    """Commits fail for ``duration`` seconds after the sink was written. Listener: the proxy
+    answers the consumers' ``apis`` requests with ``error`` (the real error, seen by the real
+    client). Spark: the batch fails between foreachBatch's write and the checkpoint commit."""
+
+    kind: ClassVar[str] = "commit-failure"
+    name: str
+    duration: float
+    at: float | None = None
+    at_event: int | None = None
+    jitter: float = 0.0  # seconds added to the start, drawn from the seed
+    error: str = "NOT_COORDINATOR"
+    apis: tuple[str, ...] = ("OffsetCommit",)
+
+    def validate(self) -> None:
+        self.check_trigger()
+        _positive("duration", self.duration)
+        _kafka_error("error", self.error)
+        _kafka_apis("apis", self.apis)
+
+
+class NetworkAction(StrEnum):
+    CUT = "cut"  # nothing gets through either way; connections stay open
+    RESET = "reset"  # connections are closed, new ones too
+    DELAY = "delay"  # delay_ms added each way
+
+
+@dataclass(frozen=True)
+class NetworkFault(Timed):
+    """Cut, reset or delay one link for ``duration`` seconds, through the environment's proxy."""
+
+    kind: ClassVar[str] = "network"
+    name: str
+    link: Link
+    action: NetworkAction
+    duration: float
+    at: float | None = None
+    at_event: int | None = None
+    jitter: float = 0.0  # seconds added to the start, drawn from the seed
+    delay_ms: int = 0
+
+    def validate(self) -> None:
+        self.check_trigger()
+        _positive("duration", self.duration)
+        if self.action is NetworkAction.DELAY:
+            _positive("delay_ms", self.delay_ms)
+
+
+@dataclass(frozen=True)
+class MongoFailCommand(Timed):
+    """A ``failCommand`` failpoint for the consumers' MongoDB commands, for ``duration`` seconds
+    (or for its first ``times`` matching commands, whichever ends first)."""
+
+    kind: ClassVar[str] = "mongo-failcommand"
+    name: str
+    commands: tuple[str, ...]
+    error_code: int
+    duration: float
+    at: float | None = None
+    at_event: int | None = None
+    jitter: float = 0.0  # seconds added to the start, drawn from the seed
+    labels: tuple[str, ...] = ()
+    times: int | None = None
+
+    def validate(self) -> None:
+        self.check_trigger()
+        _positive("duration", self.duration)
+        if not self.commands:
+            raise FieldError("commands", "name at least one command, e.g. [commitTransaction]")
+        if self.times is not None and self.times < 1:
+            raise FieldError("times", f"must be >= 1, got {self.times}")
+
+
+@dataclass(frozen=True)
+class ProducerBurst:
+    """Records ``start_event <= seq < start_event + events`` of the workload get ``fraction``
+    more resends (an upstream retry storm) or poison records (a bad deploy)."""
+
+    name: str
+    start_event: int
+    events: int
+    fraction: float
+
+    def validate(self) -> None:
+        _positive("start_event", self.start_event, allow_zero=True)
+        _positive("events", self.events)
+        if not 0 < self.fraction < 1:
+            raise FieldError("fraction", f"must be in (0, 1), got {self.fraction}")
+
+
+@dataclass(frozen=True)
+class ProducerResend(ProducerBurst):
+    kind: ClassVar[str] = "producer-resend"
+
+
+@dataclass(frozen=True)
+class PoisonBurst(ProducerBurst):
+    kind: ClassVar[str] = "poison"
+
+
+Fault = (
+    BrokerBounce
+    | BrokerRollingRestart
+    | BrokerKill
+    | BrokerPause
+    | ConsumerCrash
+    | ConsumerPause
+    | ConsumerKill
+    | CommitFailure
+    | NetworkFault
+    | MongoFailCommand
+    | ProducerResend
+    | PoisonBurst
+)
+KINDS: dict[str, type] = {cls.kind: cls for cls in typing.get_args(Fault)}
+
+
+def _kafka_error(field: str, error: str) -> None:
+    if error not in KAFKA_ERRORS:
+        raise FieldError(field, f"unknown Kafka error {error!r} ({', '.join(KAFKA_ERRORS)})")
+
+
+def _kafka_apis(field: str, apis: tuple[str, ...]) -> None:
+    for api in apis:
+        if api not in KAFKA_APIS:
+            raise FieldError(field, f"unknown Kafka API {api!r} ({', '.join(KAFKA_APIS)})")
+    if not apis:
+        raise FieldError(field, "name at least one API")
+
+
+# -- parsing --------------------------------------------------------------------------------
+
+
+def parse_fault(raw: Any, name: str) -> Fault:
+    """A fault from its YAML mapping; ``FieldError`` names what is wrong."""
+    if not isinstance(raw, dict):
+        raise FieldError("", f"a fault must be a mapping, got {type(raw).__name__}")
+    spec = dict(raw)
+    kind = spec.pop("kind", None)
+    if kind not in KINDS:
+        raise FieldError("kind", f"unknown fault kind {kind!r} (known: {', '.join(KINDS)})")
+    fault = _build(KINDS[kind], {"name": spec.pop("name", name), **spec}, "")
+    fault.validate()
+    return fault
+
+
+def _build(cls: type, raw: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in fields(cls)}
+    for key in raw:
+        if key not in known:
+            raise FieldError(f"{prefix}{key}", f"unknown field (known: {', '.join(sorted(known))})")
+    values = {}
+    for name, f in known.items():
+        if name in raw:
+            values[name] = _coerce(hints[name], raw[name], f"{prefix}{name}")
+        elif f.default is MISSING and f.default_factory is MISSING:  # type: ignore[misc]
+            raise FieldError(f"{prefix}{name}", "is required")
+    return cls(**values)
+
+
+def _coerce(hint: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        return None if value is None else _coerce(options[0], value, where)
+    if origin is tuple:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list):
+            raise FieldError(where, f"must be a list, got {value!r}")
+        item = typing.get_args(hint)[0]
+        return tuple(_coerce(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        try:
+            return hint(value)
+        except ValueError:
+            choices = ", ".join(m.value for m in hint)
+            raise FieldError(where, f"unknown {value!r} (choose from {choices})") from None
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise FieldError(where, f"must be true or false, got {value!r}")
+        return value
+    if hint in (int, float):
+        ok = isinstance(value, int) if hint is int else isinstance(value, (int, float))
+        if isinstance(value, bool) or not ok:
+            raise FieldError(where, f"must be {'an integer' if hint is int else 'a number'}, "
+                                    f"got {value!r}")  # fmt: skip
+        return hint(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise FieldError(where, f"must be a string, got {value!r}")
+        return value
+    if isinstance(hint, type) and hasattr(hint, "__dataclass_fields__"):
+        if not isinstance(value, dict):
+            raise FieldError(where, f"must be a mapping, got {value!r}")
+        return _build(hint, value, f"{where}.")
+    raise TypeError(f"no coercion for {hint!r}")  # a programming error, not bad input

@@ -1,0 +1,248 @@
+"""The nemesis: plays a fault schedule against the environment and the consumers of a run.
+
+It is driven by the run's wait loop (``tick`` every ~100 ms with the seconds since the run
+started and the records acknowledged so far) rather than by a thread of its own, so a fault and
+the supervision of the consumers never race. Every window is recorded in each variant's history
+as FAULT_START / FAULT_END (source ``nemesis``); ``restore`` undoes whatever is still in force.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pymongo import MongoClient
+
+from harness.checker import FaultWindow
+from harness.environment import Component, Environment, Link
+from harness.faults.kinds import (
+    KAFKA_APIS,
+    KAFKA_ERRORS,
+    BrokerRollingRestart,
+    CommitFailure,
+    ConsumerKill,
+    MongoFailCommand,
+    NetworkFault,
+)
+from harness.faults.schedule import Action, FaultPlan, Step
+from harness.history import EventKind, HistoryWriter
+from harness.pipeline.runtime import CONSUMER_APP, commit_failure_flag
+from harness.pipeline.supervisor import RuntimeSupervisor
+
+
+@dataclass
+class Target:
+    """One variant's consumers, as the nemesis sees them."""
+
+    history: HistoryWriter  # source "nemesis", in the variant's history directory
+    supervisor: RuntimeSupervisor
+    run_dir: Path
+
+
+@dataclass
+class _Progress:
+    plan: FaultPlan
+    next_step: int = 0
+    last_fired: float | None = None  # monotonic time of the previous step
+    reached_at: float | None = None  # when an at_event step's record count was reached
+
+
+@dataclass(frozen=True)
+class WindowRecord:
+    name: str
+    kind: str
+    start: float  # unix seconds
+    end: float
+
+    def to_dict(self) -> dict[str, object]:
+        return {"name": self.name, "kind": self.kind, "start": self.start, "end": self.end}
+
+
+@dataclass
+class Nemesis:
+    env: Environment
+    schedule: Sequence[FaultPlan]
+    runtime: str  # listener | spark: how a commit failure is made
+    targets: Sequence[Target]
+    _progress: list[_Progress] = field(init=False)
+    _rules: dict[str, str] = field(default_factory=dict, init=False)  # fault name -> rule id
+    _broker_down: bool = field(default=False, init=False)
+    _broker_paused: bool = field(default=False, init=False)
+    _failpoint: bool = field(default=False, init=False)
+    _opened: dict[str, float] = field(default_factory=dict, init=False)
+    windows: list[WindowRecord] = field(default_factory=list, init=False)
+    _clock_started: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        self._progress = [_Progress(p) for p in self.schedule if p.steps]
+
+    @property
+    def done(self) -> bool:
+        return all(p.next_step >= len(p.plan.steps) for p in self._progress)
+
+    def tick(self, elapsed: float, acked: int) -> None:
+        """Take every step that is due: ``elapsed`` seconds since the run started, ``acked``
+        records acknowledged."""
+        if not self._clock_started:
+            self._clock_started = True
+            for target in self.targets:
+                target.history.record(EventKind.SCHEDULE_START, detail=f"{elapsed:.3f}")
+        for progress in self._progress:
+            steps = progress.plan.steps
+            while progress.next_step < len(steps):
+                step = steps[progress.next_step]
+                if not self._due(progress, step, elapsed, acked):
+                    break
+                self._take(progress.plan, step.action, step.rotation)
+                progress.last_fired = time.monotonic()
+                progress.next_step += 1
+
+    @staticmethod
+    def _due(progress: _Progress, step: Step, elapsed: float, acked: int) -> bool:
+        now = time.monotonic()
+        if step.at is not None:
+            return elapsed >= step.at
+        if step.at_event is not None:
+            if acked < step.at_event:
+                return False
+            # A start at a record count may carry a jitter: wait it out from the moment the
+            # count was reached.
+            if progress.reached_at is None:
+                progress.reached_at = now
+            return now - progress.reached_at >= step.after
+        return progress.last_fired is not None and now - progress.last_fired >= step.after
+
+    def fault_windows(self) -> list[FaultWindow]:
+        """The windows for the checker (an unclosed window ends now)."""
+        closed = [FaultWindow(w.name, w.start, w.end) for w in self.windows]
+        now = time.time()
+        return closed + [FaultWindow(name, start, now) for name, start in self._opened.items()]
+
+    # -- actions --------------------------------------------------------------------------------
+
+    def _take(self, plan: FaultPlan, action: Action, rotation: int) -> None:
+        fault = plan.fault
+        match action:
+            case Action.START:
+                self._opened[fault.name] = time.time()
+                self._record(EventKind.FAULT_START, fault.name)
+            case Action.END:
+                start = self._opened.pop(fault.name, time.time())
+                self.windows.append(WindowRecord(fault.name, fault.kind, start, time.time()))
+                self._record(EventKind.FAULT_END, fault.name)
+            case Action.BOUNCE_BROKER:
+                hard = getattr(fault, "hard", False)
+                broker = getattr(fault, "broker", rotation % self.env.broker_count)
+                if isinstance(fault, BrokerRollingRestart):
+                    broker = rotation % self.env.broker_count
+                self.env.restart(Component.KAFKA, hard=hard, broker=broker)
+            case Action.KILL_BROKER:
+                self.env.kill(Component.KAFKA, broker=fault.broker)  # type: ignore[union-attr]
+                self._broker_down = True
+            case Action.REVIVE_BROKER:
+                self.env.revive(Component.KAFKA, broker=fault.broker)  # type: ignore[union-attr]
+                self._broker_down = False
+            case Action.PAUSE_BROKER:
+                self.env.pause(Component.KAFKA, broker=fault.broker)  # type: ignore[union-attr]
+                self._broker_paused = True
+            case Action.RESUME_BROKER:
+                self.env.resume(Component.KAFKA, broker=fault.broker)  # type: ignore[union-attr]
+                self._broker_paused = False
+            case Action.KILL_CONSUMERS:
+                assert isinstance(fault, ConsumerKill)
+                for target in self.targets:
+                    target.supervisor.kill(fault.consumer)
+            case Action.COMMIT_FAILURE_ON:
+                self._commit_failure_on(fault)  # type: ignore[arg-type]
+            case Action.COMMIT_FAILURE_OFF:
+                self._commit_failure_off(fault.name)
+            case Action.LINK_FAULT_ON:
+                assert isinstance(fault, NetworkFault)
+                from harness.environment.base import LinkRule
+
+                rule = LinkRule(fault.link, fault.action.value, delay_ms=fault.delay_ms)
+                self._rules[fault.name] = self.env.add_link_rule(rule)
+            case Action.LINK_FAULT_OFF:
+                self.env.remove_link_rule(self._rules.pop(fault.name))
+            case Action.FAILPOINT_ON:
+                assert isinstance(fault, MongoFailCommand)
+                self._failpoint_on(fault)
+            case Action.FAILPOINT_OFF:
+                self._failpoint_off()
+
+    def _record(self, kind: EventKind, name: str) -> None:
+        for target in self.targets:
+            target.history.record(kind, detail=name)
+
+    def _commit_failure_on(self, fault: CommitFailure | BrokerRollingRestart) -> None:
+        if isinstance(fault, BrokerRollingRestart):
+            assert fault.commit_failure is not None
+            error, apis = fault.commit_failure.error, fault.commit_failure.apis
+        else:
+            error, apis = fault.error, fault.apis
+        if self.runtime == "spark":
+            # Spark's commit is its checkpoint: the runtime fails each batch after the write.
+            for target in self.targets:
+                flag = commit_failure_flag(target.run_dir)
+                flag.parent.mkdir(parents=True, exist_ok=True)
+                flag.write_text(error)
+            return
+        from harness.environment.base import LinkRule
+
+        rule = LinkRule(
+            Link.CONSUMER_KAFKA,
+            "kafka-error",
+            api_keys=tuple(KAFKA_APIS[a] for a in apis),
+            error_code=KAFKA_ERRORS[error],
+        )
+        self._rules[fault.name] = self.env.add_link_rule(rule)
+
+    def _commit_failure_off(self, name: str) -> None:
+        if self.runtime == "spark":
+            for target in self.targets:
+                commit_failure_flag(target.run_dir).unlink(missing_ok=True)
+            return
+        rule_id = self._rules.pop(name, None)
+        if rule_id is not None:
+            self.env.remove_link_rule(rule_id)
+
+    def _failpoint_on(self, fault: MongoFailCommand) -> None:
+        data: dict[str, object] = {
+            "failCommands": list(fault.commands),
+            "errorCode": fault.error_code,
+            "appName": CONSUMER_APP,  # the consumers only, not the harness's own reads
+        }
+        if fault.labels:
+            data["errorLabels"] = list(fault.labels)
+        mode: object = {"times": fault.times} if fault.times else "alwaysOn"
+        with MongoClient(self.env.mongo_uri) as client:
+            client.admin.command("configureFailPoint", "failCommand", mode=mode, data=data)
+        self._failpoint = True
+
+    def _failpoint_off(self) -> None:
+        with MongoClient(self.env.mongo_uri) as client:
+            client.admin.command("configureFailPoint", "failCommand", mode="off")
+        self._failpoint = False
+
+    def restore(self) -> None:
+        """Undo every fault still in force (the run ended, or failed, inside a window)."""
+        for rule_id in self._rules.values():
+            self.env.remove_link_rule(rule_id)
+        self._rules.clear()
+        for target in self.targets:
+            commit_failure_flag(target.run_dir).unlink(missing_ok=True)
+        if self._failpoint:
+            self._failpoint_off()
+        if self._broker_paused:
+            self.env.resume(Component.KAFKA)
+            self._broker_paused = False
+        if self._broker_down:
+            self.env.revive(Component.KAFKA)
+            self._broker_down = False
+        kinds = {p.name: p.fault.kind for p in self.schedule}
+        for name, start in self._opened.items():
+            self.windows.append(WindowRecord(name, kinds[name], start, time.time()))
+            self._record(EventKind.FAULT_END, name)
+        self._opened.clear()

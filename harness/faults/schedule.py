@@ -1,0 +1,157 @@
+"""The fault schedule: a pure function of the scenario's faults and its seed.
+
+Each fault becomes a ``FaultPlan``: the steps the nemesis takes, in order. The first step fires
+``at`` seconds after the run starts (plus a seeded ``jitter``) or once ``at_event`` records were
+acknowledged; each later step fires ``after`` seconds after the one before it. Producer bursts
+are windows of the event stream, so their steps are marked by record counts. The same faults
+and seed always give the same plans (``describe`` prints them for comparison).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from enum import StrEnum
+
+from harness.faults.kinds import (
+    BrokerBounce,
+    BrokerKill,
+    BrokerPause,
+    BrokerRollingRestart,
+    CommitFailure,
+    ConsumerCrash,
+    ConsumerKill,
+    ConsumerPause,
+    Fault,
+    MongoFailCommand,
+    NetworkFault,
+    ProducerBurst,
+)
+
+
+class Action(StrEnum):
+    START = "start"  # the fault's window opens (recorded in the history)
+    END = "end"  # and closes
+    BOUNCE_BROKER = "bounce-broker"
+    KILL_BROKER = "kill-broker"
+    REVIVE_BROKER = "revive-broker"
+    PAUSE_BROKER = "pause-broker"
+    RESUME_BROKER = "resume-broker"
+    KILL_CONSUMERS = "kill-consumers"
+    COMMIT_FAILURE_ON = "commit-failure-on"
+    COMMIT_FAILURE_OFF = "commit-failure-off"
+    LINK_FAULT_ON = "link-fault-on"
+    LINK_FAULT_OFF = "link-fault-off"
+    FAILPOINT_ON = "failpoint-on"
+    FAILPOINT_OFF = "failpoint-off"
+
+
+@dataclass(frozen=True)
+class Step:
+    action: Action
+    at: float | None = None  # seconds after the run started (first step only)
+    at_event: int | None = None  # acknowledged records (first step, or a producer burst's end)
+    after: float = 0.0  # seconds after the previous step of the same fault
+    rotation: int = 0  # which rotation of a rolling restart
+
+    def describe(self) -> str:
+        when = (
+            f"at {self.at:.2f}s"
+            if self.at is not None
+            else f"at event {self.at_event}"
+            if self.at_event is not None
+            else f"+{self.after:.2f}s"
+        )
+        suffix = f" (rotation {self.rotation + 1})" if self.rotation else ""
+        return f"{when} {self.action.value}{suffix}"
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    fault: Fault
+    steps: tuple[Step, ...]
+
+    @property
+    def name(self) -> str:
+        return self.fault.name
+
+    def describe(self) -> str:
+        return f"{self.fault.name} ({self.fault.kind}): " + ", ".join(
+            s.describe() for s in self.steps
+        )
+
+
+def plan(faults: tuple[Fault, ...], seed: int) -> tuple[FaultPlan, ...]:
+    return tuple(FaultPlan(f, _steps(f, seed)) for f in faults)
+
+
+def plan_has_steps(fault: Fault) -> bool:
+    """False for faults armed inside the runtime (consumer crashes and pauses)."""
+    return not isinstance(fault, ConsumerCrash | ConsumerPause)
+
+
+def describe(schedule: tuple[FaultPlan, ...]) -> str:
+    return "\n".join(p.describe() for p in schedule)
+
+
+def _start(fault: Fault, seed: int) -> Step:
+    jitter = getattr(fault, "jitter", 0.0)
+    offset = random.Random(f"{seed}:{fault.name}").uniform(0, jitter) if jitter else 0.0
+    if fault.at_event is not None:  # type: ignore[union-attr]
+        return Step(Action.START, at_event=fault.at_event, after=offset)  # type: ignore[union-attr]
+    return Step(Action.START, at=fault.at + offset)  # type: ignore[union-attr, operator]
+
+
+def _window(fault: Fault, seed: int, on: Action, off: Action, duration: float) -> tuple[Step, ...]:
+    return (_start(fault, seed), Step(on), Step(off, after=duration), Step(Action.END))
+
+
+def _steps(fault: Fault, seed: int) -> tuple[Step, ...]:
+    match fault:
+        case ConsumerCrash() | ConsumerPause():
+            return ()  # armed inside the runtime, at its crash point
+        case ProducerBurst():
+            return (
+                Step(Action.START, at_event=fault.start_event),
+                Step(Action.END, at_event=fault.start_event + fault.events),
+            )
+        case BrokerBounce():
+            return (_start(fault, seed), Step(Action.BOUNCE_BROKER), Step(Action.END))
+        case ConsumerKill():
+            return (_start(fault, seed), Step(Action.KILL_CONSUMERS), Step(Action.END))
+        case BrokerKill():
+            return _window(fault, seed, Action.KILL_BROKER, Action.REVIVE_BROKER, fault.duration)
+        case BrokerPause():
+            return _window(fault, seed, Action.PAUSE_BROKER, Action.RESUME_BROKER, fault.duration)
+        case CommitFailure():
+            return _window(
+                fault, seed, Action.COMMIT_FAILURE_ON, Action.COMMIT_FAILURE_OFF, fault.duration
+            )
+        case NetworkFault():
+            return _window(fault, seed, Action.LINK_FAULT_ON, Action.LINK_FAULT_OFF, fault.duration)
+        case MongoFailCommand():
+            return _window(fault, seed, Action.FAILPOINT_ON, Action.FAILPOINT_OFF, fault.duration)
+        case BrokerRollingRestart():
+            return _rolling_restart(fault, seed)
+    raise TypeError(f"no schedule for {fault!r}")
+
+
+def _rolling_restart(fault: BrokerRollingRestart, seed: int) -> tuple[Step, ...]:
+    """Rotation r bounces at ``r * interval``; with commit failures, they begin ``before``
+    seconds ahead of each bounce and end ``after`` seconds past it (a coordinator moving)."""
+    cf = fault.commit_failure
+    timed: list[tuple[float, Action, int]] = []
+    for r in range(fault.rotations):
+        bounce = r * fault.interval + (cf.before if cf else 0.0)
+        timed.append((bounce, Action.BOUNCE_BROKER, r))
+        if cf:
+            timed.append((bounce - cf.before, Action.COMMIT_FAILURE_ON, r))
+            timed.append((bounce + cf.after, Action.COMMIT_FAILURE_OFF, r))
+    timed.sort(key=lambda t: (t[0], t[1] is not Action.COMMIT_FAILURE_OFF))
+    steps = [_start(fault, seed)]
+    previous = 0.0
+    for offset, action, rotation in timed:
+        steps.append(Step(action, after=offset - previous, rotation=rotation))
+        previous = offset
+    steps.append(Step(Action.END))
+    return tuple(steps)

@@ -1,0 +1,163 @@
+"""The few calls the notebooks make, so that they explain rather than re-implement the lab.
+
+lab = Lab.open(env_dir="", out_dir="runs/notebooks/01")   # starts (or attaches to) one
+result = lab.run("scenarios/baseline.yaml", events=600, runtimes=["listener"])
+lab.table(result)                  # a DataFrame, one row per runtime/variant
+lab.show(result, "timeline")       # the report's plot, inline
+checks = Checks("01-quickstart", lab.out_dir)
+checks.expect("transactional keeps every change once", ...)
+checks.save()                      # results.json, which `chaoslab notebooks` reads
+lab.close()
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.doctor import component_versions
+from harness.environment import Environment, attach, open_environment
+from harness.report import write_report
+from harness.runner import ScenarioResult, VariantResult, run_scenario
+from harness.scenario import Scenario, load_scenario, parse_scenario
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+PLOTS = {"timeline": "timeline.png", "anomalies": "anomalies.png", "throughput": "throughput.png"}
+
+
+@dataclass
+class Lab:
+    env: Environment
+    out_dir: Path
+    owned: bool  # started by this Lab: stopped by close() (or when the kernel exits)
+
+    @classmethod
+    def open(cls, *, out_dir: str | Path, env_dir: str | Path = "") -> Lab:
+        """Attach to the environment running in ``env_dir``, or start one in ``out_dir/env``."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        if env_dir:
+            return cls(attach(env_dir), out, owned=False)
+        env = open_environment("local", out / "env", progress=print)
+        env.start()
+        atexit.register(env.stop)  # a notebook left open must not leave servers behind
+        return cls(env, out, owned=True)
+
+    def scenario(self, source: str | Path | dict[str, Any], **overrides: Any) -> Scenario:
+        """A scenario from a file or a dict, with ``events``, ``seed``, ``variants`` and
+        ``runtimes`` overridden if given, and any other top-level field replaced."""
+        scenario = parse_scenario(source) if isinstance(source, dict) else load_scenario(source)
+        known = {
+            k: overrides.pop(k)
+            for k in ("seed", "events", "variants", "runtimes")
+            if k in overrides
+        }
+        scenario = scenario.with_overrides(**known)
+        return replace(scenario, **overrides) if overrides else scenario
+
+    def run(
+        self, scenario: Scenario | str | Path | dict[str, Any], **overrides: Any
+    ) -> ScenarioResult:
+        """Run a scenario, write its report, and return the result."""
+        if not isinstance(scenario, Scenario) or overrides:
+            scenario = self.scenario(scenario, **overrides)  # type: ignore[arg-type]
+        out = self.out_dir / f"{scenario.name}-{time.strftime('%H%M%S')}"
+        result = run_scenario(
+            self.env, scenario, out, versions=component_versions(), progress=print
+        )
+        write_report(out)
+        return result
+
+    def table(self, result: ScenarioResult) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame([_row(r) for r in result.results]).set_index(["runtime", "variant"])
+
+    def plot_path(self, result: ScenarioResult, plot: str) -> Path:
+        return _run_dir(result) / PLOTS[plot]
+
+    def show(self, result: ScenarioResult, plot: str) -> Any:
+        """The report's ``timeline``, ``anomalies`` or ``throughput`` plot, for display."""
+        from IPython.display import Image
+
+        return Image(filename=str(self.plot_path(result, plot)))
+
+    def close(self) -> None:
+        if self.owned:
+            self.env.stop()
+
+
+def _run_dir(result: ScenarioResult) -> Path:
+    return Path(result.results[0].directory).parent
+
+
+def _row(r: VariantResult) -> dict[str, Any]:
+    v = r.verdict
+    return {
+        "runtime": r.runtime,
+        "variant": r.variant,
+        "acked": v.acked,
+        "in_sink": v.in_sink,
+        "duplicates": v.duplicates,
+        "copies": ", ".join(f"{n}x: {c}" for n, c in sorted(v.copies.items())) or "-",
+        "lost": v.lost,
+        "stale": v.stale,
+        "dead_lettered": v.dead_lettered,
+        "events_per_s": round(r.events_per_s),
+        "crashes": r.crashes,
+        "expectation": "pass" if r.passed else "FAIL: " + "; ".join(r.failures),
+    }
+
+
+def verdict(result: ScenarioResult, variant: str, runtime: str = "listener") -> VariantResult:
+    """One variant's result (by label or name) from a scenario result."""
+    for r in result.results:
+        if r.runtime == runtime and (r.variant == variant or r.variant.split("[")[0] == variant):
+            return r
+    raise KeyError(f"no {runtime}/{variant} in {[(r.runtime, r.variant) for r in result.results]}")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    name: str
+    passed: bool
+    detail: str
+
+
+@dataclass
+class Checks:
+    """A notebook's own expectations; ``save`` writes them where ``chaoslab notebooks`` looks."""
+
+    notebook: str
+    out_dir: Path
+    results: list[Expectation] = field(default_factory=list)
+
+    def expect(self, name: str, passed: bool, detail: str = "") -> bool:
+        self.results.append(Expectation(name, bool(passed), detail))
+        print(f"{'pass' if passed else 'FAIL'}: {name}" + (f" ({detail})" if detail else ""))
+        return bool(passed)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.results) and all(e.passed for e in self.results)
+
+    def save(self) -> Path:
+        path = Path(self.out_dir) / "results.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            json.dumps(
+                {
+                    "notebook": self.notebook,
+                    "passed": self.passed,
+                    "expectations": [asdict(e) for e in self.results],
+                },
+                indent=2,
+            )
+        )
+        return path

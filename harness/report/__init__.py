@@ -1,0 +1,35 @@
+"""The report: a run directory (results.json, histories, ledgers) -> report.md, PNG plots and
+junit.xml; and the terminal tables.
+
+Usage::
+
+    from harness.report import write_report, render_table
+
+    report = write_report(Path("runs/baseline-20250101-120000"))
+    report.markdown  # runs/.../report.md, with anomalies.png, timeline.png, throughput.png
+    print(render_table(scenario_result))  # a ScenarioResult, a results.json dict or a Run
+"""
+
+from harness.report.load import Fault, Run, VariantRun, load_run, parse_results
+from harness.report.story import what_happened
+from harness.report.table import render_matrix_table, render_table
+from harness.report.timeline import Timeline, TimelineRow, Window, timeline
+from harness.report.write import Report, write_matrix_report, write_report
+
+__all__ = [
+    "Fault",
+    "Report",
+    "Run",
+    "Timeline",
+    "TimelineRow",
+    "VariantRun",
+    "Window",
+    "load_run",
+    "parse_results",
+    "render_matrix_table",
+    "render_table",
+    "timeline",
+    "what_happened",
+    "write_matrix_report",
+    "write_report",
+]

@@ -1,0 +1,179 @@
+"""report.md: one scenario's report, and the matrix report over several scenarios."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from .load import Run
+from .plots import ANOMALIES_PNG, THROUGHPUT_PNG, TIMELINE_PNG
+from .table import copies_text, dead_lettered_text, matrix, matrix_cell
+
+VARIANT_COLUMNS = (
+    "runtime", "variant", "acked", "in_sink", "duplicates", "copies", "lost", "stale",
+    "dead-lettered", "events/s", "crashes/restarts", "expectation",
+)  # fmt: skip
+NUMBER_COLUMNS = (
+    "acked", "in_sink", "duplicates", "lost", "stale", "dead-lettered", "events/s",
+    "crashes/restarts",
+)  # fmt: skip
+PLOT_TITLES = {
+    ANOMALIES_PNG: "Duplicates, lost and stale per variant",
+    TIMELINE_PNG: "Timeline: anomalies, fault windows and consumer crashes",
+    THROUGHPUT_PNG: "Records written per second per variant",
+}
+
+
+def cell(text: object) -> str:
+    """A table cell: a ``|`` or a newline would end the cell or the row."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def table(
+    header: Sequence[str], rows: Sequence[Sequence[object]], numbers: Sequence[str] = ()
+) -> list[str]:
+    """A markdown table; the columns named in ``numbers`` are right-aligned."""
+    align = ["---:" if h in numbers else "---" for h in header]
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _when(unix: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(unix)) if unix else "unknown"
+
+
+def _workload(run: Run) -> str:
+    w = run.workload
+    shown = [
+        f"{w[k]} {label}"
+        for k, label in (("events", "events"), ("keys", "keys"), ("partitions", "partitions"))
+        if k in w
+    ]
+    for k in ("key_skew", "poison_fraction", "resend_fraction", "delete_fraction", "rate"):
+        if w.get(k):
+            shown.append(f"{k} {w[k]}")
+    return ", ".join(shown) or "not recorded"
+
+
+def scenario_markdown(run: Run, plots: Sequence[str], story: Sequence[str]) -> str:
+    """The scenario's report; ``plots`` are image paths relative to the report."""
+    verdict = "pass" if run.passed else "FAIL"
+    if run.error:
+        verdict = "NO RESULTS"
+    lines = [f"# {run.name}: {verdict}", ""]
+    if run.description:
+        lines += [*(f"> {line}" if line else ">" for line in run.description.splitlines()), ""]
+    facts = [
+        ("Seed", run.seed if run.seed is not None else "not recorded"),
+        ("Backend", run.backend or "not recorded"),
+        ("Started", _when(run.started_at)),
+        ("Duration", f"{run.seconds:.1f} s"),
+        ("Workload", _workload(run)),
+        ("Scenario file", f"`{run.file}`" if run.file else "not recorded"),
+        (
+            "Versions",
+            ", ".join(f"{k} {v}" for k, v in run.versions.items()) or "not recorded",
+        ),
+    ]
+    lines += [f"- **{name}**: {value}" for name, value in facts]
+    if run.error:
+        lines += ["", f"**No results**: {run.error}", ""]
+        return "\n".join(lines)
+
+    failed = len(run.failed)
+    lines += ["", "## Results", ""]
+    lines.append(
+        f"{len(run.variants) - failed} of {len(run.variants)} variants met their expectations."
+        if run.variants
+        else "No variant results were recorded."
+    )
+    lines.append("")
+    rows = []
+    for v in run.variants:
+        d = v.verdict
+        expectation = "pass" if v.passed else f"**FAIL**: {v.reason}"
+        rows.append([
+            v.runtime, v.variant, d.acked, d.in_sink, d.duplicates, copies_text(d.copies),
+            d.lost, d.stale, dead_lettered_text(v), f"{v.events_per_s:.0f}",
+            f"{v.crashes}/{v.restarts}", expectation,
+        ])  # fmt: skip
+    if rows:
+        lines += table(VARIANT_COLUMNS, rows, numbers=NUMBER_COLUMNS)
+        lines += [
+            "",
+            "*duplicates*: extra copies in the sink; *copies*: business changes by how many "
+            "copies they have; *lost*: acked changes absent from the sink; *stale*: orders "
+            "whose current state is behind their last acked version; *events/s*: records "
+            "consumed per second, first batch to last commit.",
+        ]
+        expectations = [v for v in run.variants if v.expectations]
+        if expectations:
+            lines += ["", "Expectations checked:", ""]
+            lines += [f"- {v.label}: {', '.join(v.expectations)}" for v in expectations]
+
+    lines += ["", "## What happened", "", "Times are seconds since the run started.", ""]
+    lines += [f"- {sentence}" for sentence in story]
+    if plots:
+        lines += ["", "## Plots", ""]
+        for path in plots:
+            title = PLOT_TITLES.get(path.rsplit("/", 1)[-1], path)
+            lines += [f"### {title}", "", f"![{title}]({path})", ""]
+    lines += [
+        "## Files",
+        "",
+        "- `results.json`: every count above, and the anomalies with their times",
+        "- `junit.xml`: one test case per runtime/variant",
+    ]
+    for v in run.variants:
+        if v.directory is not None and run.directory is not None:
+            try:
+                where = v.directory.relative_to(run.directory)
+            except ValueError:
+                where = v.directory
+            lines.append(f"- `{where}/`: {v.label}'s history, logs and runtime configuration")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def matrix_markdown(runs: Sequence[Run], links: Sequence[str | None]) -> str:
+    """The scenario x variant table, each scenario linked to its own report."""
+    variants, rows = matrix(runs)
+    link_of = {id(run): link for run, link in zip(runs, links, strict=True)}
+    failed = sum(len(run.failed) for run in runs)
+    total = sum(len(run.variants) for run in runs)
+    missing = [run for run in runs if run.error]
+    verdict = "pass" if not failed and not missing else "FAIL"
+    lines = [f"# Scenario matrix: {verdict}", ""]
+    lines.append(
+        f"{len(runs)} scenarios, {total} runtime/variant runs, {failed} failed their "
+        "expectations" + (f", {len(missing)} left no results" if missing else "") + "."
+    )
+    lines += ["", "Each cell: duplicates / lost / stale, and the expectation's verdict.", ""]
+    header = ["scenario", "runtime", *(variants or ["result"])]
+    body = []
+    for run, runtime, by_variant in rows:
+        link = link_of[id(run)]
+        name = f"[{run.name}]({link})" if link else run.name
+        if run.error:
+            row = [name, "-", f"no results: {run.error}"]
+        else:
+            row = [name, runtime, *(_md_cell(matrix_cell(by_variant.get(v))) for v in variants)]
+        body.append(row + [""] * (len(header) - len(row)))
+    lines += table(header, body)
+    lines += ["", "## Scenarios", ""]
+    for run, link in zip(runs, links, strict=True):
+        desc = _first_sentence(run.description)
+        name = f"[{run.name}]({link})" if link else run.name
+        state = "NO RESULTS" if run.error else ("pass" if run.passed else "FAIL")
+        lines.append(f"- {name}: {state}" + (f": {desc}" if desc else ""))
+    return "\n".join(lines) + "\n"
+
+
+def _first_sentence(text: str) -> str:
+    flat = " ".join(text.split())
+    end = flat.find(". ")
+    return flat if end < 0 else flat[: end + 1]
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("FAIL", "**FAIL**")

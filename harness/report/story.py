@@ -1,0 +1,217 @@
+"""The "what happened" list: sentences generated from the measurements, nothing inferred.
+
+Times are "+N s" since the run started. An anomaly is placed in the fault window it fell in;
+a duplicate outside any window is related to the last consumer death before it was written
+(the restarted consumer writing its uncommitted batch again is how crashes duplicate), with
+the delay measured, not a cause claimed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+
+from .load import Run, VariantRun
+from .timeline import Death, Mark, TimelineRow, Window, timeline
+
+# Faults of one kind applied more often than this are summarised in one sentence.
+MAX_LISTED = 6
+# Deaths of one variant listed one by one up to this many.
+MAX_DEATHS = 4
+
+_NOUNS = {
+    "duplicate": ("duplicates", "were written"),
+    "lost": ("lost changes", "were acked"),
+    "stale": ("stale orders", "were last acked"),
+}
+
+
+def at(t: float) -> str:
+    return f"+{t:.1f} s" if t >= 0 else f"{t:.1f} s"
+
+
+def during(times: Sequence[float]) -> str:
+    lo, hi = min(times), max(times)
+    return f"at {at(lo)}" if hi - lo < 0.05 else f"between {at(lo)} and {at(hi)}"
+
+
+def what_happened(run: Run) -> list[str]:
+    rows = timeline(run).rows
+    lines = fault_sentences(run, rows)
+    for v, row in zip(run.variants, rows, strict=True):
+        lines += variant_sentences(v, row)
+    return lines
+
+
+def fault_sentences(run: Run, rows: Sequence[TimelineRow]) -> list[str]:
+    """The faults applied, once each however many variants' histories hold them."""
+    where: dict[tuple[str, float], list[str]] = defaultdict(list)
+    windows: dict[tuple[str, float], Window] = {}
+    for row in rows:
+        for w in row.windows:
+            key = (w.name, round(w.start, 1))
+            windows.setdefault(key, w)
+            where[key].append(row.label)
+    timed = {w.name for w in windows.values()}
+    untimed = list(
+        dict.fromkeys(
+            f.name if f.name.startswith(f.kind) else f"{f.name} ({f.kind})"
+            for v in run.variants
+            for f in v.faults
+            if f.name not in timed
+        )
+    )
+    configured = (
+        [f"Faults configured, with no time window recorded: {'; '.join(untimed)}."]
+        if untimed
+        else []
+    )
+    if not windows:
+        return configured or ["No faults were applied."]
+
+    everywhere = {row.label for row in rows}
+    by_kind: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    for key, w in windows.items():
+        by_kind[w.kind].append(key)
+    lines = []
+    for kind, keys in by_kind.items():
+        if len(keys) > MAX_LISTED:
+            starts = [windows[k].start for k in keys]
+            lines.append(
+                f"Fault {kind} applied {len(keys)} times, {during(starts)} "
+                f"(first {windows[keys[0]].name}, last {windows[keys[-1]].name})."
+            )
+            continue
+        for key in keys:
+            w = windows[key]
+            labels = where[key]
+            on = ""
+            if len(everywhere) > 1:
+                on = (
+                    " on every variant" if set(labels) == everywhere else f" on {', '.join(labels)}"
+                )
+            lines.append(f"Fault {_describe(w)}{on}.")
+    return lines + configured
+
+
+def _describe(w: Window) -> str:
+    name = w.name if w.name.startswith(w.kind) else f"{w.name} ({w.kind})"
+    if w.open_ended:
+        return f"{name} from {at(w.start)}, never ended (until {at(w.end)}, the variant's end)"
+    if w.instant:
+        return f"{name} at {at(w.start)}"
+    return f"{name} from {at(w.start)} to {at(w.end)} ({w.end - w.start:.1f} s)"
+
+
+def variant_sentences(v: VariantRun, row: TimelineRow) -> list[str]:
+    label = row.label
+    lines = death_sentences(row)
+    for p in row.pauses:
+        until = (
+            f"to {at(p.end)} ({p.end - p.start:.1f} s)"
+            if p.end is not None
+            else "on, never resumed"
+        )
+        lines.append(f"{label}: {p.consumer} paused at {p.point} from {at(p.start)} {until}.")
+    for start, end in row.idle:
+        lines.append(
+            f"{label}: no batch in hand from {at(start)} to {at(end)} ({end - start:.1f} s)."
+        )
+    anomalies = [s for kind in _NOUNS for s in anomaly_sentences(row, kind)]
+    if anomalies:
+        lines += anomalies
+    else:
+        lines.append(f"{label}: no duplicates, lost changes or stale orders.")
+    d = v.verdict
+    if d.phantoms:
+        lines.append(
+            f"{label}: {d.phantoms} changes in the sink that no acked record explains "
+            "(phantoms: a defect of the lab, not of the variant)."
+        )
+    if d.offsets_consistent is False:
+        lines.append(f"{label}: the offsets stored in MongoDB differ from the last acked ones.")
+    if not v.passed:
+        lines.append(f"{label}: expectation failed: {v.reason}.")
+    return lines
+
+
+def death_sentences(row: TimelineRow) -> list[str]:
+    label = row.label
+    if len(row.deaths) > MAX_DEATHS:
+        hows = Counter(d.how for d in row.deaths)
+        listed = ", ".join(f"{how} x{n}" for how, n in hows.most_common())
+        return [
+            f"{label}: {len(row.deaths)} consumer deaths {during([d.t for d in row.deaths])} "
+            f"({listed}); {len(row.restarts)} restarts."
+        ]
+    lines = []
+    for d in row.deaths:
+        what = f"{d.consumer} crashed at {d.how}" if d.planned else f"{d.consumer} {d.how}"
+        if d.batch is not None:
+            what += f" (batch {d.batch})"
+        line = f"{label}: {what} at {at(d.t)}"
+        restart = next((r for r in row.restarts if r.consumer == d.consumer and r.t >= d.t), None)
+        if restart is not None:
+            line += f"; restarted at {at(restart.t)}"
+            if restart.next_batch is not None:
+                line += f", its next batch at {at(restart.next_batch)}"
+        else:
+            line += "; not restarted"
+        lines.append(line + ".")
+    return lines
+
+
+def _death(d: Death) -> str:
+    if d.planned:
+        batch = f", batch {d.batch}" if d.batch is not None else ""
+        return f"the crash of {d.consumer} at {at(d.t)} ({d.how}{batch})"
+    return f"the death of {d.consumer} at {at(d.t)} ({d.how})"
+
+
+def anomaly_sentences(row: TimelineRow, kind: str) -> list[str]:
+    """Where the anomalies of one kind fell: fault windows, after which crash, or neither."""
+    total = row.counts.get(kind, 0)
+    if not total:
+        return []
+    noun, verb = _NOUNS[kind]
+    label = row.label
+    marks = [m for m in row.anomalies if m.kind == kind]
+    if not marks:
+        return [f"{label}: {total} {noun}; results.json records no times for them."]
+
+    lines = []
+    in_window: dict[str, list[Mark]] = defaultdict(list)
+    rest: list[Mark] = []
+    for m in marks:
+        (in_window[m.window] if m.window else rest).append(m)
+    for window, ms in in_window.items():
+        times = [m.t for m in ms]
+        lines.append(
+            f"{label}: {len(ms)} of {total} {noun} {verb} inside fault window {window}, "
+            f"{during(times)}."
+        )
+    if kind == "duplicate":
+        after: dict[Death | None, list[Mark]] = defaultdict(list)
+        for m in rest:
+            after[next((d for d in reversed(row.deaths) if d.t <= m.t), None)].append(m)
+        for death, ms in after.items():
+            times = [m.t for m in ms]
+            if death is None:
+                before = " or consumer death" if row.deaths else ""
+                lines.append(
+                    f"{label}: {len(ms)} of {total} {noun} {verb} {during(times)}, with no fault "
+                    f"window{before} before them."
+                )
+            else:
+                lines.append(
+                    f"{label}: {len(ms)} of {total} {noun} {verb} within "
+                    f"{max(times) - death.t:.1f} s after {_death(death)}, {during(times)}."
+                )
+    elif rest:
+        outside = ", outside any fault window" if row.windows else ""
+        lines.append(
+            f"{label}: {len(rest)} of {total} {noun} {verb} {during([m.t for m in rest])}{outside}."
+        )
+    if len(marks) < total:
+        lines.append(f"{label}: results.json gives times for {len(marks)} of the {total} {noun}.")
+    return lines

@@ -1,0 +1,145 @@
+"""Plain-text tables for the terminal: one scenario's variants, and scenario x variant."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .load import Run, VariantRun, as_run, as_runs
+
+# The columns of a variant's row: (header, right-aligned).
+COLUMNS = (
+    ("runtime", False),
+    ("variant", False),
+    ("acked", True),
+    ("in_sink", True),
+    ("dup", True),
+    ("dup_keys", True),
+    ("copies", False),
+    ("lost", True),
+    ("stale", True),
+    ("dlq", True),
+    ("ev/s", True),
+    ("crash/restart", True),
+    ("expectation", False),
+)
+
+
+def copies_text(copies: Mapping[int, int]) -> str:
+    """``{2: 248, 3: 4}`` -> ``2x: 248, 3x: 4`` (business changes with that many copies)."""
+    return ", ".join(f"{n}x: {count}" for n, count in sorted(copies.items())) or "-"
+
+
+def dead_lettered_text(v: VariantRun) -> str:
+    missing = v.verdict.poison_missing
+    return f"{v.verdict.dead_lettered}" + (f" ({missing} missing)" if missing else "")
+
+
+def expectation_text(v: VariantRun) -> str:
+    return "pass" if v.passed else f"FAIL: {v.reason}"
+
+
+def variant_cells(v: VariantRun) -> list[str]:
+    d = v.verdict
+    return [
+        v.runtime,
+        v.variant,
+        str(d.acked),
+        str(d.in_sink),
+        str(d.duplicates),
+        str(d.duplicated_keys),
+        copies_text(d.copies),
+        str(d.lost),
+        str(d.stale),
+        dead_lettered_text(v),
+        f"{v.events_per_s:.0f}",
+        f"{v.crashes}/{v.restarts}",
+        expectation_text(v),
+    ]
+
+
+def grid(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> list[str]:
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = (
+            c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True)
+        )
+        return "  ".join(padded).rstrip()
+
+    return [line(header), *(line(r) for r in rows)]
+
+
+def headline(run: Run) -> str:
+    if run.error:
+        return f"scenario {run.name}: NO RESULTS ({run.error})"
+    seed = f"seed {run.seed}" if run.seed is not None else "no seed"
+    where = f", {run.backend}" if run.backend else ""
+    failed = len(run.failed)
+    verdict = f"{failed} of {len(run.variants)} variants FAILED" if failed else "pass"
+    return f"scenario {run.name} ({seed}{where}): {verdict}"
+
+
+def render_table(results: Run | Mapping[str, Any] | Any) -> str:
+    """The per-variant table printed after a run. ``results``: a `Run`, a results.json
+    mapping, or the runner's ScenarioResult."""
+    run = as_run(results)
+    header = [name for name, _ in COLUMNS]
+    right = [r for _, r in COLUMNS]
+    lines = [headline(run)]
+    if run.variants:
+        lines += grid(header, [variant_cells(v) for v in run.variants], right)
+    return "\n".join(lines)
+
+
+def matrix(runs: Sequence[Run]) -> tuple[list[str], list[tuple[Run, str, dict[str, VariantRun]]]]:
+    """Variants as columns (in first-seen order) and one row per scenario and runtime."""
+    variants: dict[str, None] = {}
+    rows: list[tuple[Run, str, dict[str, VariantRun]]] = []
+    for run in runs:
+        by_runtime: dict[str, dict[str, VariantRun]] = {}
+        for v in run.variants:
+            variants.setdefault(v.variant)
+            by_runtime.setdefault(v.runtime, {})[v.variant] = v
+        if not by_runtime:
+            rows.append((run, "", {}))
+        rows += [(run, runtime, cells) for runtime, cells in by_runtime.items()]
+    return list(variants), rows
+
+
+def matrix_cell(v: VariantRun | None) -> str:
+    """``duplicates/lost/stale verdict``, e.g. ``250/0/0 FAIL``."""
+    if v is None:
+        return "-"
+    d = v.verdict
+    return f"{d.duplicates}/{d.lost}/{d.stale} {'pass' if v.passed else 'FAIL'}"
+
+
+def render_matrix_table(results: Sequence[Run | Mapping[str, Any] | Any]) -> str:
+    """Scenario x variant: duplicates/lost/stale and the verdict per cell."""
+    runs = as_runs(results)
+    variants, rows = matrix(runs)
+    header = ["scenario", "runtime", *(variants or ["result"])]
+    cells = []
+    for run, runtime, by_variant in rows:
+        if run.error:
+            row = [run.name, "-", f"NO RESULTS: {run.error}"]
+        else:
+            row = [run.name, runtime, *(matrix_cell(by_variant.get(v)) for v in variants)]
+            row += ["no variants"] if not variants else []
+        cells.append(row + [""] * (len(header) - len(row)))
+    lines = ["cells: duplicates/lost/stale expectation"]
+    lines += grid(header, cells, [False] * len(header))
+    lines.append(summary_line(runs))
+    return "\n".join(lines)
+
+
+def summary_line(runs: Sequence[Run]) -> str:
+    total = sum(len(run.variants) for run in runs)
+    failed = [f"{run.name} {v.label}" for run in runs for v in run.failed]
+    missing = [run.name for run in runs if run.error]
+    text = f"{len(runs)} scenarios, {total} variant runs: "
+    text += f"{len(failed)} failed" + (f" ({', '.join(failed)})" if failed else "")
+    if missing:
+        text += f"; no results from {', '.join(missing)}"
+    return text

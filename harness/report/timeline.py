@@ -1,0 +1,335 @@
+"""What goes on the timeline, in seconds since the run started: pure functions of the records.
+
+* fault windows - a FAULT_START .. FAULT_END pair with the same detail (the fault's name); a
+  start that never ended lasts to the variant's end; faults results.json times but the history
+  lacks are added from there;
+* consumer deaths - CRASH events (a crash point fired) and consumer exits the supervisor saw
+  that no crash point explains; restarts - a consumer's RUNTIME_START after its first;
+* anomalies - each at the time the checker gives it (a duplicate copy when it was written, a
+  lost change when it was acked, a stale order at its last ack), in the fault window the
+  checker named or, failing that, the first window of the history containing it;
+* throughput - records written per second (WRITTEN counts) and acked per second (ledger).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from harness.history import EventKind, HistoryEvent
+
+from .load import Fault, Run, VariantRun, fault_kind
+
+KINDS = ("duplicate", "lost", "stale")
+# A fault shorter than this is drawn and described as an instant, not a window.
+INSTANT_S = 0.5
+# A supervisor's "killed by SIGKILL" this soon after a CRASH event is that crash, not another.
+SAME_DEATH_S = 5.0
+# A stretch this long with no batch in hand is shown (and told) as the consumers idling.
+IDLE_S = 3.0
+# Compared by value: pause points are newer than some histories a report may be asked to read.
+PAUSED, RESUMED = "paused", "resumed"
+
+
+@dataclass(frozen=True)
+class Window:
+    """A fault window, in seconds since the run started."""
+
+    name: str
+    kind: str
+    start: float
+    end: float
+    open_ended: bool = False  # no FAULT_END in the history: it lasts to the variant's end
+
+    @property
+    def instant(self) -> bool:
+        return self.end - self.start < INSTANT_S
+
+    def contains(self, t: float) -> bool:
+        return self.start <= t <= self.end
+
+
+@dataclass(frozen=True)
+class Death:
+    """A consumer process that died, in seconds since the run started."""
+
+    t: float
+    consumer: str  # e.g. listener-0, spark
+    how: str  # the crash point that fired, or how the process ended
+    planned: bool  # True when a crash point fired (a CRASH event)
+    batch: int | None = None
+
+
+@dataclass(frozen=True)
+class Restart:
+    t: float
+    consumer: str
+    next_batch: float | None = None  # its first batch after the restart, if any
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A consumer that froze itself at a point until the supervisor thawed it."""
+
+    consumer: str
+    start: float
+    end: float | None  # None: never resumed
+    point: str
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One anomaly on the timeline."""
+
+    kind: str  # duplicate | lost | stale
+    t: float  # seconds since the run started
+    window: str | None  # the fault window it fell in
+
+
+@dataclass(frozen=True)
+class TimelineRow:
+    label: str  # runtime/variant
+    group: str  # variants with one group ran side by side over one topic
+    span: tuple[float, float] | None  # the variant's run, start to end
+    windows: tuple[Window, ...]
+    anomalies: tuple[Mark, ...]
+    deaths: tuple[Death, ...]
+    restarts: tuple[Restart, ...]
+    pauses: tuple[Pause, ...]
+    idle: tuple[tuple[float, float], ...]  # stretches in which no batch was in hand
+    counts: dict[str, int]  # duplicate/lost/stale as the checker counted them (all of them)
+
+    def times(self, kind: str) -> list[float]:
+        return [m.t for m in self.anomalies if m.kind == kind]
+
+
+@dataclass(frozen=True)
+class Timeline:
+    rows: tuple[TimelineRow, ...]
+
+    def groups(self) -> list[tuple[str, list[TimelineRow]]]:
+        """Rows by side-by-side group, in the order the groups ran."""
+        grouped: dict[str, list[TimelineRow]] = {}
+        for row in self.rows:
+            grouped.setdefault(row.group, []).append(row)
+        return list(grouped.items())
+
+
+@dataclass(frozen=True)
+class Series:
+    """A rate over time: ``rate[i]`` records/s in [t[i], t[i] + bucket)."""
+
+    label: str
+    t: np.ndarray
+    rate: np.ndarray
+    bucket: float = 1.0
+
+
+def origin(run: Run) -> float:
+    """The run's start in unix seconds: results.json's started_at, else the first event."""
+    if run.started_at > 0:
+        return run.started_at
+    return min((e.t for v in run.variants for e in v.events), default=0.0)
+
+
+def variant_span(events: Sequence[HistoryEvent], t0: float) -> tuple[float, float] | None:
+    """RUN_START .. RUN_END of the variant (else its first .. last event)."""
+    if not events:
+        return None
+    starts = [e.t for e in events if e.kind is EventKind.RUN_START]
+    ends = [e.t for e in events if e.kind is EventKind.RUN_END]
+    start = min(starts) if starts else events[0].t
+    end = max(ends) if ends else events[-1].t
+    return start - t0, max(end, start) - t0
+
+
+def fault_windows(
+    events: Sequence[HistoryEvent], faults: Sequence[Fault], t0: float, end: float | None = None
+) -> tuple[Window, ...]:
+    """The history's fault windows, plus the timed faults of results.json it does not hold.
+
+    ``end`` (unix seconds) closes a window that never ended; default: the last event.
+    """
+    kinds = {f.name: f.kind for f in faults}
+    if end is None:
+        end = max((e.t for e in events), default=t0)
+    open_at: dict[str, float] = {}
+    found: list[Window] = []
+    for e in sorted(events, key=lambda e: e.t):
+        name = e.detail
+        kind = kinds.get(name) or fault_kind(name)
+        if e.kind is EventKind.FAULT_START:
+            open_at.setdefault(name, e.t)  # a repeated start of an open window is the same one
+        elif e.kind is EventKind.FAULT_END and name in open_at:
+            start = open_at.pop(name)
+            found.append(Window(name, kind, start - t0, e.t - t0))
+    for name, start in open_at.items():
+        kind = kinds.get(name) or fault_kind(name)
+        found.append(Window(name, kind, start - t0, max(end, start) - t0, open_ended=True))
+    named = {w.name for w in found}
+    for f in faults:
+        if f.start is not None and f.name not in named:
+            stop = f.end if f.end is not None else f.start
+            found.append(Window(f.name, f.kind, f.start - t0, max(stop, f.start) - t0))
+    return tuple(sorted(found, key=lambda w: (w.start, w.name)))
+
+
+def consumer_deaths(events: Sequence[HistoryEvent], t0: float) -> tuple[Death, ...]:
+    crashes = [e for e in events if e.kind is EventKind.CRASH]
+    deaths = [Death(e.t - t0, e.source, e.detail, True, e.batch) for e in crashes]
+    for e in events:
+        # The supervisor (source "harness") records "<consumer> <how>" for each exit it sees;
+        # a consumer stopping by itself at the end of the run records "stopped".
+        if e.kind is not EventKind.RUNTIME_EXIT or e.source != "harness":
+            continue
+        consumer, _, how = e.detail.partition(" ")
+        explained = any(c.source == consumer and 0 <= e.t - c.t <= SAME_DEATH_S for c in crashes)
+        if not explained and how != "stopped":
+            deaths.append(Death(e.t - t0, consumer, how or "exited", False))
+    return tuple(sorted(deaths, key=lambda d: d.t))
+
+
+def consumer_restarts(events: Sequence[HistoryEvent], t0: float) -> tuple[Restart, ...]:
+    ordered = sorted(events, key=lambda e: e.t)
+    seen: set[str] = set()
+    restarts = []
+    for i, e in enumerate(ordered):
+        if e.kind is EventKind.RUNTIME_START:
+            if e.source in seen:
+                batch = next(
+                    (
+                        b.t - t0
+                        for b in ordered[i + 1 :]
+                        if b.kind is EventKind.BATCH and b.source == e.source
+                    ),
+                    None,
+                )
+                restarts.append(Restart(e.t - t0, e.source, batch))
+            seen.add(e.source)
+    return tuple(restarts)
+
+
+def consumer_pauses(events: Sequence[HistoryEvent], t0: float) -> tuple[Pause, ...]:
+    """PAUSED (written by the consumer) .. RESUMED (the supervisor's "<consumer> after Ns")."""
+    open_at: dict[str, HistoryEvent] = {}
+    pauses = []
+    for e in sorted(events, key=lambda e: e.t):
+        if e.kind == PAUSED:
+            open_at.setdefault(e.source, e)
+        elif e.kind == RESUMED:
+            consumer = e.detail.partition(" ")[0]
+            if consumer in open_at:
+                p = open_at.pop(consumer)
+                pauses.append(Pause(consumer, p.t - t0, e.t - t0, p.detail))
+    pauses += [Pause(c, p.t - t0, None, p.detail) for c, p in open_at.items()]
+    return tuple(sorted(pauses, key=lambda p: p.start))
+
+
+def idle_stretches(v: VariantRun, t0: float, at_least: float) -> list[tuple[float, float]]:
+    """Stretches of at least ``at_least`` seconds, after the variant's first write, in which
+    none of its consumers had a batch in hand (a slow write is not idle; a dead consumer is)."""
+    in_hand: dict[str, bool] = {}
+    idle_since: float | None = None
+    found = []
+    for e in sorted(v.events, key=lambda e: e.t):
+        if e.kind is EventKind.BATCH:
+            if idle_since is not None and e.t - idle_since >= at_least:
+                found.append((idle_since - t0, e.t - t0))
+            in_hand[e.source] = True
+            idle_since = None
+        elif e.kind is EventKind.WRITTEN or (
+            e.kind in (EventKind.CRASH, EventKind.RUNTIME_START) and in_hand.get(e.source)
+        ):
+            in_hand[e.source] = False
+            if not any(in_hand.values()) and idle_since is None:
+                idle_since = e.t
+    return found
+
+
+def anomaly_marks(v: VariantRun, windows: Sequence[Window], t0: float) -> tuple[Mark, ...]:
+    marks = []
+    for a in v.verdict.anomalies:
+        t = a.at - t0
+        window = a.window or next((w.name for w in windows if w.contains(t)), None)
+        marks.append(Mark(a.kind, t, window))
+    return tuple(sorted(marks, key=lambda m: m.t))
+
+
+def timeline_row(v: VariantRun, t0: float) -> TimelineRow:
+    events = v.events
+    span = variant_span(events, t0)
+    end = t0 + span[1] if span else None
+    windows = fault_windows(events, v.faults, t0, end)
+    return TimelineRow(
+        label=v.label,
+        group=v.group,
+        span=span,
+        windows=windows,
+        anomalies=anomaly_marks(v, windows, t0),
+        deaths=consumer_deaths(events, t0),
+        restarts=consumer_restarts(events, t0),
+        pauses=consumer_pauses(events, t0),
+        idle=tuple(idle_stretches(v, t0, IDLE_S)),
+        counts={
+            "duplicate": v.verdict.duplicates,
+            "lost": v.verdict.lost,
+            "stale": v.verdict.stale,
+        },
+    )
+
+
+def timeline(run: Run) -> Timeline:
+    t0 = origin(run)
+    return Timeline(tuple(timeline_row(v, t0) for v in run.variants))
+
+
+def clusters(times: Iterable[float], gap: float) -> list[tuple[float, float, int]]:
+    """Runs of times no more than ``gap`` apart, as (first, last, how many): a batch written
+    again puts hundreds of duplicates at one instant, which the plot labels with their number."""
+    ordered = sorted(times)
+    found: list[tuple[float, float, int]] = []
+    for t in ordered:
+        if found and t - found[-1][1] <= gap:
+            first, _, n = found[-1]
+            found[-1] = (first, t, n + 1)
+        else:
+            found.append((t, t, 1))
+    return found
+
+
+def rate(
+    times: Iterable[float], counts: Iterable[float], bucket: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """(bucket starts, records/s) from relative times and the records counted at each; every
+    bucket from the first to the last is present, so a stall shows as zeros."""
+    t = np.asarray(list(times), dtype=np.float64)
+    c = np.asarray(list(counts), dtype=np.float64)
+    if not len(t):
+        return np.empty(0), np.empty(0)
+    index = np.floor(t / bucket).astype(np.int64)
+    first = int(index.min())
+    sums = np.bincount(index - first, weights=c)
+    starts = (np.arange(len(sums)) + first) * bucket
+    return starts, sums / bucket
+
+
+def written_per_second(v: VariantRun, t0: float, bucket: float = 1.0) -> Series:
+    written = [e for e in v.events if e.kind is EventKind.WRITTEN and e.count]
+    t, r = rate((e.t - t0 for e in written), (e.count or 0 for e in written), bucket)
+    return Series(v.label, t, r, bucket)
+
+
+def acked_per_second(run: Run, bucket: float = 1.0) -> list[Series]:
+    """The broker's acks per second, one series per ledger (side-by-side group)."""
+    t0 = origin(run)
+    firsts: dict[str, VariantRun] = {}
+    for v in run.variants:
+        if len(v.acked_at):
+            firsts.setdefault(v.group, v)
+    series = []
+    for v in firsts.values():
+        t, r = rate(v.acked_at - t0, np.ones(len(v.acked_at)), bucket)
+        series.append(Series(f"acked ({v.runtime})", t, r, bucket))
+    return series

@@ -1,0 +1,72 @@
+"""Writing the report files of one run directory, or of several run together."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .junit import write_junit
+from .load import Run, load_run, missing_run
+from .markdown import matrix_markdown, scenario_markdown
+from .plots import write_plots
+from .story import what_happened
+
+REPORT_MD = "report.md"
+JUNIT_XML = "junit.xml"
+
+
+@dataclass(frozen=True)
+class Report:
+    """The files a report wrote."""
+
+    markdown: Path
+    junit: Path
+    plots: tuple[Path, ...] = ()
+    scenarios: tuple[Report, ...] = ()  # a matrix report: each scenario's own report
+
+
+def write_report(run_dir: Path) -> Report:
+    """report.md, the plots and junit.xml for the run in ``run_dir`` (from its results.json,
+    histories and ledgers), written into ``run_dir``."""
+    report, _ = _write(load_run(Path(run_dir)))
+    return report
+
+
+def _write(run: Run) -> tuple[Report, Run]:
+    assert run.directory is not None
+    directory = run.directory
+    plots = write_plots(run, directory) if not run.error else ()
+    markdown = directory / REPORT_MD
+    story = what_happened(run) if not run.error else []
+    markdown.write_text(scenario_markdown(run, [p.name for p in plots], story))
+    junit = write_junit([run], directory / JUNIT_XML, name=run.name)
+    return Report(markdown, junit, plots), run
+
+
+def write_matrix_report(out_dir: Path, run_dirs: Sequence[Path]) -> Report:
+    """Each scenario's own report, then ``out_dir/report.md`` (scenario x variant, linked to
+    them) and ``out_dir/junit.xml`` (one testsuite per scenario). A run directory without
+    readable results is reported as an error rather than left out."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    parts: list[Report] = []
+    runs: list[Run] = []
+    links: list[str | None] = []
+    for run_dir in map(Path, run_dirs):
+        try:
+            run = load_run(run_dir)
+        except (FileNotFoundError, ValueError) as exc:  # unreadable results.json included
+            run = missing_run(run_dir, str(exc))
+        if run_dir.is_dir():
+            part, run = _write(run)
+            parts.append(part)
+            links.append(Path(os.path.relpath(part.markdown, out_dir)).as_posix())
+        else:
+            links.append(None)
+        runs.append(run)
+    markdown = out_dir / REPORT_MD
+    markdown.write_text(matrix_markdown(runs, links))
+    junit = write_junit(runs, out_dir / JUNIT_XML)
+    return Report(markdown, junit, scenarios=tuple(parts))

@@ -1,0 +1,85 @@
+"""The fault schedule (pure): the same scenario and seed give the same plan; each kind expands
+into the steps the nemesis will take."""
+
+from __future__ import annotations
+
+from harness.faults.kinds import parse_fault
+from harness.faults.schedule import Action, describe, plan
+from harness.scenario import parse_scenario
+
+
+def scenario(seed: int, faults: list[dict]) -> object:
+    return parse_scenario({"name": "s", "seed": seed, "variants": ["naive"], "faults": faults})
+
+
+JITTERED = [
+    {"kind": "broker-bounce", "at": 3, "jitter": 4, "hard": True},
+    {"kind": "network", "link": "consumer-mongo", "action": "cut", "at": 5, "duration": 2,
+     "jitter": 3},
+    {"kind": "broker-kill", "at_event": 400, "duration": 3, "jitter": 2},
+]  # fmt: skip
+
+
+def test_the_same_seed_gives_the_same_schedule_and_another_seed_another() -> None:
+    first = describe(plan(scenario(4, JITTERED).faults, 4))
+    again = describe(plan(scenario(4, JITTERED).faults, 4))
+    other = describe(plan(scenario(5, JITTERED).faults, 5))
+    assert first == again
+    assert first != other
+    starts = [p.steps[0] for p in plan(scenario(4, JITTERED).faults, 4)]
+    assert 3 <= starts[0].at <= 7 and 5 <= starts[1].at <= 8
+    assert starts[2].at_event == 400 and 0 <= starts[2].after <= 2
+
+
+def test_without_jitter_the_schedule_is_the_file() -> None:
+    steps = plan(scenario(1, [{"kind": "broker-bounce", "at": 3}]).faults, 99)[0].steps
+    assert [(s.action, s.at, s.after) for s in steps] == [
+        (Action.START, 3, 0),
+        (Action.BOUNCE_BROKER, None, 0),
+        (Action.END, None, 0),
+    ]
+
+
+def test_a_rolling_restart_with_commit_failures_around_each_rotation() -> None:
+    fault = parse_fault(
+        {"kind": "broker-rolling-restart", "at": 4, "rotations": 3, "interval": 6,
+         "commit_failure": {"before": 1, "after": 3}},
+        "rr",
+    )  # fmt: skip
+    steps = plan((fault,), 1)[0].steps
+    assert [(s.action.value, s.after, s.rotation) for s in steps[1:]] == [
+        ("commit-failure-on", 0, 0),
+        ("bounce-broker", 1, 0),
+        ("commit-failure-off", 3, 0),
+        ("commit-failure-on", 2, 1),
+        ("bounce-broker", 1, 1),
+        ("commit-failure-off", 3, 1),
+        ("commit-failure-on", 2, 2),
+        ("bounce-broker", 1, 2),
+        ("commit-failure-off", 3, 2),
+        ("end", 0, 0),
+    ]
+    assert steps[0].action is Action.START and steps[0].at == 4
+
+
+def test_windows_open_and_close_around_their_action() -> None:
+    faults = scenario(
+        1,
+        [
+            {"kind": "broker-kill", "at": 2, "duration": 3},
+            {"kind": "mongo-failcommand", "at": 1, "duration": 4,
+             "commands": ["commitTransaction"], "error_code": 91},
+            {"kind": "poison", "start_event": 100, "events": 50, "fraction": 0.2},
+            {"kind": "consumer-crash", "point": "mid_write", "after_docs": 3},
+        ],
+    ).faults  # fmt: skip
+    kill, failpoint, poison, crash = plan(faults, 1)
+    assert [s.action for s in kill.steps] == [
+        Action.START, Action.KILL_BROKER, Action.REVIVE_BROKER, Action.END
+    ]  # fmt: skip
+    assert kill.steps[2].after == 3
+    assert [s.action for s in failpoint.steps][1:3] == [Action.FAILPOINT_ON, Action.FAILPOINT_OFF]
+    assert [(s.action, s.at_event) for s in poison.steps] == [
+        (Action.START, 100), (Action.END, 150)
+    ]  # fmt: skip
+    assert crash.steps == ()  # armed inside the runtime instead

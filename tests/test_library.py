@@ -1,0 +1,157 @@
+"""The scenario library, run from the CLI against the local backend: every file's expectations
+hold, and what each seed's incident should show, shows."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.environment import LocalEnvironment
+from harness.faults.schedule import describe, plan
+from harness.history import EventKind, read_history
+from harness.scenario import load_scenario
+from tests.support import chaoslab
+
+pytestmark = pytest.mark.servers
+
+LIBRARY = sorted(Path("scenarios").glob("*.yaml"))
+
+
+def run_cli(env: LocalEnvironment, out: Path, *args: str) -> tuple[Any, dict[str, Any]]:
+    result = chaoslab(*args, "--env", str(env.directory), "--out", str(out), timeout=1500)
+    report = json.loads((out / "results.json").read_text())
+    return result, report
+
+
+def replayed_by_crashes(row: dict[str, Any]) -> int:
+    """Records a variant had written in the batches its crashes interrupted."""
+    events = read_history(Path(row["directory"]) / "history")
+    crashes = [e for e in events if e.kind is EventKind.CRASH]
+    total = 0
+    for crash in crashes:
+        written = [
+            e for e in events
+            if e.kind is EventKind.WRITTEN and e.source == crash.source and e.t <= crash.t
+        ]  # fmt: skip
+        assert written and written[-1].batch == crash.batch, "crash before the batch was written"
+        total += written[-1].count
+    return total
+
+
+def test_the_library_has_every_scenario_the_issue_names() -> None:
+    assert {p.stem for p in LIBRARY} >= {
+        "baseline", "cdc-crash-before-ack", "msk-rolling-upgrade", "commit-failure-window",
+        "mongo-partition", "concurrent-duplicates", "producer-resend", "poison-records",
+    }  # fmt: skip
+    for path in LIBRARY:
+        scenario = load_scenario(path)
+        assert "seed 0" in scenario.description.lower() or scenario.name == "baseline", path
+        assert "what to see" in scenario.description.lower() or scenario.name == "baseline", path
+
+
+@pytest.mark.parametrize("path", LIBRARY, ids=[p.stem for p in LIBRARY])
+def test_a_library_scenario_holds_its_expectations(
+    lab_env: LocalEnvironment, tmp_path: Path, path: Path
+) -> None:
+    out = tmp_path / "run"
+    result, report = run_cli(lab_env, out, "run", str(path))
+    failed = [f"{r['runtime']}/{r['variant']}: {r['reason']}" for r in report["results"]
+              if r["expectation"] != "pass"]  # fmt: skip
+    assert result.returncode == 0, (failed, result.stderr[-2000:])
+    rows = {(r["runtime"], r["variant"]): r for r in report["results"]}
+
+    for (runtime, variant), r in rows.items():
+        assert r["phantoms"] == 0 and r["poison_missing"] == 0, (runtime, variant)
+        if variant == "transactional":
+            assert (r["duplicates"], r["lost"]) == (0, 0), runtime
+            assert r["offsets_consistent"] is True, runtime
+
+    name = report["scenario"]["name"]
+    if name in ("cdc-crash-before-ack", "msk-rolling-upgrade"):
+        assert all(r["duplicates"] > 0 for (_, v), r in rows.items() if v == "naive")
+    if name == "cdc-crash-before-ack":
+        for (runtime, variant), r in rows.items():
+            assert r["crashes"] == 3, (runtime, variant)
+            if variant == "naive":  # each kill after the write re-delivers exactly that batch
+                assert r["duplicates"] == replayed_by_crashes(r) > 0, runtime
+                assert set(r["copies"]) == {"2"}, runtime
+    if name == "msk-rolling-upgrade":
+        naive = rows[("listener", "naive")]
+        assert {"2", "3"} <= set(naive["copies"]), naive["copies"]  # seed 002's 2 and 3 copies
+    if name == "concurrent-duplicates":
+        assert rows[("listener", "check-then-insert")]["duplicates"] > 0
+
+    # The report is there and CI can read which expectation broke.
+    assert (out / "report.md").read_text().count("|") > 10
+    assert (out / "timeline.png").stat().st_size > 10_000
+    cases = ET.parse(out / "junit.xml").getroot().iter("testcase")
+    assert sum(1 for _ in cases) == len(rows)
+
+
+def test_the_matrix_runs_several_scenarios_on_one_environment(
+    lab_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    out = tmp_path / "matrix"
+    result = chaoslab(
+        "matrix", "scenarios/baseline.yaml", "scenarios/poison-records.yaml",
+        "--runtime", "listener", "--events", "400",
+        "--env", str(lab_env.directory), "--out", str(out), timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "=== [1/2] baseline ===" in result.stdout and "=== [2/2] poison-records" in result.stdout
+    for scenario in ("baseline", "poison-records"):
+        report = json.loads((out / scenario / "results.json").read_text())
+        assert {r["acked"] for r in report["results"]} == {400}
+        assert f"{scenario}" in result.stdout.split("scenarios in")[0]
+    suites = ET.parse(out / "junit.xml").getroot().findall("testsuite")
+    assert len(suites) == 2
+    assert "poison-records" in (out / "report.md").read_text()
+
+
+DETERMINISM = """\
+name: determinism
+seed: {seed}
+workload: {{events: 900, keys: 150, poison_fraction: 0.02, partitions: 3, rate: 300}}
+runtimes: [listener]
+pipeline: {{batch_size: 150}}
+variants: [naive, idempotent, unique-index, transactional]
+faults:
+  - {{kind: consumer-crash, point: after_write_before_commit, at_batch: 2, times: 1}}
+  - {{kind: broker-bounce, at: 1.5, jitter: 1.5, hard: true}}
+expect:
+  "*": {{lost: 0}}
+"""
+DETERMINISTIC = ("acked", "expected", "in_sink", "unique_in_sink", "duplicates", "lost",
+                 "stale", "dead_lettered", "crashes")  # fmt: skip
+
+
+def test_the_same_seed_replays_the_same_faults_and_counts(
+    lab_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    path = tmp_path / "determinism.yaml"
+    path.write_text(DETERMINISM.format(seed=21))
+    schedule = describe(plan(load_scenario(path).faults, 21))
+    assert schedule == describe(plan(load_scenario(path).faults, 21))
+
+    planned = plan(load_scenario(path).faults, 21)[1].steps[0].at
+    assert planned is not None and 1.5 <= planned <= 3.0
+
+    counts: list[dict[str, tuple]] = []
+    for attempt in (1, 2):
+        result, report = run_cli(lab_env, tmp_path / f"run{attempt}", "run", str(path))
+        assert result.returncode == 0, result.stderr[-2000:]
+        counts.append({
+            r["variant"]: tuple(r[k] for k in DETERMINISTIC)
+            for r in report["results"] if r["variant"] != "naive"
+        })  # fmt: skip
+        # The bounce started at its planned (seeded, jittered) second of the nemesis's clock.
+        events = read_history(Path(report["results"][0]["directory"]) / "history")
+        clock = next(e.t for e in events if e.kind is EventKind.SCHEDULE_START)
+        bounce = next(e.t for e in events if e.kind is EventKind.FAULT_START)
+        assert 0 <= (bounce - clock) - planned < 0.5
+    # Everything but naive is deterministic: same workload, same crash, same verdict.
+    assert counts[0] == counts[1]
