@@ -36,7 +36,9 @@ def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
         "client.id": PRODUCER_CLIENT,
         "acks": "all",
         "enable.idempotence": True,
-        "linger.ms": 5,
+        # Tansu stores each produce request as one S3 object and lists a partition's objects on
+        # every fetch below its end: fewer, larger batches make a backlog drain ~6x faster.
+        "linger.ms": 100,
         # Keep retrying through a broker bounce instead of failing the delivery.
         "message.timeout.ms": 120_000,
         **overrides,

@@ -26,7 +26,7 @@ from harness.errors import LabError
 from harness.faults.nemesis import Nemesis, Target
 from harness.faults.schedule import plan, plan_has_steps
 from harness.history import EventKind, HistoryTail, HistoryWriter, read_history
-from harness.kafka import create_topic, end_offsets
+from harness.kafka import create_topic
 from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.sink import snapshot
@@ -34,7 +34,9 @@ from harness.pipeline.supervisor import RuntimeSupervisor, stop_all
 from harness.pipeline.variants import Variant, make_variant
 from harness.scenario import Expectation, Scenario, VariantSpec
 from harness.workload.generator import generate
+from harness.workload.ledger import read_ledger
 from harness.workload.producer import ProduceSummary, produce
+from harness.workload.verify import missing_from_topic, topic_event_ids
 
 Progress = Callable[[str], None]
 
@@ -399,7 +401,7 @@ def _wait_until_consumed(
                         lane.committed[p] = max(lane.committed.get(p, 0), offset)
         if targets is None and producer.done():
             targets = _end_offsets_of(ledger_path)
-            _verify_stored(env.kafka_bootstrap, lanes[0].config.topic, targets)
+            _verify_stored(env.kafka_bootstrap, lanes[0].config.topic, ledger_path)
         behind = [lane for lane in lanes if not _caught_up(lane.committed, targets)]
         if not behind and nemesis.done:
             assert producer.summary is not None
@@ -429,16 +431,18 @@ def _caught_up(committed: dict[int, int], targets: dict[int, int] | None) -> boo
     return targets is not None and all(committed.get(p, 0) >= e for p, e in targets.items())
 
 
-def _verify_stored(bootstrap: str, topic: str, acked: dict[int, int]) -> None:
-    stored = end_offsets(bootstrap, topic)
-    short = {p: (end, stored.get(p, 0)) for p, end in acked.items() if stored.get(p, 0) < end}
-    if short:
-        details = ", ".join(
-            f"partition {p}: acked up to {a}, holds {s}" for p, (a, s) in short.items()
+def _verify_stored(bootstrap: str, topic: str, ledger_path: Path) -> None:
+    missing = missing_from_topic(read_ledger(ledger_path), topic_event_ids(bootstrap, topic))
+    if missing:
+        examples = "; ".join(
+            f"{m.row.event_id} acked at partition {m.row.partition} offset {m.row.offset}"
+            + (f" (holds {m.found})" if m.found else "")
+            for m in missing[:3]
         )
         raise BrokerLostData(
-            f"the broker acknowledged records of {topic} it does not hold ({details}); "
-            "this is a defect of the environment, so no verdict is given"
+            f"the broker acknowledged {len(missing)} records of {topic} it does not hold "
+            f"(e.g. {examples}); this is a defect of the environment (see "
+            "harness/workload/verify.py), so no verdict is given"
         )
 
 
