@@ -8,6 +8,7 @@ recoveries to play out in seconds, so every client the lab makes starts from the
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -279,3 +280,37 @@ def end_offsets(bootstrap: str, topic: str, *, timeout: float = 30.0) -> dict[in
     """
     with HighWatermarks(bootstrap, topic) as watermarks:
         return watermarks.read(timeout)
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    partition: int
+    offset: int
+    headers: dict[str, bytes]
+
+
+def read_topic(bootstrap: str, topic: str, *, timeout: float = 120.0) -> list[StoredRecord]:
+    """Every record of ``topic`` up to its current end, as the lab's own bookkeeping reads it."""
+    ends = end_offsets(bootstrap, topic)
+    total = sum(ends.values())
+    records: list[StoredRecord] = []
+    if total == 0:
+        return records
+    consumer = Consumer(
+        consumer_config(bootstrap, "chaoslab-reader", **{"client.id": HARNESS_CLIENT})
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+
+    def read_all() -> None:
+        for m in consumer.consume(num_messages=5000, timeout=0.5):
+            if m.error() is None:
+                records.append(StoredRecord(m.partition(), m.offset(), dict(m.headers() or [])))
+        if len(records) < total:
+            raise NotReady(f"read {len(records)} of {total} records")
+
+    try:
+        # A stall (offsets without a record) becomes an error at the deadline, not a hang.
+        wait_for(read_all, what=f"every record of {topic}", timeout=timeout)
+    finally:
+        consumer.close()
+    return records

@@ -23,6 +23,7 @@ from pymongo import MongoClient
 from harness.checker import FaultWindow, LedgerArrays, Verdict, check
 from harness.environment import Environment, Link
 from harness.errors import LabError
+from harness.faults.kinds import ConsumerCrash, ConsumerKill, ConsumerPause
 from harness.faults.nemesis import Nemesis, Target
 from harness.faults.schedule import plan, plan_has_steps
 from harness.history import EventKind, HistoryTail, HistoryWriter, read_history
@@ -30,7 +31,7 @@ from harness.kafka import create_topic
 from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.sink import snapshot
-from harness.pipeline.supervisor import RuntimeSupervisor, stop_all
+from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
 from harness.pipeline.variants import Variant, make_variant
 from harness.scenario import Expectation, Scenario, VariantSpec
 from harness.workload.generator import generate
@@ -163,10 +164,11 @@ class _Lane:
     spec: VariantSpec
     variant: Variant
     config: RuntimeConfig
-    supervisor: RuntimeSupervisor
+    config_path: Path
     history: HistoryWriter
     committed: dict[int, int] = field(default_factory=dict)
     tail: HistoryTail | None = None
+    supervisor: RuntimeSupervisor | None = None  # set once the group's processes are planned
 
     @property
     def run_dir(self) -> Path:
@@ -207,15 +209,33 @@ def _lane(
     config_path.write_text(config.to_json())
     history = HistoryWriter(config.history_dir, "harness", variant.label)
     history.record(EventKind.RUN_START, detail=f"{runtime} {variant.label} topic {topic}")
-    supervisor = RuntimeSupervisor(
-        env,
-        config,
-        config_path,
-        consumers=scenario.pipeline.consumers,
-        restart_delay=scenario.pipeline.restart_delay_s,
-        history=history,
+    return _Lane(spec, variant, config, config_path, history, tail=HistoryTail(config.history_dir))
+
+
+def _supervise(
+    env: Environment, scenario: Scenario, runtime: str, lanes: list[_Lane], out_dir: Path
+) -> list[RuntimeSupervisor]:
+    """Who runs which lane: a listener's consumers are processes of their own; Spark lanes share
+    one driver unless a fault targets a consumer process, which must then be the lane's own."""
+    targets_consumers = any(
+        isinstance(f, ConsumerCrash | ConsumerPause | ConsumerKill) for f in scenario.faults
     )
-    return _Lane(spec, variant, config, supervisor, history, tail=HistoryTail(config.history_dir))
+
+    def supervisor(group: list[_Lane], log_dir: Path) -> RuntimeSupervisor:
+        made = RuntimeSupervisor(
+            env,
+            [Lane(lane.config, lane.config_path, lane.history) for lane in group],
+            consumers=scenario.pipeline.consumers,
+            restart_delay=scenario.pipeline.restart_delay_s,
+            log_dir=log_dir,
+        )
+        for lane in group:
+            lane.supervisor = made
+        return made
+
+    if runtime == "spark" and not targets_consumers and len(lanes) > 1:
+        return [supervisor(lanes, out_dir / f"{lanes[0].config.topic}.logs")]
+    return [supervisor([lane], lane.run_dir / "logs") for lane in lanes]
 
 
 def run_side_by_side(
@@ -232,6 +252,7 @@ def run_side_by_side(
     topic = f"{scenario.name}.{runtime}.{run_id}"
     create_topic(env.kafka_bootstrap, topic, scenario.partitions)
     lanes = [_lane(env, scenario, runtime, spec, topic, out_dir) for spec in specs]
+    supervisors = _supervise(env, scenario, runtime, lanes, out_dir)
     ledger_path = out_dir / f"{runtime}-{run_id}.ledger.csv"
     producer = _ProducerThread(
         lambda stop, on_ack: produce(
@@ -251,23 +272,30 @@ def run_side_by_side(
         [
             Target(
                 HistoryWriter(lane.config.history_dir, "nemesis", lane.variant.label),
-                lane.supervisor,
+                lane.supervisor,  # type: ignore[arg-type]
                 lane.run_dir,
             )
             for lane in lanes
         ],
     )
     try:
-        for lane in lanes:
-            lane.supervisor.start()
+        for supervisor in supervisors:
+            supervisor.start()
         producer.start()
         summary = _wait_until_consumed(
-            lanes, producer, nemesis, ledger_path, scenario.pipeline.timeout_s, progress, env
+            lanes,
+            supervisors,
+            producer,
+            nemesis,
+            ledger_path,
+            scenario.pipeline.timeout_s,
+            progress,
+            env,
         )
     finally:
         producer.stop()
         nemesis.restore()
-        stop_all([lane.supervisor for lane in lanes])
+        stop_all(supervisors)
 
     ledger = LedgerArrays.from_csv(ledger_path)
     seconds = time.monotonic() - started
@@ -316,8 +344,8 @@ def _judge(
         verdict=verdict,
         events_per_s=_throughput(config.history_dir, summary.acked),
         seconds=seconds,
-        restarts=lane.supervisor.restarts,
-        crashes=lane.supervisor.crashes,
+        restarts=lane.supervisor.restarts,  # type: ignore[union-attr]
+        crashes=lane.supervisor.crashes,  # type: ignore[union-attr]
         faults=faults,
         expectations=tuple(str(e) for e in expectations),
         failures=failures,
@@ -378,6 +406,7 @@ def _end_offsets_of(ledger_path: Path) -> dict[int, int]:
 
 def _wait_until_consumed(
     lanes: list[_Lane],
+    supervisors: list[RuntimeSupervisor],
     producer: _ProducerThread,
     nemesis: Nemesis,
     ledger_path: Path,
@@ -387,15 +416,21 @@ def _wait_until_consumed(
 ) -> ProduceSummary:
     """Until every lane's consumers committed past every acknowledged record and the fault
     schedule has played out, restarting consumers that crash; returns the producer's summary."""
-    started = time.monotonic()
-    deadline = started + timeout
+    deadline = time.monotonic() + timeout
     targets: dict[int, int] | None = None
     reported = time.monotonic()
+    running: set[str] = set()  # lanes whose consumers handled a batch
+    clock: float | None = None  # when all of them had: the fault schedule's zero
     while True:
-        nemesis.tick(time.monotonic() - started, producer.acked)
+        if clock is None and len(running) == len(lanes):
+            clock = time.monotonic()
+        nemesis.tick(None if clock is None else time.monotonic() - clock, producer.acked)
+        for supervisor in supervisors:
+            supervisor.check()
         for lane in lanes:
-            lane.supervisor.check()
             for event in lane.tail.new_events():  # type: ignore[union-attr]
+                if event.kind is EventKind.BATCH:
+                    running.add(lane.config.group)
                 if event.kind is EventKind.COMMIT:
                     for p, offset in event.offsets.items():
                         lane.committed[p] = max(lane.committed.get(p, 0), offset)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from harness.environment import state
+from harness.environment import process, state
 from harness.environment.process import ProcessHandle
 
 _counter = itertools.count()
@@ -55,4 +55,20 @@ def processes_started_in(directory: Path) -> list[int]:
     for proc in psutil.process_iter(["cwd", "status"]):
         if proc.info["cwd"] == str(directory) and proc.info["status"] != psutil.STATUS_ZOMBIE:
             found.append(proc.pid)
+    return found
+
+
+def processes_of(env_id: str) -> dict[int, str]:
+    """Live processes (PID -> server name) carrying an environment's marker, wherever they are
+    in the process tree: servers, runtimes, and whatever those started."""
+    found = {}
+    for proc in psutil.process_iter(["status"]):
+        if proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        try:
+            environ = proc.environ()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if environ.get(process.ENV_ID_VAR) == env_id:
+            found[proc.pid] = environ.get(process.SERVER_VAR, "?")
     return found

@@ -16,7 +16,14 @@ import pytest
 from harness.environment import EnvironmentBusy, LocalEnvironment, ServerStartError
 from harness.environment.process import ProcessHandle
 from harness.environment.readiness import wait_for
-from tests.support import chaoslab, processes_started_in, server_handles, still_alive
+from harness.kafka import create_topic, end_offsets
+from tests.support import (
+    chaoslab,
+    processes_started_in,
+    server_handles,
+    still_alive,
+    unique,
+)
 
 pytestmark = pytest.mark.servers
 
@@ -144,3 +151,34 @@ def test_pause_and_resume_the_broker(lab_env: LocalEnvironment) -> None:
         what="broker after resume",
         timeout=30,
     )
+
+
+RESTART_FROM_ANOTHER_PROCESS = """
+import sys
+from harness.environment import attach
+env = attach(sys.argv[1])
+env.restart_broker(hard=False)
+env.restart_broker(hard=True)
+print(env.status().kafka_bootstrap)
+"""
+
+
+def test_another_process_restarts_the_broker_of_an_environment_it_does_not_own(
+    lab_env: LocalEnvironment,
+) -> None:
+    # `chaoslab run --env` bounces a broker this process started: the old broker stays a zombie
+    # until this process reaps it, and the restart must not wait for that.
+    before = server_handles(lab_env.directory)["kafka"]
+    result = subprocess.run(
+        [sys.executable, "-c", RESTART_FROM_ANOTHER_PROCESS, str(lab_env.directory)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == lab_env.status().kafka_bootstrap
+    after = server_handles(lab_env.directory)["kafka"]
+    assert after.pid != before.pid and after.alive() and not before.alive()
+    topic = unique("after-restart")
+    create_topic(lab_env.kafka_bootstrap, topic, 1)
+    assert end_offsets(lab_env.kafka_bootstrap, topic) == {0: 0}

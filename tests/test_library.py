@@ -71,6 +71,17 @@ def test_a_library_scenario_holds_its_expectations(
             assert r["offsets_consistent"] is True, runtime
 
     name = report["scenario"]["name"]
+    if name == "baseline":  # issue 3: every variant, both runtimes, exactly once
+        variants = {"naive", "idempotent", "transactional", "unique-index", "dedup-log"}
+        assert set(rows) == {(rt, v) for rt in ("listener", "spark") for v in variants}
+        for key, r in rows.items():
+            assert (r["duplicates"], r["lost"], r["stale"]) == (0, 0, 0), key
+            assert r["acked"] == r["produced"] == 1000, key
+            assert r["dead_lettered"] > 0, key
+            assert r["in_sink"] == r["acked"] - r["dead_lettered"], key
+        print("\nbaseline events/s:")  # printed, not asserted: figures for the closing note
+        for (runtime, variant), r in sorted(rows.items()):
+            print(f"  {runtime:<9} {variant:<14} {r['events_per_s']:>8.0f}")
     if name in ("cdc-crash-before-ack", "msk-rolling-upgrade"):
         assert all(r["duplicates"] > 0 for (_, v), r in rows.items() if v == "naive")
     if name == "cdc-crash-before-ack":

@@ -3,18 +3,21 @@ runtime (listener, spark) -> variant -> MongoDB, judged by the checker against t
 
 from __future__ import annotations
 
-import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.environment import LocalEnvironment
+from harness.environment import LocalEnvironment, state
+from harness.environment.readiness import NotReady, wait_for
 from harness.history import EventKind, read_history
 from harness.runner import ScenarioResult, VariantResult, run_scenario
 from harness.scenario import parse_scenario
 from harness.workload.ledger import read_ledger
-from tests.support import chaoslab
+from tests.support import processes_of
 
 pytestmark = pytest.mark.servers
 
@@ -40,33 +43,6 @@ def crashed_batch_size(result: VariantResult) -> int:
     return written[-1].count  # type: ignore[return-value]
 
 
-def test_baseline_every_variant_on_both_runtimes_from_the_cli(
-    lab_env: LocalEnvironment, tmp_path: Path
-) -> None:
-    out = tmp_path / "baseline"
-    result = chaoslab(
-        "run", "scenarios/baseline.yaml", "--env", str(lab_env.directory), "--out", str(out),
-        timeout=1200,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    report = json.loads((out / "results.json").read_text())
-    rows = {(r["runtime"], r["variant"]): r for r in report["results"]}
-    variants = ["naive", "idempotent", "transactional", "unique-index", "dedup-log"]
-    assert set(rows) == {(rt, v) for rt in ("listener", "spark") for v in variants}
-    for key, r in rows.items():
-        assert (r["duplicates"], r["lost"], r["stale"], r["phantoms"]) == (0, 0, 0, 0), key
-        assert r["acked"] == r["produced"] == 1000, key
-        assert r["dead_lettered"] > 0 and r["poison_missing"] == 0, key
-        assert r["in_sink"] == r["acked"] - r["dead_lettered"], key
-        assert r["expectation"] == "pass", key
-    for runtime in ("listener", "spark"):
-        assert rows[(runtime, "transactional")]["offsets_consistent"] is True
-    # Printed, not asserted: the figures for the closing note.
-    print("\nbaseline events/s:")
-    for (runtime, variant), r in sorted(rows.items()):
-        print(f"  {runtime:<9} {variant:<14} {r['events_per_s']:>8.0f}")
-
-
 @pytest.mark.parametrize("runtime", ["listener", "spark"])
 def test_a_crash_between_write_and_commit_duplicates_only_the_naive_batch(
     lab_env: LocalEnvironment, tmp_path: Path, runtime: str
@@ -74,7 +50,7 @@ def test_a_crash_between_write_and_commit_duplicates_only_the_naive_batch(
     results = run(
         lab_env,
         tmp_path,
-        workload={"events": 2000, "keys": 200, "poison_fraction": 0.01, "partitions": 3},
+        workload={"events": 1200, "keys": 200, "poison_fraction": 0.01, "partitions": 3},
         runtimes=[runtime],
         variants=["naive", "idempotent", "unique-index", "transactional"],
         faults=[{"kind": "consumer-crash", "point": "after_write_before_commit", "at_batch": 3}],
@@ -158,3 +134,31 @@ def test_upstream_resends_need_a_business_key_to_be_deduplicated(
     assert results["listener/dedup-log[key=business]"].verdict.duplicates == 0
     custom = results["listener/upsert-by-business-key"].verdict
     assert (custom.duplicates, custom.lost, custom.stale) == (0, 0, 0)
+
+
+def test_a_terminated_run_stops_its_runtimes_and_servers(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "harness.cli", "run", "scenarios/baseline.yaml",
+            "--runtime", "listener", "--events", "5000", "--out", str(out)]  # fmt: skip
+    with (tmp_path / "cli.log").open("w") as log:
+        cli = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+
+        def runtimes_running() -> tuple[str, dict[int, str]]:
+            found = state.load(out / "env")
+            if found is None:
+                raise NotReady("the run has not started its environment yet")
+            running = processes_of(found.env_id)
+            if not any(name.startswith("runtime-") for name in running.values()):
+                raise NotReady(f"no runtime process yet among {sorted(running.values())}")
+            return found.env_id, running
+
+        env_id, running = wait_for(runtimes_running, what="the run's listeners", timeout=120)
+        assert {"kafka", "mongo", "s3"} <= set(running.values())
+        cli.send_signal(signal.SIGTERM)
+        assert cli.wait(timeout=90) != 0
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    # Nothing carrying the environment's marker is left: no server, no listener, no child.
+    assert processes_of(env_id) == {}, (tmp_path / "cli.log").read_text()[-2000:]

@@ -132,12 +132,38 @@ def test_a_bad_scenario_names_the_file_and_the_field(
     assert message in str(caught.value)
 
 
-def test_the_cli_refuses_a_bad_scenario_with_exit_2_and_starts_nothing(tmp_path: Path) -> None:
-    path = write(tmp_path, "name: x\nvariants: [naive, nave]\n")
+# The five kinds of bad file the issue names, each refused by the CLI before anything starts.
+REFUSED = {
+    "yaml-syntax": ("name: x\nvariants: [naive\n", "YAML syntax error at line 3"),
+    "unknown-fault-kind": (
+        "name: x\nvariants: [naive]\nfaults: [{kind: meteor, at: 1}]\n",
+        "faults[0].kind: unknown fault kind 'meteor'",
+    ),
+    "unknown-variant": (
+        "name: x\nvariants: [naive, nave]\n",
+        "variants[1]: unknown variant 'nave'",
+    ),
+    "negative-duration": (
+        "name: x\nvariants: [naive]\nfaults: [{kind: broker-kill, at: 1, duration: -2}]\n",
+        "faults[0].duration: must be > 0, got -2",
+    ),
+    "beyond-the-backend": (
+        "name: x\nvariants: [naive]\nfaults: [{kind: broker-bounce, at: 1, broker: 2}]\n",
+        "faults[0].broker: the local backend has 1 broker(s); there is no broker 2",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", REFUSED)
+def test_the_cli_refuses_a_bad_scenario_with_exit_2_and_starts_nothing(
+    tmp_path: Path, kind: str
+) -> None:
+    text, message = REFUSED[kind]
+    path = write(tmp_path, text)
     out = tmp_path / "run"
     result = chaoslab("run", str(path), "--out", str(out))
-    assert result.returncode == 2
-    assert f"{path}: variants[1]: unknown variant 'nave'" in result.stderr
+    assert result.returncode == 2, result.stderr
+    assert str(path) in result.stderr and message in result.stderr, result.stderr
     assert not out.exists()
     assert processes_started_in(out / "env") == []
 

@@ -111,6 +111,28 @@ def _collect(procs: Iterable[psutil.Process]) -> None:
             child.wait()
 
 
+def _exited(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def wait_exited(procs: Sequence[psutil.Process], *, timeout: float) -> list[psutil.Process]:
+    """Wait until each process has exited; returns those still running at the deadline.
+
+    Not ``psutil.wait_procs``: for a process that is not our child it waits until the PID is
+    gone, and a server another process started (``chaoslab run --env`` restarting the broker
+    of an environment a test session owns) stays a zombie until that parent reaps it.
+    """
+    deadline = time.monotonic() + timeout
+    running = [p for p in procs if not _exited(p)]
+    while running and time.monotonic() < deadline:
+        time.sleep(0.05)
+        running = [p for p in running if not _exited(p)]
+    return running
+
+
 def signal_server(env_id: str, server: str, sig: int) -> int:
     """Send ``sig`` to every process of ``server``; returns how many received it."""
     procs = marked(env_id, server)
@@ -123,15 +145,14 @@ def terminate(procs: Sequence[psutil.Process], *, grace: float) -> None:
     every process has exited (and children of ours are reaped)."""
     _send(procs, signal.SIGTERM)
     _send(procs, signal.SIGCONT)  # a paused process would never act on the SIGTERM
-    _, alive = psutil.wait_procs(procs, timeout=grace)
-    kill(alive)
+    kill(wait_exited(procs, timeout=grace))
     _collect(procs)
 
 
 def kill(procs: Sequence[psutil.Process]) -> None:
     """SIGKILL and wait until each process is gone."""
     _send(procs, signal.SIGKILL)
-    _, alive = psutil.wait_procs(procs, timeout=10)
+    alive = wait_exited(procs, timeout=10)
     if alive:
         raise RuntimeError(f"processes survived SIGKILL: {[p.pid for p in alive]}")
     _collect(procs)

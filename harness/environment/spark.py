@@ -107,6 +107,10 @@ def spark_session(
         "spark.local.dir": settings.local_dir,
         "spark.sql.streaming.checkpointLocation": settings.checkpoint_root,
         "spark.sql.shuffle.partitions": "4",
+        # The lab's queries are tiny: compiling them (whole-stage codegen, adaptive plans) costs
+        # more CPU than it saves, and a Spark driver already takes ~20 CPU-seconds to start.
+        "spark.sql.codegen.wholeStage": "false",
+        "spark.sql.adaptive.enabled": "false",
         "spark.executor.memory": "1g",
         **(conf or {}),
     }

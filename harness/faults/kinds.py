@@ -118,10 +118,7 @@ class BrokerRollingRestart(Timed):
 
 
 @dataclass(frozen=True)
-class BrokerKill(Timed):
-    """kill -9 the broker and leave it down for ``duration`` seconds."""
-
-    kind: ClassVar[str] = "broker-kill"
+class _BrokerWindow(Timed):
     name: str
     duration: float
     at: float | None = None
@@ -135,20 +132,17 @@ class BrokerKill(Timed):
 
 
 @dataclass(frozen=True)
-class BrokerPause(Timed):
+class BrokerKill(_BrokerWindow):
+    """kill -9 the broker and leave it down for ``duration`` seconds."""
+
+    kind: ClassVar[str] = "broker-kill"
+
+
+@dataclass(frozen=True)
+class BrokerPause(_BrokerWindow):
     """SIGSTOP the broker for ``duration`` seconds: connections open, nothing answers."""
 
     kind: ClassVar[str] = "broker-pause"
-    name: str
-    duration: float
-    at: float | None = None
-    at_event: int | None = None
-    jitter: float = 0.0  # seconds added to the start, drawn from the seed
-    broker: int = 0
-
-    def validate(self) -> None:
-        self.check_trigger()
-        _positive("duration", self.duration)
 
 
 @dataclass(frozen=True)
@@ -429,3 +423,37 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
             raise FieldError(where, f"must be a mapping, got {value!r}")
         return _build(hint, value, f"{where}.")
     raise TypeError(f"no coercion for {hint!r}")  # a programming error, not bad input
+
+
+def example(kind: str, *, at: float = 3.0, duration: float = 5.0) -> dict[str, Any]:
+    """A scenario entry for one fault of ``kind`` starting at ``at`` seconds - what a notebook
+    or a reader exploring the lab starts from before tuning the fields."""
+    timed = {"kind": kind, "at": at}
+    examples: dict[str, dict[str, Any]] = {
+        "broker-bounce": {**timed, "hard": True},
+        "broker-rolling-restart": {**timed, "rotations": 2, "interval": max(duration, 4.0)},
+        "broker-kill": {**timed, "duration": duration},
+        "broker-pause": {**timed, "duration": duration},
+        "consumer-crash": {"kind": kind, "point": "after_write_before_commit", "at_batch": 2},
+        "consumer-pause": {
+            "kind": kind,
+            "point": "mid_write",
+            "after_docs": 10,
+            "at_batch": 2,
+            "duration": duration,
+        },
+        "consumer-kill": {**timed},
+        "commit-failure": {**timed, "duration": duration, "apis": ["OffsetCommit", "Heartbeat"]},
+        "network": {**timed, "duration": duration, "link": "consumer-mongo", "action": "cut"},
+        "mongo-failcommand": {
+            **timed,
+            "duration": duration,
+            "commands": ["insert", "update"],
+            "error_code": 10107,
+        },
+        "producer-resend": {"kind": kind, "start_event": 100, "events": 200, "fraction": 0.2},
+        "poison": {"kind": kind, "start_event": 100, "events": 200, "fraction": 0.2},
+    }
+    if kind not in examples:
+        raise FieldError("kind", f"unknown fault kind {kind!r} (known: {', '.join(KINDS)})")
+    return examples[kind]

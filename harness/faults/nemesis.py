@@ -1,7 +1,9 @@
 """The nemesis: plays a fault schedule against the environment and the consumers of a run.
 
-It is driven by the run's wait loop (``tick`` every ~100 ms with the seconds since the run
-started and the records acknowledged so far) rather than by a thread of its own, so a fault and
+It is driven by the run's wait loop (``tick`` every ~100 ms with the seconds since every
+variant's consumers handled their first batch - so that ``at: 5`` means five seconds into the
+pipeline's work whether it took a listener 3 s or a Spark driver 30 s to start - and the
+records acknowledged so far) rather than by a thread of its own, so a fault and
 the supervision of the consumers never race. Every window is recorded in each variant's history
 as FAULT_START / FAULT_END (source ``nemesis``); ``restore`` undoes whatever is still in force.
 """
@@ -82,10 +84,10 @@ class Nemesis:
     def done(self) -> bool:
         return all(p.next_step >= len(p.plan.steps) for p in self._progress)
 
-    def tick(self, elapsed: float, acked: int) -> None:
-        """Take every step that is due: ``elapsed`` seconds since the run started, ``acked``
-        records acknowledged."""
-        if not self._clock_started:
+    def tick(self, elapsed: float | None, acked: int) -> None:
+        """Take every step that is due: ``elapsed`` seconds since the consumers started (None
+        until they have), ``acked`` records acknowledged."""
+        if elapsed is not None and not self._clock_started:
             self._clock_started = True
             for target in self.targets:
                 target.history.record(EventKind.SCHEDULE_START, detail=f"{elapsed:.3f}")
@@ -100,10 +102,10 @@ class Nemesis:
                 progress.next_step += 1
 
     @staticmethod
-    def _due(progress: _Progress, step: Step, elapsed: float, acked: int) -> bool:
+    def _due(progress: _Progress, step: Step, elapsed: float | None, acked: int) -> bool:
         now = time.monotonic()
         if step.at is not None:
-            return elapsed >= step.at
+            return elapsed is not None and elapsed >= step.at
         if step.at_event is not None:
             if acked < step.at_event:
                 return False

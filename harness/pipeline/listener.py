@@ -28,7 +28,13 @@ def run(config: RuntimeConfig, index: int) -> None:
         )
     )
 
+    # Positions whose commit failed, by partition, with the batch they close. A live consumer
+    # commits again with its next batch; when the topic has nothing more to give, it must
+    # retry on its own or the group's lag never reaches zero.
+    uncommitted: dict[int, tuple[int, int]] = {}
+
     def on_assign(c: Consumer, partitions: list[TopicPartition]) -> None:
+        uncommitted.clear()  # another member may have moved these partitions on since
         # A variant that keeps its positions in MongoDB (transactional) decides where to start,
         # and Kafka is told: a batch MongoDB committed before a crash was never acknowledged.
         positions = handler.variant.resume_positions(handler.db, config.group, config.topic)
@@ -42,6 +48,9 @@ def run(config: RuntimeConfig, index: int) -> None:
         if resumed:
             commit(c, resumed, batch_id=None)
 
+    def on_revoke(c: Consumer, partitions: list[TopicPartition]) -> None:
+        uncommitted.clear()
+
     def commit(c: Consumer, offsets: list[TopicPartition], batch_id: int | None) -> None:
         try:
             c.commit(offsets=offsets, asynchronous=False)
@@ -49,14 +58,22 @@ def run(config: RuntimeConfig, index: int) -> None:
             # The write is done; only the bookkeeping failed (seed 002). The records will
             # come again if the partition moves before a later commit succeeds.
             history.record(EventKind.COMMIT_FAILED, batch=batch_id, detail=str(exc))
+            if batch_id is not None:
+                uncommitted.update({tp.partition: (tp.offset, batch_id) for tp in offsets})
         else:
+            for tp in offsets:
+                uncommitted.pop(tp.partition, None)
             history.record(
                 EventKind.COMMIT,
                 batch=batch_id,
                 offsets={tp.partition: tp.offset for tp in offsets},
             )
 
-    consumer.subscribe([config.topic], on_assign=on_assign)
+    def retry_uncommitted(c: Consumer) -> None:
+        offsets = [TopicPartition(config.topic, p, o) for p, (o, _) in uncommitted.items()]
+        commit(c, offsets, max(b for _, b in uncommitted.values()))
+
+    consumer.subscribe([config.topic], on_assign=on_assign, on_revoke=on_revoke)
     history.record(EventKind.RUNTIME_START, detail=f"pid {os.getpid()}")
     batch_id = 0
     try:
@@ -69,6 +86,8 @@ def run(config: RuntimeConfig, index: int) -> None:
                     continue
                 raw.append(RawRecord(m.partition(), m.offset(), m.value()))
             if not raw:
+                if uncommitted:
+                    retry_uncommitted(consumer)
                 continue
             batch_id += 1
             batch = handler.handle(batch_id, raw)

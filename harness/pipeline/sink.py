@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-from confluent_kafka import Consumer, TopicPartition
 from pymongo.database import Database
 
 from harness.checker import SinkSnapshot
-from harness.environment.readiness import NotReady, wait_for
-from harness.kafka import HARNESS_CLIENT, consumer_config, end_offsets
+from harness.kafka import read_topic
 from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.variants import Variant
 
@@ -42,27 +40,7 @@ def snapshot(
 
 def dead_letter_origins(bootstrap: str, group: str) -> list[tuple[int, int]]:
     """(partition, offset) of the original of every record in a group's dead-letter topic."""
-    dlq = dead_letter_topic(group)
-    ends = end_offsets(bootstrap, dlq)
-    total = sum(ends.values())
-    if total == 0:
-        return []
-    consumer = Consumer(
-        consumer_config(bootstrap, "chaoslab-dlq-reader", **{"client.id": HARNESS_CLIENT})
-    )
-    consumer.assign([TopicPartition(dlq, p, 0) for p in ends])
-    origins: list[tuple[int, int]] = []
-
-    def read_all() -> None:
-        for m in consumer.consume(num_messages=1000, timeout=0.5):
-            if m.error() is None:
-                headers = dict(m.headers() or [])
-                origins.append((int(headers["origin-partition"]), int(headers["origin-offset"])))
-        if len(origins) < total:
-            raise NotReady(f"read {len(origins)} of {total} dead letters")
-
-    try:
-        wait_for(read_all, what=f"the dead-letter topic {dlq}", timeout=60)
-    finally:
-        consumer.close()
-    return origins
+    return [
+        (int(r.headers["origin-partition"]), int(r.headers["origin-offset"]))
+        for r in read_topic(bootstrap, dead_letter_topic(group))
+    ]

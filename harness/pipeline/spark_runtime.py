@@ -1,7 +1,7 @@
 """The Spark runtime: Structured Streaming over the lab's Python Kafka source, with the variant
 called from ``foreachBatch``. Offsets live in the query's checkpoint.
 
-    python -m harness.pipeline.spark_runtime CONFIG.json [INDEX]
+    python -m harness.pipeline.spark_runtime CONFIG.json [CONFIG.json ...]
 
 Spark commits a batch (writes its commit log) after ``foreachBatch`` returns; a crash before
 that replays the same batch_id with the same offsets on restart - delivery into foreachBatch is
@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import dataclass
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from harness.environment.spark import SparkSettings, spark_session
@@ -27,27 +28,29 @@ from harness.pipeline.runtime import BatchHandler, InjectedCommitFailure, Runtim
 
 
 class _Committed(StreamingQueryListener):
-    """Records each committed batch's end offsets in the history (and passes after_commit)."""
+    """Records each committed batch's end offsets in its variant's history, and passes the
+    after_commit crash point. One listener serves every query of the driver."""
 
-    def __init__(self, handler: BatchHandler) -> None:
-        self.handler = handler
+    def __init__(self, handlers: dict[str, BatchHandler]) -> None:
+        self.handlers = handlers  # by query name
 
     def onQueryStarted(self, event: object) -> None:
         pass
 
     def onQueryProgress(self, event: object) -> None:
         progress = event.progress  # type: ignore[attr-defined]
-        if progress.numInputRows == 0:
+        handler = self.handlers.get(progress.name)
+        if handler is None or progress.numInputRows == 0:
             return
         end = json.loads(progress.sources[0].endOffset)
-        self.handler.history.record(
+        handler.history.record(
             EventKind.COMMIT,
             batch=progress.batchId,
             offsets={int(p): int(o) for p, o in end.items()},
         )
         # Listener events arrive asynchronously: the next batch may be running already, so the
         # batch is named rather than taken from the handler.
-        self.handler.reached(CrashPoint.AFTER_COMMIT, batch_id=progress.batchId)
+        handler.reached(CrashPoint.AFTER_COMMIT, batch_id=progress.batchId)
 
     def onQueryIdle(self, event: object) -> None:
         pass
@@ -56,62 +59,85 @@ class _Committed(StreamingQueryListener):
         pass
 
 
-def run(config: RuntimeConfig) -> None:
-    stop = StopFlag()
-    handler = BatchHandler(config, source="spark")
-    history = handler.history
-    spark = spark_session(
-        SparkSettings.from_json(config.spark_settings), f"chaoslab-{config.group}"
-    )
-    register(spark)
-    spark.streams.addListener(_Committed(handler))
+@dataclass
+class _Lane:
+    """One variant's streaming query inside the driver."""
 
-    def write_batch(df: DataFrame, batch_id: int) -> None:
+    config: RuntimeConfig
+    handler: BatchHandler
+    query: StreamingQuery | None = None
+
+    @property
+    def name(self) -> str:
+        return self.config.group.replace(".", "_")
+
+    def write_batch(self, df: DataFrame, batch_id: int) -> None:
         rows = df.select("partition", "offset", "value").collect()
         raw = sorted(
             (RawRecord(r.partition, r.offset, r.value) for r in rows),
             key=lambda r: (r.partition, r.offset),
         )
         if raw:
-            handler.handle(batch_id, raw)
+            self.handler.handle(batch_id, raw)
 
-    def start_query() -> StreamingQuery:
-        return (
+    def start(self, spark: SparkSession) -> None:
+        cfg = self.config
+        self.query = (
             spark.readStream.format("chaoslab-kafka")
-            .option("bootstrap", config.bootstrap)
-            .option("topic", config.topic)
-            .option("maxRecordsPerTrigger", str(config.batch_size))
+            .option("bootstrap", cfg.bootstrap)
+            .option("topic", cfg.topic)
+            .option("maxRecordsPerTrigger", str(cfg.batch_size))
             .load()
-            .writeStream.queryName(config.group.replace(".", "_"))
-            .foreachBatch(write_batch)
-            .option("checkpointLocation", config.checkpoint)
-            .trigger(processingTime=f"{config.trigger_ms} milliseconds")
+            .writeStream.queryName(self.name)
+            .foreachBatch(self.write_batch)
+            .option("checkpointLocation", cfg.checkpoint)
+            .trigger(processingTime=f"{cfg.trigger_ms} milliseconds")
             .start()
         )
 
-    query = start_query()
-    history.record(EventKind.RUNTIME_START, detail=f"pid {os.getpid()}")
+    def restart_if_failed(self, spark: SparkSession) -> None:
+        """A batch failed by design (an injected commit failure) restarts the query from its
+        checkpoint, which replays that batch - the redelivery under test. Any other failure
+        ends the runtime."""
+        assert self.query is not None
+        if self.query.isActive:
+            return
+        failure = self.query.exception()
+        if failure is None or InjectedCommitFailure.MARKER not in str(failure):
+            raise RuntimeError(f"the streaming query of {self.config.group} failed: {failure}")
+        self.start(spark)
+
+
+def run(configs: list[RuntimeConfig]) -> None:
+    """One driver running one query per configuration - several variants side by side share
+    a driver when no fault targets a single consumer process."""
+    stop = StopFlag()
+    lanes = [_Lane(c, BatchHandler(c, source="spark")) for c in configs]
+    spark = spark_session(
+        SparkSettings.from_json(configs[0].spark_settings), f"chaoslab-{configs[0].topic}"
+    )
+    register(spark)
+    spark.streams.addListener(_Committed({lane.name: lane.handler for lane in lanes}))
     try:
+        for lane in lanes:
+            lane.start(spark)
+            lane.handler.history.record(EventKind.RUNTIME_START, detail=f"pid {os.getpid()}")
         while not stop:
-            if query.isActive:
-                stop.wait(0.5)
-                continue
-            failure = query.exception()
-            if failure is None:
-                break
-            if InjectedCommitFailure.MARKER not in str(failure):
-                raise RuntimeError(f"the streaming query failed: {failure}")
-            # The batch was written, its checkpoint commit never happened: start the query
-            # again from the checkpoint, which replays that batch (the redelivery under test).
-            query = start_query()
+            for lane in lanes:
+                lane.restart_if_failed(spark)
+            stop.wait(0.5)
     finally:
-        query.stop()
+        for lane in lanes:
+            if lane.query is not None:
+                lane.query.stop()
         spark.stop()
-        history.record(EventKind.RUNTIME_EXIT, detail="stopped")
+        for lane in lanes:
+            lane.handler.history.record(EventKind.RUNTIME_EXIT, detail="stopped")
 
 
 def main(argv: list[str]) -> None:
-    run(RuntimeConfig.load(argv[0]))
+    """``python -m harness.pipeline.spark_runtime CONFIG.json [CONFIG.json ...]``"""
+    run([RuntimeConfig.load(path) for path in argv])
 
 
 if __name__ == "__main__":

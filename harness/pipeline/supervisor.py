@@ -46,35 +46,60 @@ class _Consumer:
     stopped_since: float | None = None
 
 
+@dataclass(frozen=True)
+class Lane:
+    """What a supervised process runs for one variant: its configuration and its history."""
+
+    config: RuntimeConfig
+    config_path: Path
+    history: HistoryWriter
+
+
 class RuntimeSupervisor:
+    """The consumer processes of one or more variants.
+
+    A listener variant gets ``consumers`` processes of its own. Spark variants get one driver
+    each - or, given several lanes, one driver running a query per variant (when no fault
+    targets a single consumer process, sharing a JVM spares ~20 CPU-seconds per variant).
+    """
+
     def __init__(
         self,
         env: Environment,
-        config: RuntimeConfig,
-        config_path: Path,
+        lanes: list[Lane],
         *,
         consumers: int,
         restart_delay: float,
-        history: HistoryWriter,
+        log_dir: Path,
     ) -> None:
         self.env = env
-        self.config = config
-        self.config_path = config_path
+        self.lanes = lanes
         self.restart_delay = restart_delay
-        self.history = history
-        count = consumers if config.runtime == "listener" else 1
-        logs = Path(config.run_dir) / "logs"
+        runtime = lanes[0].config.runtime
+        if runtime == "listener" and len(lanes) != 1:
+            raise ValueError("a listener process serves one variant")
+        count = consumers if runtime == "listener" else 1
         self.consumers = [
-            _Consumer(i, f"{config.runtime}-{i}", logs / f"{config.runtime}-{i}.log")
-            for i in range(count)
+            _Consumer(i, f"{runtime}-{i}", log_dir / f"{runtime}-{i}.log") for i in range(count)
         ]
         self.crashes = 0
-        pauses = [p.pause_s for p in config.crash_plans if p.pause_s is not None]
+        pauses = [p.pause_s for lane in lanes for p in lane.config.crash_plans if p.pause_s]
         self.pause_s = max(pauses, default=0.0)
+
+    @property
+    def config(self) -> RuntimeConfig:
+        return self.lanes[0].config
+
+    def _record(self, kind: EventKind, detail: str) -> None:
+        for lane in self.lanes:
+            lane.history.record(kind, detail=detail)
 
     def _argv(self, consumer: _Consumer) -> list[str]:
         module = RUNTIME_MODULES[self.config.runtime]
-        return [sys.executable, "-m", module, str(self.config_path), str(consumer.index)]
+        paths = [str(lane.config_path) for lane in self.lanes]
+        if self.config.runtime == "listener":
+            return [sys.executable, "-m", module, *paths, str(consumer.index)]
+        return [sys.executable, "-m", module, *paths]
 
     def _process_name(self, consumer: _Consumer) -> str:
         return f"runtime-{self.config.group}-{consumer.name}"
@@ -114,7 +139,7 @@ class RuntimeSupervisor:
             c.stopped_since = now
         elif now - c.stopped_since >= self.pause_s:
             self.env.signal_client(self._process_name(c), signal.SIGCONT)
-            self.history.record(EventKind.RESUMED, detail=f"{c.name} after {self.pause_s:g}s")
+            self._record(EventKind.RESUMED, f"{c.name} after {self.pause_s:g}s")
             c.stopped_since = None
 
     def check(self) -> None:
@@ -133,7 +158,7 @@ class RuntimeSupervisor:
                 else:
                     c.failures_in_a_row += 1
                     how = f"exited with status {code}"
-                self.history.record(EventKind.RUNTIME_EXIT, detail=f"{c.name} {how}")
+                self._record(EventKind.RUNTIME_EXIT, f"{c.name} {how}")
                 if c.failures_in_a_row >= MAX_FAILURES_IN_A_ROW:
                     raise RuntimeFailed(
                         f"{c.name} failed {c.failures_in_a_row} times in a row; last lines of "
@@ -152,7 +177,7 @@ class RuntimeSupervisor:
             c.restart_at = None
 
 
-def stop_all(supervisors: list[RuntimeSupervisor], grace: float = 60.0) -> None:
+def stop_all(supervisors: list[RuntimeSupervisor], grace: float = 20.0) -> None:
     """Ask every consumer to finish its batch and stop, all at once; SIGKILL after ``grace``."""
     proc.terminate([p for s in supervisors for p in s.processes()], grace=grace)
     for s in supervisors:

@@ -12,10 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, TopicPartition
-
-from harness.environment.readiness import NotReady, wait_for
-from harness.kafka import HARNESS_CLIENT, consumer_config, end_offsets
+from harness.kafka import read_topic
 from harness.workload.ledger import LedgerRow
 
 
@@ -27,31 +24,10 @@ class Missing:
 
 def topic_event_ids(bootstrap: str, topic: str) -> dict[tuple[int, int], str]:
     """(partition, offset) -> the event_id header of every record of ``topic``."""
-    ends = end_offsets(bootstrap, topic)
-    total = sum(ends.values())
-    found: dict[tuple[int, int], str] = {}
-    if total == 0:
-        return found
-    consumer = Consumer(
-        consumer_config(bootstrap, "chaoslab-verify", **{"client.id": HARNESS_CLIENT})
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-
-    def read_all() -> None:
-        for m in consumer.consume(num_messages=5000, timeout=0.5):
-            if m.error() is None:
-                headers = dict(m.headers() or [])
-                found[(m.partition(), m.offset())] = headers.get("event_id", b"").decode()
-        if len(found) < total:
-            raise NotReady(f"read {len(found)} of {total} records")
-
-    try:
-        # The offsets a broker leaves without a record (none expected here) would stall this;
-        # the deadline turns that into an error rather than a hang.
-        wait_for(read_all, what=f"every record of {topic}", timeout=120)
-    finally:
-        consumer.close()
-    return found
+    return {
+        (r.partition, r.offset): r.headers.get("event_id", b"").decode()
+        for r in read_topic(bootstrap, topic)
+    }
 
 
 def missing_from_topic(

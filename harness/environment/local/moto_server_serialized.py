@@ -15,12 +15,14 @@ keep-alive clients do not block each other between requests.
 from __future__ import annotations
 
 import argparse
+import functools
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from moto.core.serialize import TimestampSerializer
 from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication,
     MotoRequestHandler,
@@ -51,12 +53,37 @@ class Serialized:
         return [body]
 
 
+def cache_timestamps() -> None:
+    """Remember how each object's timestamp was rendered.
+
+    Tansu finds a partition's segments with a LIST on every fetch, and moto spends half of a
+    LIST re-parsing each key's last-modified time with dateutil (58 ms for 300 keys here, the
+    broker's throughput limit once a topic has a few hundred segments). The rendering is a pure
+    function of the value and the format, and an object's time never changes.
+    """
+    original = TimestampSerializer._convert_timestamp_to_str
+    renderer = TimestampSerializer(TimestampSerializer.TIMESTAMP_FORMAT_ISO8601)
+
+    @functools.lru_cache(maxsize=1 << 16)
+    def render(value: Any, timestamp_format: str) -> str:
+        return original(renderer, value, timestamp_format)
+
+    def convert(self: TimestampSerializer, value: Any, timestamp_format: str) -> str:
+        try:
+            return render(value, timestamp_format)
+        except TypeError:  # an unhashable value: render it as moto does
+            return original(self, value, timestamp_format)
+
+    TimestampSerializer._convert_timestamp_to_str = convert  # type: ignore[method-assign]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="moto_server_serialized")
     parser.add_argument("-H", "--host", default="127.0.0.1")
     parser.add_argument("-p", "--port", type=int, required=True)
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    cache_timestamps()
     app = Serialized(DomainDispatcherApplication(create_backend_app))
     run_simple(args.host, args.port, app, threaded=True, request_handler=MotoRequestHandler)
 

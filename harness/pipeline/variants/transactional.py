@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pymongo import ASCENDING, ReplaceOne
+from pymongo import ReplaceOne
 from pymongo.client_session import ClientSession
 from pymongo.database import Database
 from pymongo.read_concern import ReadConcern
@@ -10,6 +10,7 @@ from pymongo.write_concern import WriteConcern
 
 from harness.pipeline.batch import Batch
 from harness.pipeline.variants.base import (
+    SEED_000_KEY,
     Variant,
     WriteContext,
     landing_doc,
@@ -45,9 +46,7 @@ class Transactional(Variant):
         # Collections must exist before a transaction writes to them.
         if OFFSETS not in db.list_collection_names():
             db.create_collection(OFFSETS)
-        db.events.create_index(
-            [("payload.source.txId", ASCENDING), ("order_id", ASCENDING)], unique=True
-        )
+        db.events.create_index(SEED_000_KEY, unique=True)
 
     def write(self, batch: Batch, ctx: WriteContext) -> None:
         db = ctx.db
