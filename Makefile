@@ -31,9 +31,11 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python tests/benchmarks/bench_startup.py
+	$(BIN)/python tests/benchmarks/bench_checker.py
+	$(BIN)/python tests/benchmarks/bench_kafka_source.py
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab --ip 127.0.0.1 --notebook-dir notebooks
+	$(BIN)/jupyter lab --ip 127.0.0.1 --notebook-dir notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 clean:
 	rm -rf $(VENV) .chaoslab .pytest_cache .ruff_cache

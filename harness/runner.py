@@ -424,7 +424,11 @@ def _wait_until_consumed(
     while True:
         if clock is None and len(running) == len(lanes):
             clock = time.monotonic()
-        nemesis.tick(None if clock is None else time.monotonic() - clock, producer.acked)
+        nemesis.tick(
+            None if clock is None else time.monotonic() - clock,
+            producer.acked,
+            produced_all=targets is not None,
+        )
         for supervisor in supervisors:
             supervisor.check()
         for lane in lanes:

@@ -3,8 +3,12 @@ into the steps the nemesis will take."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from harness.faults.kinds import parse_fault
+from harness.faults.nemesis import Nemesis, Target
 from harness.faults.schedule import Action, describe, plan
+from harness.history import HistoryWriter
 from harness.scenario import parse_scenario
 
 
@@ -83,3 +87,18 @@ def test_windows_open_and_close_around_their_action() -> None:
         (Action.START, 100), (Action.END, 150)
     ]  # fmt: skip
     assert crash.steps == ()  # armed inside the runtime instead
+
+
+def test_a_burst_past_a_smaller_workload_ends_when_production_does(tmp_path: Path) -> None:
+    # `--events 400` on a scenario whose poison burst starts at record 400: the run must not
+    # wait for a record count the producer will never reach.
+    faults = scenario(1, [{"kind": "poison", "start_event": 400, "events": 200, "fraction": 0.3}])
+    history = HistoryWriter(tmp_path, "nemesis", "naive")
+    # A producer burst touches neither the servers nor the consumers.
+    nemesis = Nemesis(env=None, schedule=plan(faults.faults, 1), runtime="listener",  # type: ignore[arg-type]
+                      targets=[Target(history, supervisor=None, run_dir=tmp_path)])  # type: ignore[arg-type]  # fmt: skip
+    nemesis.tick(0.5, 400)
+    assert not nemesis.done
+    nemesis.tick(1.0, 400, produced_all=True)
+    assert nemesis.done
+    assert [(w.name, w.kind) for w in nemesis.windows] == [("poison#1", "poison")]

@@ -55,10 +55,10 @@ def test_the_library_has_every_scenario_the_issue_names() -> None:
 
 @pytest.mark.parametrize("path", LIBRARY, ids=[p.stem for p in LIBRARY])
 def test_a_library_scenario_holds_its_expectations(
-    lab_env: LocalEnvironment, tmp_path: Path, path: Path
+    scenario_env: LocalEnvironment, tmp_path: Path, path: Path
 ) -> None:
     out = tmp_path / "run"
-    result, report = run_cli(lab_env, out, "run", str(path))
+    result, report = run_cli(scenario_env, out, "run", str(path))
     failed = [f"{r['runtime']}/{r['variant']}: {r['reason']}" for r in report["results"]
               if r["expectation"] != "pass"]  # fmt: skip
     assert result.returncode == 0, (failed, result.stderr[-2000:])
@@ -104,23 +104,24 @@ def test_a_library_scenario_holds_its_expectations(
 
 
 def test_the_matrix_runs_several_scenarios_on_one_environment(
-    lab_env: LocalEnvironment, tmp_path: Path
+    scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:
     out = tmp_path / "matrix"
     result = chaoslab(
-        "matrix", "scenarios/baseline.yaml", "scenarios/poison-records.yaml",
+        "matrix", "scenarios/baseline.yaml", "scenarios/mongo-partition.yaml",
         "--runtime", "listener", "--events", "400",
-        "--env", str(lab_env.directory), "--out", str(out), timeout=900,
+        "--env", str(scenario_env.directory), "--out", str(out), timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    assert "=== [1/2] baseline ===" in result.stdout and "=== [2/2] poison-records" in result.stdout
-    for scenario in ("baseline", "poison-records"):
+    assert "=== [1/2] baseline ===" in result.stdout
+    assert "=== [2/2] mongo-partition" in result.stdout
+    for scenario in ("baseline", "mongo-partition"):
         report = json.loads((out / scenario / "results.json").read_text())
         assert {r["acked"] for r in report["results"]} == {400}
         assert f"{scenario}" in result.stdout.split("scenarios in")[0]
     suites = ET.parse(out / "junit.xml").getroot().findall("testsuite")
     assert len(suites) == 2
-    assert "poison-records" in (out / "report.md").read_text()
+    assert "mongo-partition" in (out / "report.md").read_text()
 
 
 DETERMINISM = """\
@@ -141,7 +142,7 @@ DETERMINISTIC = ("acked", "expected", "in_sink", "unique_in_sink", "duplicates",
 
 
 def test_the_same_seed_replays_the_same_faults_and_counts(
-    lab_env: LocalEnvironment, tmp_path: Path
+    scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:
     path = tmp_path / "determinism.yaml"
     path.write_text(DETERMINISM.format(seed=21))
@@ -153,7 +154,7 @@ def test_the_same_seed_replays_the_same_faults_and_counts(
 
     counts: list[dict[str, tuple]] = []
     for attempt in (1, 2):
-        result, report = run_cli(lab_env, tmp_path / f"run{attempt}", "run", str(path))
+        result, report = run_cli(scenario_env, tmp_path / f"run{attempt}", "run", str(path))
         assert result.returncode == 0, result.stderr[-2000:]
         counts.append({
             r["variant"]: tuple(r[k] for k in DETERMINISTIC)

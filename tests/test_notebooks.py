@@ -44,11 +44,11 @@ def test_the_notebooks_are_committed_without_outputs() -> None:
 
 @pytest.mark.servers
 def test_every_notebook_runs_and_its_expectations_hold(
-    lab_env: LocalEnvironment, tmp_path: Path
+    scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:
     out = tmp_path / "executed"
     result = chaoslab(
-        "notebooks", "--env", str(lab_env.directory), "--out", str(out), "-p", "events", "400",
+        "notebooks", "--env", str(scenario_env.directory), "--out", str(out), "-p", "events", "400",
         timeout=1800,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
@@ -99,6 +99,8 @@ def test_jupyterlab_starts_with_the_notebooks_kernel(tmp_path: Path) -> None:
     token = "chaoslab-test"
     argv = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip", "127.0.0.1", "--port", "0",
             f"--IdentityProvider.token={token}", "--notebook-dir", "notebooks"]  # fmt: skip
+    if os.geteuid() == 0:  # CI containers run as root, which JupyterLab refuses by default
+        argv.append("--allow-root")
     with log.open("w") as sink:
         lab = subprocess.Popen(
             argv,

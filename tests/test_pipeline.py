@@ -45,10 +45,10 @@ def crashed_batch_size(result: VariantResult) -> int:
 
 @pytest.mark.parametrize("runtime", ["listener", "spark"])
 def test_a_crash_between_write_and_commit_duplicates_only_the_naive_batch(
-    lab_env: LocalEnvironment, tmp_path: Path, runtime: str
+    scenario_env: LocalEnvironment, tmp_path: Path, runtime: str
 ) -> None:
     results = run(
-        lab_env,
+        scenario_env,
         tmp_path,
         workload={"events": 1200, "keys": 200, "poison_fraction": 0.01, "partitions": 3},
         runtimes=[runtime],
@@ -68,9 +68,9 @@ def test_a_crash_between_write_and_commit_duplicates_only_the_naive_batch(
     assert results[f"{runtime}/transactional"].verdict.offsets_consistent is True
 
 
-def test_a_crash_in_the_middle_of_a_write(lab_env: LocalEnvironment, tmp_path: Path) -> None:
+def test_a_crash_in_the_middle_of_a_write(scenario_env: LocalEnvironment, tmp_path: Path) -> None:
     results = run(
-        lab_env,
+        scenario_env,
         tmp_path,
         workload={"events": 1500, "keys": 150, "partitions": 3},
         runtimes=["listener"],
@@ -91,10 +91,10 @@ def test_a_crash_in_the_middle_of_a_write(lab_env: LocalEnvironment, tmp_path: P
 
 
 def test_crashes_before_the_write_and_after_the_commit_cost_nothing(
-    lab_env: LocalEnvironment, tmp_path: Path
+    scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:
     results = run(
-        lab_env,
+        scenario_env,
         tmp_path,
         workload={"events": 1500, "keys": 150, "partitions": 3},
         runtimes=["listener"],
@@ -111,10 +111,10 @@ def test_crashes_before_the_write_and_after_the_commit_cost_nothing(
 
 
 def test_upstream_resends_need_a_business_key_to_be_deduplicated(
-    lab_env: LocalEnvironment, tmp_path: Path
+    scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:
     results = run(
-        lab_env,
+        scenario_env,
         tmp_path,
         workload={"events": 600, "keys": 100, "resend_fraction": 0.15, "partitions": 3},
         runtimes=["listener"],

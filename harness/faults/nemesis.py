@@ -84,9 +84,11 @@ class Nemesis:
     def done(self) -> bool:
         return all(p.next_step >= len(p.plan.steps) for p in self._progress)
 
-    def tick(self, elapsed: float | None, acked: int) -> None:
+    def tick(self, elapsed: float | None, acked: int, *, produced_all: bool = False) -> None:
         """Take every step that is due: ``elapsed`` seconds since the consumers started (None
-        until they have), ``acked`` records acknowledged."""
+        until they have), ``acked`` records acknowledged; once the workload is ``produced_all``,
+        a step waiting for a record count the workload never reached (``--events`` made it
+        smaller than the scenario's bursts) is due at once."""
         if elapsed is not None and not self._clock_started:
             self._clock_started = True
             for target in self.targets:
@@ -95,20 +97,22 @@ class Nemesis:
             steps = progress.plan.steps
             while progress.next_step < len(steps):
                 step = steps[progress.next_step]
-                if not self._due(progress, step, elapsed, acked):
+                if not self._due(progress, step, elapsed, acked, produced_all):
                     break
                 self._take(progress.plan, step.action, step.rotation)
                 progress.last_fired = time.monotonic()
                 progress.next_step += 1
 
     @staticmethod
-    def _due(progress: _Progress, step: Step, elapsed: float | None, acked: int) -> bool:
+    def _due(
+        progress: _Progress, step: Step, elapsed: float | None, acked: int, produced_all: bool
+    ) -> bool:
         now = time.monotonic()
         if step.at is not None:
             return elapsed is not None and elapsed >= step.at
         if step.at_event is not None:
             if acked < step.at_event:
-                return False
+                return produced_all
             # A start at a record count may carry a jitter: wait it out from the moment the
             # count was reached.
             if progress.reached_at is None:

@@ -170,6 +170,22 @@ def project(
         current = newest.get(r.event.order_id)
         if current is None or r.event.version > current.event.version:
             newest[r.event.order_id] = r
+    if session is not None and session.in_transaction:
+        # Inside a transaction a refused write aborts the whole transaction, so the guard
+        # cannot be a duplicate-key refusal: read the versions first. The transaction's
+        # snapshot and write-conflict detection make the read-then-write safe.
+        current = {
+            d["_id"]: d.get("version", -1)
+            for d in orders.find({"_id": {"$in": list(newest)}}, {"version": 1}, session=session)
+        }
+        ops = [
+            UpdateOne({"_id": order_id}, {"$set": _projection_doc(r)}, upsert=True)
+            for order_id, r in newest.items()
+            if r.event.version > current.get(order_id, -1)
+        ]
+        if ops:
+            orders.bulk_write(ops, ordered=False, session=session)
+        return
     ops = [
         UpdateOne(
             {"_id": order_id, "version": {"$lt": r.event.version}},
