@@ -245,7 +245,11 @@ def _place(
 
 def _row_label(row: TimelineRow) -> str:
     c = row.counts
-    return f"{row.label}\n{c['duplicate']} dup · {c['lost']} lost · {c['stale']} stale"
+    label = f"{row.label}\n{c['duplicate']} dup · {c['lost']} lost · {c['stale']} stale"
+    total = c["duplicate"] + c["lost"] + c["stale"]
+    if len(row.anomalies) < total:  # the checker keeps the earliest of each kind only
+        label += f"\n(earliest {len(row.anomalies)} drawn)"
+    return label
 
 
 def _timeline_legend(rows: Sequence[TimelineRow]) -> list[Line2D | Patch]:
