@@ -18,11 +18,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/chaoslab demo
 
-# Two workers, a test file each at a time: the suite waits on servers (group joins, fault
-# windows, JVM start-up) far more than it computes, and every scenario test has its own
-# environment, so two files side by side share nothing but the CPUs.
+# Two workers: the suite waits on servers (group joins, fault windows, JVM start-up) far more
+# than it computes, and every scenario test has its own environment. Tests that start Spark
+# share one worker (xdist_group "spark", see tests/support.py).
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

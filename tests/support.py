@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 import psutil
+import pytest
 
 from harness.environment import process, state
 from harness.environment.process import ProcessHandle
@@ -72,3 +73,8 @@ def processes_of(env_id: str) -> dict[int, str]:
         if environ.get(process.ENV_ID_VAR) == env_id:
             found[proc.pid] = environ.get(process.SERVER_VAR, "?")
     return found
+
+
+# Tests that start a Spark driver run one after another on one xdist worker: two JVMs starting
+# Python workers at once on two cores can exceed Spark's fixed wait for a worker to connect back.
+SPARK = pytest.mark.xdist_group("spark")

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from harness.environment import LocalEnvironment, LocalOptions, SparkSettings
-from tests.support import server_handles
+from tests.support import SPARK, server_handles
 
-pytestmark = pytest.mark.servers
+pytestmark = [pytest.mark.servers, SPARK]
 
 # Runs in a fresh process, as the Spark runtime will: settings cross the process boundary.
 JOB = textwrap.dedent(

@@ -30,7 +30,7 @@ from harness.pipeline.kafka_source import (
     fair_share,
     read_range,
 )
-from tests.support import server_handles, unique
+from tests.support import SPARK, server_handles, unique
 
 Produced = dict[tuple[int, int], tuple[str, str]]  # (partition, offset) -> (key, value)
 UNEVEN = (0, 0, 0, 1, 1, 2)  # partition 0 gets 3 of every 6 records, partition 2 one
@@ -350,6 +350,7 @@ def first_query(lab_env: LocalEnvironment, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.mark.servers
+@SPARK
 def test_spark_reads_every_record_once_in_bounded_fair_batches(first_query: dict) -> None:
     produced: Produced = first_query["produced"]
     batches = first_query["batches"]
@@ -385,6 +386,7 @@ def assert_fair(batches: list[dict], ends: dict[int, int]) -> None:
 
 
 @pytest.mark.servers
+@SPARK
 def test_spark_names_the_missing_option(first_query: dict) -> None:
     error = json.loads(first_query["printed"][0])["error"]
     assert error is not None, "loading without a topic did not fail"
@@ -392,6 +394,7 @@ def test_spark_names_the_missing_option(first_query: dict) -> None:
 
 
 @pytest.mark.servers
+@SPARK
 def test_a_restarted_query_resumes_after_its_last_committed_batch(
     lab_env: LocalEnvironment, tmp_path: Path
 ) -> None:

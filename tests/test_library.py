@@ -14,7 +14,7 @@ from harness.environment import LocalEnvironment
 from harness.faults.schedule import describe, plan
 from harness.history import EventKind, read_history
 from harness.scenario import load_scenario
-from tests.support import chaoslab
+from tests.support import SPARK, chaoslab
 
 pytestmark = pytest.mark.servers
 
@@ -53,7 +53,14 @@ def test_the_library_has_every_scenario_the_issue_names() -> None:
         assert "what to see" in scenario.description.lower() or scenario.name == "baseline", path
 
 
-@pytest.mark.parametrize("path", LIBRARY, ids=[p.stem for p in LIBRARY])
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(p, marks=[SPARK] if "spark" in load_scenario(p).runtimes else [])
+        for p in LIBRARY
+    ],
+    ids=[p.stem for p in LIBRARY],
+)
 def test_a_library_scenario_holds_its_expectations(
     scenario_env: LocalEnvironment, tmp_path: Path, path: Path
 ) -> None:

@@ -17,7 +17,7 @@ from harness.history import EventKind, read_history
 from harness.runner import ScenarioResult, VariantResult, run_scenario
 from harness.scenario import parse_scenario
 from harness.workload.ledger import read_ledger
-from tests.support import processes_of
+from tests.support import SPARK, processes_of
 
 pytestmark = pytest.mark.servers
 
@@ -43,7 +43,7 @@ def crashed_batch_size(result: VariantResult) -> int:
     return written[-1].count  # type: ignore[return-value]
 
 
-@pytest.mark.parametrize("runtime", ["listener", "spark"])
+@pytest.mark.parametrize("runtime", ["listener", pytest.param("spark", marks=SPARK)])
 def test_a_crash_between_write_and_commit_duplicates_only_the_naive_batch(
     scenario_env: LocalEnvironment, tmp_path: Path, runtime: str
 ) -> None:
