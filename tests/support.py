@@ -63,15 +63,11 @@ def processes_of(env_id: str) -> dict[int, str]:
     """Live processes (PID -> server name) carrying an environment's marker, wherever they are
     in the process tree: servers, runtimes, and whatever those started."""
     found = {}
-    for proc in psutil.process_iter(["status"]):
-        if proc.info["status"] == psutil.STATUS_ZOMBIE:
-            continue
+    for proc in process.marked(env_id):
         try:
-            environ = proc.environ()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        if environ.get(process.ENV_ID_VAR) == env_id:
-            found[proc.pid] = environ.get(process.SERVER_VAR, "?")
+            found[proc.pid] = proc.environ().get(process.SERVER_VAR, "?")
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue  # exited since it was listed
     return found
 
 
