@@ -160,7 +160,12 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             say(f"\n=== [{i}/{len(scenarios)}] {scenario.name} ===")
             results.append(
                 run_scenario(
-                    env, scenario, out / scenario.name, versions=component_versions(), progress=say
+                    env,
+                    scenario,
+                    out / scenario.name,
+                    versions=component_versions(),
+                    progress=say,
+                    keep_topics=args.keep_topics,
                 )
             )
     report = write_matrix_report(out, [out / s.name for s in scenarios])
@@ -174,7 +179,14 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     """The lab's main job: the scenario library on a fresh local environment, then the table
     and the report."""
-    defaults = {"scenarios": [], "runtime": None, "seed": None, "events": None, "env": None}
+    defaults = {
+        "scenarios": [],
+        "runtime": None,
+        "seed": None,
+        "events": None,
+        "env": None,
+        "keep_topics": False,
+    }
     return cmd_matrix(argparse.Namespace(**vars(args), **defaults, backend="local"))
 
 
@@ -265,6 +277,12 @@ def build_parser() -> argparse.ArgumentParser:
     matrix = sub.add_parser("matrix", help="run several scenarios (default: the library)")
     matrix.add_argument("scenarios", nargs="*", type=Path, help="default: scenarios/*.yaml")
     _add_scenario_options(matrix, "every scenario")
+    matrix.add_argument(
+        "--keep-topics",
+        action="store_true",
+        help="keep each run's Kafka topics (default: deleted once judged, as they slow the "
+        "broker's later runs; MongoDB databases are always kept)",
+    )
     matrix.set_defaults(handler=cmd_matrix)
 
     demo = sub.add_parser("demo", help="the lab's main job (`make demo`): the scenario library")

@@ -81,6 +81,13 @@ def create_topic(bootstrap: str, name: str, partitions: int, *, timeout: float =
     wait_for(has_leaders, what=f"topic {name}", timeout=timeout)
 
 
+def delete_topics(bootstrap: str, names: list[str], *, timeout: float = 30.0) -> None:
+    """Delete ``names`` (Tansu's S3 engine deletes their stored batches and committed offsets)."""
+    client = admin(bootstrap)
+    for future in client.delete_topics(names, operation_timeout=timeout).values():
+        future.result(timeout=timeout)
+
+
 # Tansu answers a Fetch at or past a partition's end without reading its stored batches.
 _PAST_ANY_END = 1 << 62
 _FETCH_WAIT_MS = 5

@@ -27,7 +27,7 @@ from harness.faults.kinds import ConsumerCrash, ConsumerKill, ConsumerPause
 from harness.faults.nemesis import Nemesis, Target
 from harness.faults.schedule import plan, plan_has_steps
 from harness.history import EventKind, HistoryTail, HistoryWriter, read_history
-from harness.kafka import create_topic
+from harness.kafka import create_topic, delete_topics
 from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.sink import snapshot
@@ -128,7 +128,12 @@ def run_scenario(
     *,
     versions: dict[str, str] | None = None,
     progress: Progress = print,
+    keep_topics: bool = True,
 ) -> ScenarioResult:
+    """Run every runtime x variant of ``scenario``. With ``keep_topics=False`` each run's topics
+    are deleted once it is judged: on Tansu's S3 engine every fetch lists the stored objects of
+    its partition and moto scans the whole bucket on each list, so the topics of earlier runs
+    slow every later one (``chaoslab matrix`` runs many scenarios on one environment)."""
     started = time.time()
     out_dir.mkdir(parents=True, exist_ok=True)
     results = []
@@ -148,7 +153,9 @@ def run_scenario(
         for specs in groups:
             labels = ", ".join(s.label for s in specs)
             progress(f"[{len(results) + len(specs)}/{total}] {runtime}: {labels}")
-            results.extend(run_side_by_side(env, scenario, runtime, specs, out_dir, progress))
+            results.extend(
+                run_side_by_side(env, scenario, runtime, specs, out_dir, progress, keep_topics)
+            )
             so_far().write(out_dir / "results.json")  # a later failure keeps what was measured
     return so_far()
 
@@ -245,6 +252,7 @@ def run_side_by_side(
     specs: list[VariantSpec],
     out_dir: Path,
     progress: Progress = print,
+    keep_topics: bool = True,
 ) -> list[VariantResult]:
     """Run ``specs`` at the same time over one topic that the workload is produced into once."""
     started = time.monotonic()
@@ -303,12 +311,17 @@ def run_side_by_side(
     applied = tuple(w.to_dict() for w in nemesis.windows) + tuple(
         {"name": f.name, "kind": f.kind} for f in scenario.faults if not plan_has_steps(f)
     )
-    return [
+    results = [
         _judge(
             env, scenario, lane, ledger, ledger_path, summary, seconds, windows, applied, progress
         )
         for lane in lanes
     ]
+    if not keep_topics:
+        topics = [topic] + [dead_letter_topic(lane.config.group) for lane in lanes]
+        delete_topics(env.kafka_bootstrap, topics)
+        progress(f"    deleted the run's {len(topics)} topics ({topic} and its dead-letter topics)")
+    return results
 
 
 def _judge(

@@ -9,6 +9,7 @@ from harness.faults.kinds import parse_fault
 from harness.faults.nemesis import Nemesis, Target
 from harness.faults.schedule import Action, describe, plan
 from harness.history import HistoryWriter
+from harness.pipeline.crash import Crasher, CrashPlan, CrashPoint
 from harness.scenario import parse_scenario
 
 
@@ -102,3 +103,30 @@ def test_a_burst_past_a_smaller_workload_ends_when_production_does(tmp_path: Pat
     nemesis.tick(1.0, 400, produced_all=True)
     assert nemesis.done
     assert [(w.name, w.kind) for w in nemesis.windows] == [("poison#1", "poison")]
+
+
+def firing_batches(plan_: CrashPlan, batch_sizes: list[int], tmp_path: Path) -> list[int]:
+    """The batches (1-based) in which ``plan_`` fires, written as a runtime writes them: the
+    mid_write point after each chunk (cut at ``after_docs``), then the end of the write."""
+    crasher = Crasher([plan_], tmp_path / "counts", HistoryWriter(tmp_path / "h", "test"))
+    fired = []
+    for batch_no, size in enumerate(batch_sizes, 1):
+        cuts = sorted({c for c in (plan_.after_docs, size) if 0 < c <= size})
+        for written in cuts:
+            if crasher.firing(CrashPoint.MID_WRITE, batch_no, written):
+                fired.append(batch_no)
+        assert not crasher.firing(CrashPoint.AFTER_WRITE_BEFORE_COMMIT, batch_no)
+    return fired
+
+
+def test_a_mid_write_plan_whose_batch_is_too_small_fires_in_the_next_big_enough_one(
+    tmp_path: Path,
+) -> None:
+    freeze = CrashPlan(CrashPoint.MID_WRITE, at_batch=3, after_docs=20, pause_s=12)
+    # How many records a batch holds depends on timing: batch 3 held 10 in a slow run.
+    assert firing_batches(freeze, [70, 76, 10, 8, 30, 100], tmp_path / "small") == [5]
+    assert firing_batches(freeze, [70, 76, 100, 100], tmp_path / "big") == [3]
+    assert firing_batches(freeze, [70, 76, 20, 100], tmp_path / "exact") == [3]
+    # Once means once; a plan for every 2nd batch from the 2nd carries each miss forward.
+    every = CrashPlan(CrashPoint.MID_WRITE, at_batch=2, every=2, times=3, after_docs=5)
+    assert firing_batches(every, [9, 3, 9, 9, 9, 4, 2, 9], tmp_path / "every") == [3, 4, 8]
