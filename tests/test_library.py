@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pymongo import MongoClient
 
 from harness.environment import LocalEnvironment
 from harness.faults.schedule import describe, plan
 from harness.history import EventKind, read_history
+from harness.kafka import admin
 from harness.scenario import load_scenario
 from tests.support import SPARK, chaoslab
 
@@ -129,6 +131,16 @@ def test_the_matrix_runs_several_scenarios_on_one_environment(
     suites = ET.parse(out / "junit.xml").getroot().findall("testsuite")
     assert len(suites) == 2
     assert "mongo-partition" in (out / "report.md").read_text()
+    # Each run's topics were deleted once judged (they would slow the later runs); the
+    # databases stay for inspection.
+    assert result.stdout.count("deleted the run's") >= 2
+    topics = admin(scenario_env.kafka_bootstrap).list_topics(timeout=10).topics
+    assert not [t for t in topics if t.startswith(("baseline.", "mongo-partition."))]
+    with MongoClient(scenario_env.mongo_uri) as client:
+        for scenario in ("baseline", "mongo-partition"):
+            for r in json.loads((out / scenario / "results.json").read_text())["results"]:
+                runtime = json.loads((Path(r["directory"]) / "runtime.json").read_text())
+                assert client[runtime["database"]].events.count_documents({}) == r["in_sink"]
 
 
 DETERMINISM = """\
