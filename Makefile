@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(BIN)/python tests/benchmarks/bench_startup.py
 	$(BIN)/python tests/benchmarks/bench_checker.py
 	$(BIN)/python tests/benchmarks/bench_kafka_source.py
+	$(BIN)/python tests/benchmarks/bench_mongo_writes.py
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --ip 127.0.0.1 --notebook-dir notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)

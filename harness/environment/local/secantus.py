@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from pymongo import MongoClient
 
-from harness.environment.local.server import LocalServer, console_script
+from harness.environment.local.server import LocalServer
 from harness.environment.ports import LOOPBACK
 from harness.environment.readiness import NotReady, accepts_connections
 
@@ -31,7 +32,10 @@ class SecantusMongo(LocalServer):
 
     def argv(self) -> list[str]:
         return [
-            *console_script("secantusd-py", "secantus"),
+            # Not secantusd-py: see secantus_server for the slowdown it avoids.
+            sys.executable,
+            "-m",
+            "harness.environment.local.secantus_server",
             # An explicit (empty) config stops it picking up ./secantusd.toml or ~/.secantus.
             "--config",
             str(self.config),

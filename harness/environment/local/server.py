@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,15 +9,6 @@ from pathlib import Path
 from typing import ClassVar
 
 from harness.environment.ports import LOOPBACK
-
-
-def console_script(name: str, module: str) -> list[str]:
-    """The command of an installed console script, from this interpreter's environment.
-
-    Falls back to ``python -m module`` when the script is missing (e.g. a zipapp install).
-    """
-    script = shutil.which(name, path=str(Path(sys.executable).parent))
-    return [script] if script else [sys.executable, "-m", module]
 
 
 @dataclass(frozen=True)
