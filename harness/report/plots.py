@@ -43,6 +43,7 @@ WINDOW_COLORS = ("#4C72B0", "#55A868", "#8172B2", "#CCB974", "#64B5CD", "#DD8452
 # next to a loss at the same moment.
 LANE = {"duplicate": 0.25, "lost": 0.0, "stale": -0.25}
 MAX_WINDOW_LABELS = 12
+WINDOW_LABEL_LINES = 3  # faults often start together (a restart and its commit failures)
 PAUSE_COLOR = "#1565C0"
 RESTART_COLOR = "#2E7D32"
 MAX_CLUSTER_LABELS = 6  # per row and kind: the largest bursts
@@ -118,7 +119,11 @@ def plot_timeline(run: Run, path: Path) -> Path:
         _timeline_panel(ax, rows, colors)
         if len(groups) > 1:
             # Above the fault windows' names, which sit on the panel's top edge.
-            ax.set_title(f"side by side: {', '.join(r.label for r in rows)}", fontsize=9, pad=27)
+            ax.set_title(
+                f"side by side: {', '.join(r.label for r in rows)}",
+                fontsize=9,
+                pad=5 + 11 * WINDOW_LABEL_LINES,
+            )
     axes[-1].set_xlabel("seconds since the run started")
     rows = [row for _, group in groups for row in group]
     fig.legend(handles=_timeline_legend(rows), loc="outside lower center", ncols=4, fontsize=9)
@@ -208,7 +213,7 @@ def _timeline_panel(ax: Axes, rows: Sequence[TimelineRow], colors: dict[str, str
         windows = sorted(labelled.values(), key=lambda w: w.start)
         names = {w.name: w for w in windows}
         labels = [(w.start, w.name) for w in windows]
-        for x, name, level in _place(ax, hi - lo + 2 * pad, labels, 8, levels=2):
+        for x, name, level in _place(ax, hi - lo + 2 * pad, labels, 8, levels=WINDOW_LABEL_LINES):
             ax.annotate(
                 name,
                 (x, n - 0.5),
@@ -413,7 +418,7 @@ def _label_windows(ax: Axes, windows: Sequence[Window], colors: dict[str, str]) 
     lo, hi = ax.get_xlim()
     kinds = {w.name: w.kind for w in windows}
     labels = [(w.start, w.name) for w in windows]
-    for x, name, level in _place(ax, hi - lo, labels, 8, levels=2):
+    for x, name, level in _place(ax, hi - lo, labels, 8, levels=WINDOW_LABEL_LINES):
         ax.annotate(
             name,
             (x, 1.0),
