@@ -37,6 +37,9 @@ class EventKind(StrEnum):
     SCHEDULE_START = "schedule-start"  # the nemesis's clock starts: fault times count from here
     FAULT_START = "fault-start"
     FAULT_END = "fault-end"
+    # An instant inside a fault window (detail: the fault; count: which, 1-based): each
+    # broker bounce of a restart or rolling restart, when the broker was taken down.
+    FAULT_STEP = "fault-step"
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,8 @@ def ev(t: float, kind: EventKind, source: str, **fields: Any) -> HistoryEvent:
 def nemesis_events() -> list[HistoryEvent]:
     return [
         ev(5.0, EventKind.FAULT_START, "nemesis", detail="broker-rolling-restart#1"),
+        ev(6.0, EventKind.FAULT_STEP, "nemesis", detail="broker-rolling-restart#1", count=1),
+        ev(9.5, EventKind.FAULT_STEP, "nemesis", detail="broker-rolling-restart#1", count=2),
         ev(12.0, EventKind.FAULT_END, "nemesis", detail="broker-rolling-restart#1"),
         ev(20.0, EventKind.FAULT_START, "nemesis", detail="producer-resend#1"),
         ev(20.01, EventKind.FAULT_END, "nemesis", detail="producer-resend#1"),
@@ -236,6 +238,12 @@ def test_timeline_windows_are_where_the_history_says() -> None:
         assert [g[:2] for g in got] == [e[:2] for e in expected]
         assert [g[2:4] for g in got] == [pytest.approx(e[2:4]) for e in expected]
         assert [g[4:] for g in got] == [e[4:] for e in expected]
+        # The broker bounces inside the rolling restart, each at its moment.
+        assert [(s.fault, s.number) for s in row.steps] == [
+            ("broker-rolling-restart#1", 1),
+            ("broker-rolling-restart#1", 2),
+        ]
+        assert [s.t for s in row.steps] == pytest.approx([6.0, 9.5])
 
 
 def test_timeline_crashes_and_restarts_on_the_crashed_variant_only() -> None:
@@ -254,7 +262,8 @@ def test_timeline_crashes_and_restarts_on_the_crashed_variant_only() -> None:
 def test_what_happened_for_a_known_run() -> None:
     lines = what_happened(in_memory_run())
     assert lines == [
-        "Fault broker-rolling-restart#1 from +5.0 s to +12.0 s (7.0 s) on every variant.",
+        "Fault broker-rolling-restart#1 from +5.0 s to +12.0 s (7.0 s) on every variant; "
+        "the broker went down at +6.0 s, +9.5 s.",
         "Fault producer-resend#1 at +20.0 s on every variant.",
         "Fault mongo-partition#1 from +25.0 s, never ended (until +30.0 s, the variant's end) "
         "on every variant.",

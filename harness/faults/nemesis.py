@@ -143,6 +143,7 @@ class Nemesis:
                 broker = getattr(fault, "broker", rotation % self.env.broker_count)
                 if isinstance(fault, BrokerRollingRestart):
                     broker = rotation % self.env.broker_count
+                self._record(EventKind.FAULT_STEP, fault.name, count=rotation + 1)
                 self.env.restart(Component.KAFKA, hard=hard, broker=broker)
             case Action.KILL_BROKER:
                 self.env.kill(Component.KAFKA, broker=fault.broker)  # type: ignore[union-attr]
@@ -178,9 +179,9 @@ class Nemesis:
             case Action.FAILPOINT_OFF:
                 self._failpoint_off()
 
-    def _record(self, kind: EventKind, name: str) -> None:
+    def _record(self, kind: EventKind, name: str, count: int | None = None) -> None:
         for target in self.targets:
-            target.history.record(kind, detail=name)
+            target.history.record(kind, detail=name, count=count)
 
     def _commit_failure_on(self, fault: CommitFailure | BrokerRollingRestart) -> None:
         if isinstance(fault, BrokerRollingRestart):

@@ -45,6 +45,8 @@ LANE = {"duplicate": 0.25, "lost": 0.0, "stale": -0.25}
 MAX_WINDOW_LABELS = 12
 WINDOW_LABEL_LINES = 3  # faults often start together (a restart and its commit failures)
 PAUSE_COLOR = "#1565C0"
+STEP_COLOR, STEP_STYLE = "0.3", (0, (4, 2))
+STEP_HANDLE = Line2D([], [], color=STEP_COLOR, lw=1.4, ls=STEP_STYLE, label="broker bounce")
 RESTART_COLOR = "#2E7D32"
 MAX_CLUSTER_LABELS = 6  # per row and kind: the largest bursts
 
@@ -155,6 +157,7 @@ def _timeline_panel(ax: Axes, rows: Sequence[TimelineRow], colors: dict[str, str
                 )
             labelled.setdefault((w.name, round(w.start, 1)), w)
             times += [w.start, w.end]
+        _draw_steps(ax, row, colors, y - 0.5, y + 0.5)
         for kind in KINDS:
             ts = row.times(kind)
             if ts:
@@ -195,7 +198,9 @@ def _timeline_panel(ax: Axes, rows: Sequence[TimelineRow], colors: dict[str, str
     ax.set_xlim(lo - pad, hi + pad)
     for y, kind, ts in marks:
         # Copies written in one batch fall on one instant: say how many each tick stands for.
-        bursts = [c for c in clusters(ts, gap=max(0.2, 0.01 * (hi - lo))) if c[2] > 1]
+        # Ticks closer than a label's width count as one burst, or the label would cover them.
+        label_width = _text_width(ax, hi - lo + 2 * pad, f"0000 {NAMES[kind]}", 8)
+        bursts = [c for c in clusters(ts, gap=max(0.2, label_width)) if c[2] > 1]
         biggest = sorted(bursts, key=lambda c: -c[2])[:MAX_CLUSTER_LABELS]
         texts = [(last, f"{count} {NAMES[kind]}") for _, last, count in sorted(biggest)]
         for x, text, _ in _place(ax, hi - lo + 2 * pad, texts, 8):
@@ -236,16 +241,20 @@ def _place(
     """Labels (x, text) placed left to right on the lowest of ``levels`` lines where they do
     not run into the label before them; those that fit on no line are left out. Text widths
     are estimated from the font size and the axes' width."""
-    width_px = ax.figure.get_figwidth() * DPI * ax.get_position().width
-    per_px = x_range / max(width_px, 1.0)
     free_from = [float("-inf")] * levels
     placed = []
     for x, text in sorted(labels):
         level = next((i for i in range(levels) if x >= free_from[i]), None)
         if level is not None:
             placed.append((x, text, level))
-            free_from[level] = x + (len(text) * 0.62 * size * DPI / 72 + 8) * per_px
+            free_from[level] = x + _text_width(ax, x_range, text, size)
     return placed
+
+
+def _text_width(ax: Axes, x_range: float, text: str, size: float) -> float:
+    """About how wide ``text`` is in data units, with a little margin."""
+    width_px = ax.figure.get_figwidth() * DPI * ax.get_position().width
+    return (len(text) * 0.62 * size * DPI / 72 + 8) * x_range / max(width_px, 1.0)
 
 
 def _row_label(row: TimelineRow) -> str:
@@ -285,6 +294,10 @@ def _timeline_legend(rows: Sequence[TimelineRow]) -> list[Line2D | Patch]:
         ),
         (any(r.pauses for r in rows), Line2D([], [], color=PAUSE_COLOR, lw=4, label="paused")),
         (any(r.deaths for r in rows), mark("X", "black", "consumer crash")),
+        (
+            any(r.steps for r in rows),
+            STEP_HANDLE,
+        ),
         (any(r.restarts for r in rows), mark("^", RESTART_COLOR, "consumer restart")),
         (
             any(r.windows for r in rows),
@@ -337,6 +350,7 @@ def plot_throughput(run: Run, path: Path) -> Path:
         )
         _strip(ax)
         _shade(ax, row.windows, colors)
+        _draw_steps(ax, row, colors)
         for d in row.deaths:
             ax.axvline(d.t, color="black", lw=1, ls=":")
             ax.scatter(
@@ -367,6 +381,8 @@ def plot_throughput(run: Run, path: Path) -> Path:
                 label="consumer crash",
             )
         )
+    if any(r.steps for r in rows):
+        handles.append(STEP_HANDLE)
     if any(r.windows for r in rows):
         handles.append(Patch(color=WINDOW_COLORS[0], alpha=0.3, label="fault window"))
     if handles:
@@ -402,6 +418,20 @@ def window_colors(rows: Sequence[TimelineRow]) -> dict[str, str]:
     """One color per fault kind, the same in every plot of the run."""
     kinds = dict.fromkeys(w.kind for w in _distinct_windows(rows))
     return {kind: WINDOW_COLORS[i % len(WINDOW_COLORS)] for i, kind in enumerate(kinds)}
+
+
+def _draw_steps(
+    ax: Axes, row: TimelineRow, colors: dict[str, str], y0: float | None = None, y1: float = 0
+) -> None:
+    """Each broker bounce inside a (rolling) restart window, as a dashed line in its color
+    (over the row from ``y0`` to ``y1``, or the whole height)."""
+    kinds = {w.name: w.kind for w in row.windows}
+    for s in row.steps:
+        color = colors.get(kinds.get(s.fault, ""), STEP_COLOR)
+        if y0 is None:
+            ax.axvline(s.t, color=color, lw=1.4, ls=STEP_STYLE, zorder=2)
+        else:
+            ax.vlines(s.t, y0, y1, color=color, lw=1.4, linestyles=STEP_STYLE, zorder=2)
 
 
 def _shade(ax: Axes, windows: Sequence[Window], colors: dict[str, str]) -> None:

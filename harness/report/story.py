@@ -69,6 +69,10 @@ def fault_sentences(run: Run, rows: Sequence[TimelineRow]) -> list[str]:
     if not windows:
         return configured or ["No faults were applied."]
 
+    bounces: dict[str, dict[int, float]] = defaultdict(dict)
+    for row in rows:
+        for step in row.steps:
+            bounces[step.fault].setdefault(step.number, step.t)
     everywhere = {row.label for row in rows}
     by_kind: dict[str, list[tuple[str, float]]] = defaultdict(list)
     for key, w in windows.items():
@@ -90,7 +94,9 @@ def fault_sentences(run: Run, rows: Sequence[TimelineRow]) -> list[str]:
                 on = (
                     " on every variant" if set(labels) == everywhere else f" on {', '.join(labels)}"
                 )
-            lines.append(f"Fault {_describe(w)}{on}.")
+            down = sorted(bounces.get(w.name, {}).values())
+            went = f"; the broker went down at {', '.join(at(t) for t in down)}" if down else ""
+            lines.append(f"Fault {_describe(w)}{on}{went}.")
     return lines + configured
 
 

@@ -80,6 +80,15 @@ class Pause:
 
 
 @dataclass(frozen=True)
+class Step:
+    """An instant inside a fault window: a broker bounce of a (rolling) restart."""
+
+    t: float
+    fault: str
+    number: int  # 1-based, e.g. the rotation
+
+
+@dataclass(frozen=True)
 class Mark:
     """One anomaly on the timeline."""
 
@@ -98,6 +107,7 @@ class TimelineRow:
     deaths: tuple[Death, ...]
     restarts: tuple[Restart, ...]
     pauses: tuple[Pause, ...]
+    steps: tuple[Step, ...]
     idle: tuple[tuple[float, float], ...]  # stretches in which no batch was in hand
     counts: dict[str, int]  # duplicate/lost/stale as the checker counted them (all of them)
 
@@ -174,6 +184,11 @@ def fault_windows(
             stop = f.end if f.end is not None else f.start
             found.append(Window(f.name, f.kind, f.start - t0, max(stop, f.start) - t0))
     return tuple(sorted(found, key=lambda w: (w.start, w.name)))
+
+
+def fault_steps(events: Sequence[HistoryEvent], t0: float) -> tuple[Step, ...]:
+    # Compared by value: histories written before steps were recorded have none.
+    return tuple(Step(e.t - t0, e.detail, e.count or 0) for e in events if e.kind == "fault-step")
 
 
 def consumer_deaths(events: Sequence[HistoryEvent], t0: float) -> tuple[Death, ...]:
@@ -271,6 +286,7 @@ def timeline_row(v: VariantRun, t0: float) -> TimelineRow:
         deaths=consumer_deaths(events, t0),
         restarts=consumer_restarts(events, t0),
         pauses=consumer_pauses(events, t0),
+        steps=fault_steps(events, t0),
         idle=tuple(idle_stretches(v, t0, IDLE_S)),
         counts={
             "duplicate": v.verdict.duplicates,
