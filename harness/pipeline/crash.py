@@ -97,13 +97,12 @@ class Crasher:
         self.history = history
         # Each process life draws its own sequence, still a function of the seed.
         self._rngs = [random.Random(f"{p.seed}:{self._fired(i)}") for i, p in enumerate(plans)]
-        self._due: dict[int, tuple[int, bool]] = {}  # plan index -> (batch_no, due then)
-        # mid_write plans whose due batch ended before ``after_docs`` documents were written.
-        # How many records a batch holds depends on timing; passing the plan on to the next
-        # batch makes "freeze at batch 3 after 20 documents" happen in every run, not only in
-        # those whose third batch happened to be big enough.
-        self._carried: set[int] = set()
-        self._fired_in: dict[int, int] = {}  # plan index -> the batch_no it last fired in
+        self._drawn: dict[int, int] = {}  # plan index -> the batch_no its due() was drawn for
+        # Plans due and not yet fired. A mid_write plan stays armed when its batch ends before
+        # ``after_docs`` documents: how many records a batch holds depends on timing, and
+        # "freeze at batch 3 after 20 documents" should happen in every run, not only in those
+        # whose third batch happened to be big enough.
+        self._armed: set[int] = set()
 
     def _counter(self, index: int) -> Path:
         return self.counter_dir / f"crash-{index}-{self.plans[index].point}.count"
@@ -114,47 +113,28 @@ class Crasher:
         except FileNotFoundError:
             return 0
 
-    def _is_due(self, index: int, batch_no: int) -> bool:
-        """Whether plan ``index`` is due at ``batch_no``, drawn once per batch."""
-        cached = self._due.get(index)
-        if cached is None or cached[0] != batch_no:
-            cached = (batch_no, self.plans[index].due(batch_no, self._rngs[index]))
-            self._due[index] = cached
-        return cached[1] or index in self._carried
-
     def firing(
         self, point: CrashPoint, batch_no: int, docs_written: int | None = None
     ) -> list[CrashPlan]:
         """The plans that fire at ``point`` of this process's ``batch_no``-th batch, counted as
         fired: the decision, without the signal (``reached`` acts on it)."""
-        if point is CrashPoint.AFTER_WRITE_BEFORE_COMMIT:
-            self._carry_unfired(batch_no)
         fired = []
         for index, plan in enumerate(self.plans):
             if plan.point is not point or self._fired(index) >= plan.times:
                 continue
-            due = self._is_due(index, batch_no)
-            if not due or (point is CrashPoint.MID_WRITE and docs_written != plan.after_docs):
+            if self._drawn.get(index) != batch_no:  # once per batch, however often reached
+                self._drawn[index] = batch_no
+                if plan.due(batch_no, self._rngs[index]):
+                    self._armed.add(index)
+            if index not in self._armed:
                 continue
-            self._carried.discard(index)
-            self._fired_in[index] = batch_no
+            if point is CrashPoint.MID_WRITE and docs_written != plan.after_docs:
+                continue
+            self._armed.discard(index)
             self.counter_dir.mkdir(parents=True, exist_ok=True)
             self._counter(index).write_text(str(self._fired(index) + 1))
             fired.append(plan)
         return fired
-
-    def _carry_unfired(self, batch_no: int) -> None:
-        """The batch is written: a mid_write plan due in it that did not fire waits for the
-        next batch."""
-        for index, plan in enumerate(self.plans):
-            if (
-                plan.point is CrashPoint.MID_WRITE
-                and self._due.get(index, (0, False))[0] == batch_no
-                and self._fired_in.get(index) != batch_no
-                and self._fired(index) < plan.times
-                and self._is_due(index, batch_no)
-            ):
-                self._carried.add(index)
 
     def reached(
         self,

@@ -187,8 +187,9 @@ def fault_windows(
 
 
 def fault_steps(events: Sequence[HistoryEvent], t0: float) -> tuple[Step, ...]:
-    # Compared by value: histories written before steps were recorded have none.
-    return tuple(Step(e.t - t0, e.detail, e.count or 0) for e in events if e.kind == "fault-step")
+    return tuple(
+        Step(e.t - t0, e.detail, e.count or 0) for e in events if e.kind is EventKind.FAULT_STEP
+    )
 
 
 def consumer_deaths(events: Sequence[HistoryEvent], t0: float) -> tuple[Death, ...]:
