@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
-from harness import doctor, notebooks
+from harness import doctor, notebooks, paths
 from harness.doctor import component_versions
 from harness.environment import (
     BACKENDS,
@@ -100,7 +100,7 @@ def _split(value: str | None) -> list[str] | None:
 
 def _load(args: argparse.Namespace, path: Path) -> Scenario:
     """A scenario with the command line's overrides, refused if the backend cannot run it."""
-    scenario = load_scenario(path).with_overrides(
+    scenario = load_scenario(paths.find_scenario(path)).with_overrides(
         seed=args.seed,
         events=args.events,
         variants=_split(getattr(args, "variants", None)),
@@ -111,6 +111,19 @@ def _load(args: argparse.Namespace, path: Path) -> Scenario:
     return scenario
 
 
+def _load_all(args: argparse.Namespace, files: Sequence[Path]) -> list[Scenario]:
+    """Every file, checked before anything starts; the problems of all of them at once."""
+    loaded, problems = [], []
+    for path in files:
+        try:
+            loaded.append(_load(args, path))
+        except BadInput as exc:
+            problems.append(str(exc))
+    if problems:
+        raise BadInput("\n".join(problems))
+    return loaded
+
+
 def _environment_for_run(args: argparse.Namespace, out: Path) -> tuple[Environment, bool]:
     """The environment named by --env (left running), or a new one in OUT/env (stopped after)."""
     if args.env is not None:
@@ -119,12 +132,8 @@ def _environment_for_run(args: argparse.Namespace, out: Path) -> tuple[Environme
 
 
 def _run_dir(args: argparse.Namespace, name: str) -> Path:
-    return args.out or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def library() -> list[Path]:
-    """The scenario library: every file in ./scenarios, the baseline first."""
-    return sorted(Path("scenarios").glob("*.yaml"), key=lambda p: (p.stem != "baseline", p.stem))
+    """``--out``, or a new folder in the project's ``runs/`` (wherever the command runs)."""
+    return args.out or paths.runs_dir() / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -144,10 +153,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    paths = args.scenarios or library()
-    if not paths:
-        raise BadInput("no scenarios given and none in ./scenarios")
-    scenarios = [_load(args, p) for p in paths]  # every file is checked before anything starts
+    files = args.scenarios or paths.library()
+    if not files:
+        raise BadInput(f"no scenarios given and none in {paths.scenarios_dir()}")
+    scenarios = _load_all(args, files)
     out = _run_dir(args, "matrix")
     env, owned = _environment_for_run(args, out)
     started = time.monotonic()
@@ -204,13 +213,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_notebooks(args: argparse.Namespace) -> int:
     """Execute notebooks with papermill; fail when one's own expectations fail."""
-    paths = notebooks.find(args.names)
+    chosen = notebooks.find(args.names)
     parameters = notebooks.parse_parameters(args.parameter or [])
     if args.env is not None:
         parameters["env_dir"] = str(args.env.resolve())
     out = _run_dir(args, "notebooks")
     with stop_on_termination():
-        results = notebooks.run_notebooks(paths, out, parameters, progress=say)
+        results = notebooks.run_notebooks(chosen, out, parameters, progress=say)
     passed = sum(r.passed for r in results)
     say(f"\n{passed} of {len(results)} notebooks passed; executed copies in {out}")
     return 0 if passed == len(results) else 1
@@ -224,7 +233,7 @@ def _add_dir(p: argparse.ArgumentParser) -> None:
         "--dir",
         type=Path,
         default=default_directory(),
-        help="the environment's directory (default: $CHAOSLAB_DIR or .chaoslab/env)",
+        help="the environment's directory (default: $CHAOSLAB_DIR or the project's .chaoslab/env)",
     )
 
 
@@ -232,7 +241,9 @@ def _add_scenario_options(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--runtime", help="comma-separated runtimes to run: listener, spark")
     p.add_argument("--seed", type=int, help=f"override the seed of {what}")
     p.add_argument("--events", type=int, help=f"override the number of events of {what}")
-    p.add_argument("--out", type=Path, help="where results and the report go (default: runs/...)")
+    p.add_argument(
+        "--out", type=Path, help="where results and the report go (default: the project's runs/)"
+    )
     p.add_argument("--env", type=Path, help="use the environment running in this directory")
     p.add_argument("--backend", choices=BACKENDS, default="local")
 
@@ -269,13 +280,17 @@ def build_parser() -> argparse.ArgumentParser:
     doc.set_defaults(handler=cmd_doctor)
 
     run = sub.add_parser("run", help="run a scenario: every variant, same workload, checked")
-    run.add_argument("scenario", type=Path, help="a scenario file, e.g. scenarios/baseline.yaml")
+    run.add_argument(
+        "scenario", type=Path, help="a library name (baseline) or a file (scenarios/baseline.yaml)"
+    )
     run.add_argument("--variants", help="comma-separated variants (labels or names) to run")
     _add_scenario_options(run, "the scenario")
     run.set_defaults(handler=cmd_run)
 
     matrix = sub.add_parser("matrix", help="run several scenarios (default: the library)")
-    matrix.add_argument("scenarios", nargs="*", type=Path, help="default: scenarios/*.yaml")
+    matrix.add_argument(
+        "scenarios", nargs="*", type=Path, help="names or files (default: the whole library)"
+    )
     _add_scenario_options(matrix, "every scenario")
     matrix.add_argument(
         "--keep-topics",
@@ -309,7 +324,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args)
     except LabError as exc:
-        print(f"chaoslab: {exc}", file=sys.stderr, flush=True)
+        # Bad input is one problem per line (FILE: FIELD: problem), each worth its prefix; a
+        # server's error carries the tail of its log, which is left as it is.
+        lines = str(exc).splitlines() if isinstance(exc, BadInput) else [str(exc)]
+        print("\n".join(f"chaoslab: {line}" for line in lines), file=sys.stderr, flush=True)
         return exc.exit_code
     except KeyboardInterrupt:
         print("chaoslab: interrupted", file=sys.stderr)

@@ -1,7 +1,7 @@
 """The few calls the notebooks make, so that they explain rather than re-implement the lab.
 
-lab = Lab.open(env_dir="", out_dir="runs/notebooks/01")   # starts (or attaches to) one
-result = lab.run("scenarios/baseline.yaml", events=600, runtimes=["listener"])
+lab = Lab.open("01-quickstart", env_dir="")   # starts (or attaches to) an environment
+result = lab.run("baseline", events=600, runtimes=["listener"])   # or "scenarios/baseline.yaml"
 lab.table(result)                  # a DataFrame, one row per runtime/variant
 lab.show(result, "timeline")       # the report's plot, inline
 checks = Checks("01-quickstart", lab.out_dir)
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.doctor import component_versions
 from harness.environment import Environment, attach, open_environment
+from harness.paths import find_scenario, runs_dir
 from harness.report import write_report
 from harness.runner import ScenarioResult, VariantResult, run_scenario
 from harness.scenario import Scenario, load_scenario, parse_scenario
@@ -38,10 +39,18 @@ class Lab:
     owned: bool  # started by this Lab: stopped by close() (or when the kernel exits)
 
     @classmethod
-    def open(cls, *, out_dir: str | Path, env_dir: str | Path = "") -> Lab:
-        """Attach to the environment running in ``env_dir``, or start one in ``out_dir/env``."""
-        out = Path(out_dir)
+    def open(
+        cls, notebook: str = "lab", *, out_dir: str | Path = "", env_dir: str | Path = ""
+    ) -> Lab:
+        """Attach to the environment running in ``env_dir``, or start one in ``out_dir/env``.
+
+        Runs go to ``out_dir``, or (when it is empty) to the project's
+        ``runs/notebooks/<notebook>``, wherever the kernel was started."""
+        out = runs_dir() / "notebooks" / notebook
+        if out_dir:
+            out = Path(out_dir).expanduser().resolve()
         out.mkdir(parents=True, exist_ok=True)
+        print(f"this notebook's runs go to {out}")
         if env_dir:
             return cls(attach(env_dir), out, owned=False)
         env = open_environment("local", out / "env", progress=print)
@@ -50,23 +59,14 @@ class Lab:
         return cls(env, out, owned=True)
 
     def scenario(self, source: str | Path | dict[str, Any], **overrides: Any) -> Scenario:
-        """A scenario from a file or a dict, with ``events``, ``seed``, ``variants`` and
-        ``runtimes`` overridden if given, and any other top-level field replaced."""
-        scenario = parse_scenario(source) if isinstance(source, dict) else load_scenario(source)
-        known = {
-            k: overrides.pop(k)
-            for k in ("seed", "events", "variants", "runtimes")
-            if k in overrides
-        }
-        scenario = scenario.with_overrides(**known)
-        return replace(scenario, **overrides) if overrides else scenario
+        return make_scenario(source, **overrides)
 
     def run(
         self, scenario: Scenario | str | Path | dict[str, Any], **overrides: Any
     ) -> ScenarioResult:
         """Run a scenario, write its report, and return the result."""
         if not isinstance(scenario, Scenario) or overrides:
-            scenario = self.scenario(scenario, **overrides)  # type: ignore[arg-type]
+            scenario = make_scenario(scenario, **overrides)  # type: ignore[arg-type]
         out = self.out_dir / f"{scenario.name}-{time.strftime('%H%M%S')}"
         result = run_scenario(
             self.env, scenario, out, versions=component_versions(), progress=print
@@ -91,6 +91,22 @@ class Lab:
     def close(self) -> None:
         if self.owned:
             self.env.stop()
+
+
+def make_scenario(source: str | Path | dict[str, Any], **overrides: Any) -> Scenario:
+    """A scenario from a library name (``baseline``), a file (``scenarios/baseline.yaml``,
+    found from the project's root wherever the kernel runs) or a dict, with ``events``,
+    ``seed``, ``variants`` and ``runtimes`` overridden if given, and any other top-level field
+    replaced."""
+    if isinstance(source, dict):
+        scenario = parse_scenario(source)
+    else:
+        scenario = load_scenario(find_scenario(source))
+    known = {
+        k: overrides.pop(k) for k in ("seed", "events", "variants", "runtimes") if k in overrides
+    }
+    scenario = scenario.with_overrides(**known)
+    return replace(scenario, **overrides) if overrides else scenario
 
 
 def _run_dir(result: ScenarioResult) -> Path:

@@ -17,8 +17,7 @@ from typing import Any
 import yaml
 
 from harness.errors import BadInput
-
-NOTEBOOKS = Path("notebooks")
+from harness.paths import notebooks_dir
 
 
 @dataclass(frozen=True)
@@ -35,10 +34,10 @@ class NotebookResult:
 
 def find(names: Sequence[str]) -> list[Path]:
     """The notebooks named (``01`` or ``01-quickstart`` or a path), or all of them."""
-    every = sorted(NOTEBOOKS.glob("[0-9]*.ipynb"))
+    every = sorted(notebooks_dir().glob("[0-9]*.ipynb"))
     if not names:
         if not every:
-            raise BadInput(f"no notebooks in {NOTEBOOKS.resolve()}")
+            raise BadInput(f"no notebooks in {notebooks_dir()}")
         return every
     chosen = []
     for name in names:
@@ -70,7 +69,7 @@ def run_notebook(
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
-    work = out_dir / path.stem
+    work = (out_dir / path.stem).resolve()  # the kernel runs in the notebook's folder
     executed = out_dir / path.name
     started = time.monotonic()
     progress(f"running {path.name} -> {executed}")
@@ -80,7 +79,7 @@ def run_notebook(
             str(executed),
             parameters={**parameters, "out_dir": str(work)},
             kernel_name="python3",
-            cwd=str(Path.cwd()),
+            cwd=str(path.resolve().parent),  # where JupyterLab starts a notebook's kernel
             progress_bar=False,
         )
     except PapermillExecutionError as exc:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Self
@@ -37,7 +37,7 @@ from harness.faults.kinds import (
     ConsumerKill,
     ConsumerPause,
     Fault,
-    FieldError,
+    FieldErrors,
     PoisonBurst,
     ProducerBurst,
     parse_fault,
@@ -63,10 +63,37 @@ INTERNAL_FIELDS = {"bursts"}
 
 
 class ScenarioError(BadInput):
-    def __init__(self, path: Path | str, where: str, problem: str) -> None:
-        super().__init__(f"{path}: {where}: {problem}" if where else f"{path}: {problem}")
+    """Every problem of a scenario file, one ``FILE: FIELD: problem`` line each."""
+
+    def __init__(self, path: Path | str, problems: Sequence[tuple[str, str]]) -> None:
+        super().__init__(
+            "\n".join(
+                f"{path}: {where}: {what}" if where else f"{path}: {what}"
+                for where, what in problems
+            )
+        )
         self.path = str(path)
-        self.field = where
+        self.problems = list(problems)
+
+    @classmethod
+    def one(cls, path: Path | str, where: str, problem: str) -> ScenarioError:
+        return cls(path, [(where, problem)])
+
+
+class Problems:
+    """The problems found so far in one file: parsing goes on past a bad field, so that the
+    user sees every problem at once instead of one per try."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = path
+        self.found: list[tuple[str, str]] = []
+
+    def add(self, where: str, problem: str) -> None:
+        self.found.append((where, problem))
+
+    def raise_any(self) -> None:
+        if self.found:
+            raise ScenarioError(self.path, self.found)
 
 
 @dataclass(frozen=True)
@@ -172,8 +199,9 @@ class Scenario:
             for name in variants:
                 if name in known:
                     chosen.append(known[name])
+                elif problem := _variant_problem(name, {}):
+                    raise ScenarioError.one(self.path, "--variants", problem)
                 else:
-                    _check_variant(self.path, "--variants", name, {})
                     chosen.append(VariantSpec(name))
             new = replace(new, variants=tuple(chosen))
         return new
@@ -187,146 +215,178 @@ def load_scenario(path: Path | str) -> Scenario:
     try:
         text = path.read_text()
     except OSError as exc:
-        raise ScenarioError(path, "", f"cannot read the file ({exc.strerror})") from None
+        raise ScenarioError.one(path, "", f"cannot read the file ({exc.strerror})") from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise ScenarioError(path, "", f"YAML syntax error at {where}: {problem}") from None
+        raise ScenarioError.one(path, "", f"YAML syntax error at {where}: {problem}") from None
     return parse_scenario(raw, path)
 
 
 def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
-    top = _mapping(path, "", raw)
-    _only(path, "", top, {f.name for f in fields(Scenario)} - {"path"})
-    name = _typed(path, "name", top.get("name"), str, required=True)
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,40}", name):
-        raise ScenarioError(path, "name", f"use letters, digits, '-', '_' or '.', got {name!r}")
-    seed = _typed(path, "seed", top.get("seed", 1), int)
-    workload_raw = dict(_mapping(path, "workload", top.get("workload", {})))
-    partitions = _typed(path, "workload.partitions", workload_raw.pop("partitions", 3), int)
-    if partitions < 1:
-        raise ScenarioError(path, "workload.partitions", f"must be >= 1, got {partitions}")
-    rate = float(_typed(path, "workload.rate", workload_raw.pop("rate", 0), (int, float)))
-    if rate < 0:
-        raise ScenarioError(path, "workload.rate", f"must be >= 0, got {rate}")
-    workload = _dataclass(path, "workload", WorkloadSpec, {**workload_raw, "seed": seed})
-    runtimes = tuple(_typed(path, "runtimes", top.get("runtimes", ["listener"]), list))
+    """The scenario of a file's YAML document; ScenarioError lists every problem in it."""
+    pr = Problems(path)
+    top = _mapping(pr, "", raw)
+    if top is None:
+        pr.raise_any()
+    assert top is not None
+    _only(pr, "", top, {f.name for f in fields(Scenario)} - {"path"})
+    name = _typed(pr, "name", top.get("name"), str, required=True)
+    if name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,40}", name):
+        pr.add("name", f"use letters, digits, '-', '_' or '.', got {name!r}")
+    seed = _typed(pr, "seed", top.get("seed", 1), int)
+    workload_raw = dict(_mapping(pr, "workload", top.get("workload", {})) or {})
+    partitions = _typed(pr, "workload.partitions", workload_raw.pop("partitions", 3), int)
+    if partitions is not None and partitions < 1:
+        pr.add("workload.partitions", f"must be >= 1, got {partitions}")
+    rate = _typed(pr, "workload.rate", workload_raw.pop("rate", 0), (int, float))
+    if rate is not None and rate < 0:
+        pr.add("workload.rate", f"must be >= 0, got {rate}")
+    workload = _dataclass(pr, "workload", WorkloadSpec, {**workload_raw, "seed": seed or 1})
+    runtimes = tuple(_typed(pr, "runtimes", top.get("runtimes", ["listener"]), list) or ())
     for i, runtime in enumerate(runtimes):
         if runtime not in RUNTIMES:
-            raise ScenarioError(
-                path, f"runtimes[{i}]", f"unknown runtime {runtime!r} ({', '.join(RUNTIMES)})"
-            )
-    pipeline = _dataclass(path, "pipeline", PipelineSpec, top.get("pipeline", {}))
-    variants = tuple(
-        _variant(path, f"variants[{i}]", v)
-        for i, v in enumerate(_typed(path, "variants", top.get("variants"), list, required=True))
-    )
-    faults = tuple(
-        _fault(path, i, raw)
-        for i, raw in enumerate(_typed(path, "faults", top.get("faults", []), list))
-    )
-    fault_names = [f.name for f in faults]
-    for i, fault_name in enumerate(fault_names):
-        if fault_names.index(fault_name) != i:
-            raise ScenarioError(path, f"faults[{i}].name", f"{fault_name!r} is used twice")
-    workload = replace(workload, bursts=_bursts(faults))
+            pr.add(f"runtimes[{i}]", f"unknown runtime {runtime!r} ({', '.join(RUNTIMES)})")
+    pipeline = _dataclass(pr, "pipeline", PipelineSpec, top.get("pipeline", {}))
+    variants = [
+        _variant(pr, f"variants[{i}]", v)
+        for i, v in enumerate(
+            _typed(pr, "variants", top.get("variants"), list, required=True) or ()
+        )
+    ]
+    faults = [
+        _fault(pr, i, raw)
+        for i, raw in enumerate(_typed(pr, "faults", top.get("faults", []), list) or ())
+    ]
+    seen: set[str] = set()
+    for i, fault in enumerate(faults):
+        if fault is not None and fault.name in seen:
+            pr.add(f"faults[{i}].name", f"{fault.name!r} is used twice")
+        seen |= {fault.name} if fault is not None else set()
     expect = {
-        str(label): tuple(_expectations(path, f"expect.{label}", spec))
-        for label, spec in _mapping(path, "expect", top.get("expect", {})).items()
+        str(label): tuple(_expectations(pr, f"expect.{label}", spec))
+        for label, spec in (_mapping(pr, "expect", top.get("expect", {})) or {}).items()
     }
-    labels = {"*"} | {v.name for v in variants} | {v.label for v in variants}
-    for key in expect:
-        if key.split("@")[0] not in labels:
-            raise ScenarioError(path, f"expect.{key}", f"no such variant (have: {sorted(labels)})")
+    if all(v is not None for v in variants):
+        labels = {"*"} | {v.name for v in variants if v} | {v.label for v in variants if v}
+        for key in expect:
+            if key.split("@")[0] not in labels:
+                pr.add(f"expect.{key}", f"no such variant (have: {sorted(labels)})")
+    pr.raise_any()
+    assert name is not None and seed is not None and workload is not None
+    assert partitions is not None and rate is not None and pipeline is not None
     return Scenario(
         name=name,
         description=str(top.get("description", "")).strip(),
         path=str(path),
         seed=seed,
-        workload=workload,
+        workload=replace(workload, bursts=_bursts([f for f in faults if f is not None])),
         partitions=partitions,
-        rate=rate,
+        rate=float(rate),
         runtimes=runtimes,
         pipeline=pipeline,
-        variants=variants,
-        faults=faults,
+        variants=tuple(v for v in variants if v is not None),
+        faults=tuple(f for f in faults if f is not None),
         expect=expect,
     )
 
 
-def _mapping(path: Path | str, where: str, value: Any) -> Mapping[str, Any]:
+def _mapping(pr: Problems, where: str, value: Any) -> Mapping[str, Any] | None:
     if not isinstance(value, Mapping):
-        what = where or "the file"
-        raise ScenarioError(path, where, f"{what} must be a mapping, got {type(value).__name__}")
+        pr.add(where, f"{where or 'the file'} must be a mapping, got {type(value).__name__}")
+        return None
     return value
 
 
-def _only(path: Path | str, where: str, value: Mapping[str, Any], known: set[str]) -> None:
+def _only(pr: Problems, where: str, value: Mapping[str, Any], known: set[str]) -> None:
     for key in value:
         if key not in known:
             at = f"{where}.{key}" if where else str(key)
-            raise ScenarioError(path, at, f"unknown field (known: {', '.join(sorted(known))})")
+            pr.add(at, f"unknown field (known: {', '.join(sorted(known))})")
 
 
 def _typed(
-    path: Path | str, where: str, value: Any, kind: type | tuple[type, ...], required: bool = False
+    pr: Problems,
+    where: str,
+    value: Any,
+    kind: type | tuple[type, ...],
+    required: bool = False,
 ) -> Any:
+    """``value`` if it is of ``kind``; otherwise the problem is noted and None returned."""
     if value is None and required:
-        raise ScenarioError(path, where, "is required")
+        pr.add(where, "is required")
+        return None
     if isinstance(value, bool) and kind in (int, float, (int, float)):
-        raise ScenarioError(path, where, f"must be a number, got {value!r}")
+        pr.add(where, f"must be a number, got {value!r}")
+        return None
     if not isinstance(value, kind):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise ScenarioError(path, where, f"must be {names}, got {value!r}")
+        pr.add(where, f"must be {names}, got {value!r}")
+        return None
     return value
 
 
-def _dataclass(path: Path | str, where: str, cls: type, raw: Any) -> Any:
-    raw = _mapping(path, where, raw)
+def _dataclass(pr: Problems, where: str, cls: type, raw: Any) -> Any:
+    mapping = _mapping(pr, where, raw)
+    if mapping is None:
+        return None
     known = {f.name: f for f in fields(cls) if f.name not in INTERNAL_FIELDS}
-    _only(path, where, raw, set(known))
-    values = {}
-    for key, value in raw.items():
+    _only(pr, where, mapping, set(known))
+    values, bad = {}, False
+    for key, value in mapping.items():
+        if key not in known:
+            continue
         default = known[key].default
         kind = (int, float) if isinstance(default, float) else type(default)
-        values[key] = _typed(path, f"{where}.{key}", value, kind)
+        values[key] = _typed(pr, f"{where}.{key}", value, kind)
+        bad = bad or values[key] is None
+    if bad:
+        return None
     instance = cls(**values)
     for name, problem in instance.problems():
-        raise ScenarioError(path, f"{where}.{name}", problem)
+        pr.add(f"{where}.{name}", problem)
     return instance
 
 
-def _check_variant(path: Path | str, where: str, name: str, options: dict[str, Any]) -> None:
+def _variant_problem(name: str, options: dict[str, Any]) -> str | None:
     try:
         make_variant(name, options)
     except BadInput as exc:
-        raise ScenarioError(path, where, str(exc)) from None
+        return str(exc)
+    return None
 
 
-def _variant(path: Path | str, where: str, raw: Any) -> VariantSpec:
+def _variant(pr: Problems, where: str, raw: Any) -> VariantSpec | None:
     if isinstance(raw, str):
-        _check_variant(path, where, raw, {})
-        return VariantSpec(raw)
-    spec = dict(_mapping(path, where, raw))
-    name = _typed(path, f"{where}.name", spec.pop("name", None), str, required=True)
-    _check_variant(path, where, name, spec)
-    return VariantSpec(name, spec)
+        name, options = raw, {}
+    else:
+        spec = dict(_mapping(pr, where, raw) or {})
+        name = _typed(pr, f"{where}.name", spec.pop("name", None), str, required=True)
+        options = spec
+    if name is None:
+        return None
+    problem = _variant_problem(name, options)
+    if problem:
+        pr.add(where, problem)
+        return None
+    return VariantSpec(name, options)
 
 
-def _fault(path: Path | str, index: int, raw: Any) -> Fault:
+def _fault(pr: Problems, index: int, raw: Any) -> Fault | None:
     where = f"faults[{index}]"
     default_name = f"{raw.get('kind')}#{index + 1}" if isinstance(raw, dict) else ""
     try:
         return parse_fault(raw, default_name)
-    except FieldError as exc:
-        at = f"{where}.{exc.field}" if exc.field else where
-        raise ScenarioError(path, at, exc.problem) from None
+    except FieldErrors as exc:
+        for field_name, problem in exc.problems:
+            pr.add(f"{where}.{field_name}" if field_name else where, problem)
+        return None
 
 
-def _bursts(faults: tuple[Fault, ...]) -> tuple[Burst, ...]:
+def _bursts(faults: list[Fault]) -> tuple[Burst, ...]:
     return tuple(
         Burst(
             Kind.POISON if isinstance(f, PoisonBurst) else Kind.RESEND,
@@ -357,7 +417,8 @@ def backend_abilities(backend: str) -> BackendAbilities:
 
 
 def refuse_impossible(scenario: Scenario, abilities: BackendAbilities) -> None:
-    """Raise ScenarioError for the first fault this backend (or the pipeline) cannot perform."""
+    """Raise ScenarioError naming every fault this backend (or the pipeline) cannot perform."""
+    pr = Problems(scenario.path)
     for i, fault in enumerate(scenario.faults):
         where = f"faults[{i}]"
         broker = getattr(fault, "broker", 0)
@@ -365,8 +426,7 @@ def refuse_impossible(scenario: Scenario, abilities: BackendAbilities) -> None:
             isinstance(fault, BrokerBounce | BrokerKill | BrokerPause)
             and broker >= abilities.brokers
         ):
-            raise ScenarioError(
-                scenario.path,
+            pr.add(
                 f"{where}.broker",
                 f"the {abilities.name} backend has {abilities.brokers} broker(s); "
                 f"there is no broker {broker}",
@@ -377,32 +437,30 @@ def refuse_impossible(scenario: Scenario, abilities: BackendAbilities) -> None:
                 and (fault.kind == "commit-failure" or getattr(fault, "commit_failure", None))
             )
             if needs_proxy and not abilities.link_faults:
-                raise ScenarioError(
-                    scenario.path, where, f"the {abilities.name} backend has no link proxies"
-                )
+                pr.add(where, f"the {abilities.name} backend has no link proxies")
         consumer = getattr(fault, "consumer", None)
         if isinstance(fault, ConsumerKill) and (consumer or 0) >= scenario.pipeline.consumers:
-            raise ScenarioError(
-                scenario.path,
+            pr.add(
                 f"{where}.consumer",
                 f"there are {scenario.pipeline.consumers} consumer(s) (pipeline.consumers); "
                 f"no consumer {consumer}",
             )
+    pr.raise_any()
 
 
 _EXPRESSION = re.compile(r"^\s*(==|!=|>=|<=|>|<)?\s*(-?\d+)\s*$")
 
 
-def _expectations(path: Path | str, where: str, raw: Any) -> list[Expectation]:
+def _expectations(pr: Problems, where: str, raw: Any) -> list[Expectation]:
     found = []
-    for key, value in _mapping(path, where, raw).items():
+    for key, value in (_mapping(pr, where, raw) or {}).items():
         at = f"{where}.{key}"
         if key not in EXPECTABLE:
-            raise ScenarioError(path, at, f"cannot expect this (can: {', '.join(EXPECTABLE)})")
-        if isinstance(value, int):  # bool included: offsets_consistent: true
+            pr.add(at, f"cannot expect this (can: {', '.join(EXPECTABLE)})")
+        elif isinstance(value, int):  # bool included: offsets_consistent: true
             found.append(Expectation(key, "==", value))
         elif isinstance(value, str) and (m := _EXPRESSION.match(value)):
             found.append(Expectation(key, m.group(1) or "==", int(m.group(2))))
         else:
-            raise ScenarioError(path, at, f"expected a number or e.g. '>0', got {value!r}")
+            pr.add(at, f"expected a number or e.g. '>0', got {value!r}")
     return found

@@ -170,4 +170,36 @@ def test_the_cli_refuses_a_bad_scenario_with_exit_2_and_starts_nothing(
 
 def test_a_missing_scenario_file_exits_2(tmp_path: Path) -> None:
     result = chaoslab("run", str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "run"))
-    assert result.returncode == 2 and "cannot read the file" in result.stderr
+    assert result.returncode == 2 and "nope.yaml: no such scenario file" in result.stderr
+    result = chaoslab("run", "basline", "--out", str(tmp_path / "run"))
+    assert result.returncode == 2 and "basline: no such scenario file" in result.stderr
+    assert "library: baseline, " in result.stderr  # what the user could have meant
+
+
+THREE_PROBLEMS = """\
+name: x
+workload: {events: 100, colour: red}
+faults:
+  - {kind: meteor-strike, at: 1}
+  - {kind: broker-kill, at: -1, duration: 0}
+"""
+
+
+def test_every_problem_of_a_file_is_named_at_once(tmp_path: Path) -> None:
+    path = write(tmp_path, THREE_PROBLEMS)
+    out = tmp_path / "run"
+    result = chaoslab("run", str(path), "--out", str(out))
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    expected = [
+        "workload.colour: unknown field",
+        "variants: is required",
+        "faults[0].kind: unknown fault kind 'meteor-strike'",
+        "faults[1].at: must be >= 0, got -1",
+        "faults[1].duration: must be > 0, got 0",
+    ]
+    assert len(lines) == len(expected), lines
+    for line, problem in zip(lines, expected, strict=True):
+        assert f"{path}: {problem}" in line, (line, problem)
+    assert not out.exists()
+    assert processes_started_in(out / "env") == []

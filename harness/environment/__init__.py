@@ -26,6 +26,7 @@ from harness.environment.docker import docker_engine_problem
 from harness.environment.local import LocalEnvironment, LocalOptions, Progress, reap_orphans
 from harness.environment.spark import SparkSettings, spark_session
 from harness.errors import BadInput
+from harness.paths import project_root
 
 BACKENDS = ("local", "docker")
 
@@ -54,8 +55,9 @@ __all__ = [
 
 
 def default_directory() -> Path:
-    """``$CHAOSLAB_DIR``, or ``.chaoslab/env`` below the current directory."""
-    return Path(os.environ.get("CHAOSLAB_DIR") or Path(".chaoslab") / "env")
+    """``$CHAOSLAB_DIR``, or ``.chaoslab/env`` in the project's folder (wherever the command
+    runs: ``chaoslab up`` in one folder and ``chaoslab down`` in another find the same one)."""
+    return Path(os.environ.get("CHAOSLAB_DIR") or project_root() / ".chaoslab" / "env")
 
 
 def open_environment(

@@ -26,6 +26,10 @@ KAFKA_ERRORS = {
 KAFKA_APIS = {"OffsetCommit": 8, "FindCoordinator": 10, "JoinGroup": 11, "Heartbeat": 12}
 
 
+# (field relative to the fault, what is wrong with it)
+Problem = tuple[str, str]
+
+
 class FieldError(ValueError):
     """A fault's field is wrong: ``field`` names it relative to the fault."""
 
@@ -35,6 +39,14 @@ class FieldError(ValueError):
         self.problem = problem
 
 
+class FieldErrors(ValueError):
+    """Every problem of one fault entry, so that a user fixes them in one go."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("; ".join(f"{f}: {p}" if f else p for f, p in problems))
+        self.problems = problems
+
+
 class Timed:
     """Mixin: when a timed fault starts."""
 
@@ -42,20 +54,22 @@ class Timed:
     at_event: int | None
     jitter: float
 
-    def check_trigger(self) -> None:
+    def trigger_problems(self) -> list[Problem]:
         if (self.at is None) == (self.at_event is None):
-            raise FieldError("at", "give exactly one of 'at' (seconds) or 'at_event' (records)")
+            return [("at", "give exactly one of 'at' (seconds) or 'at_event' (records)")]
+        found = []
         if self.at is not None and self.at < 0:
-            raise FieldError("at", f"must be >= 0, got {self.at}")
+            found.append(("at", f"must be >= 0, got {self.at}"))
         if self.at_event is not None and self.at_event < 0:
-            raise FieldError("at_event", f"must be >= 0, got {self.at_event}")
-        _positive("jitter", self.jitter, allow_zero=True)
+            found.append(("at_event", f"must be >= 0, got {self.at_event}"))
+        return found + _positive("jitter", self.jitter, allow_zero=True)
 
 
-def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
+def _positive(name: str, value: float, *, allow_zero: bool = False) -> list[Problem]:
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise FieldError(name, f"must be {bound}, got {value}")
+        return [(name, f"must be {bound}, got {value}")]
+    return []
 
 
 @dataclass(frozen=True)
@@ -70,8 +84,8 @@ class BrokerBounce(Timed):
     hard: bool = False
     broker: int = 0
 
-    def validate(self) -> None:
-        self.check_trigger()
+    def problems(self) -> list[Problem]:
+        return self.trigger_problems()
 
 
 @dataclass(frozen=True)
@@ -99,22 +113,26 @@ class BrokerRollingRestart(Timed):
     hard: bool = False
     commit_failure: CommitFailureAround | None = None
 
-    def validate(self) -> None:
-        self.check_trigger()
+    def problems(self) -> list[Problem]:
+        found = self.trigger_problems() + _positive("interval", self.interval)
         if self.rotations < 1:
-            raise FieldError("rotations", f"must be >= 1, got {self.rotations}")
-        _positive("interval", self.interval)
-        if self.commit_failure is not None:
-            _positive("commit_failure.before", self.commit_failure.before, allow_zero=True)
-            _positive("commit_failure.after", self.commit_failure.after)
-            _kafka_error("commit_failure.error", self.commit_failure.error)
-            _kafka_apis("commit_failure.apis", self.commit_failure.apis)
-            window = self.commit_failure.before + self.commit_failure.after
+            found.append(("rotations", f"must be >= 1, got {self.rotations}"))
+        cf = self.commit_failure
+        if cf is not None:
+            found += _positive("commit_failure.before", cf.before, allow_zero=True)
+            found += _positive("commit_failure.after", cf.after)
+            found += _kafka_error("commit_failure.error", cf.error)
+            found += _kafka_apis("commit_failure.apis", cf.apis)
+            window = cf.before + cf.after
             if self.rotations > 1 and self.interval <= window:
-                raise FieldError(
-                    "interval",
-                    f"must exceed commit_failure.before + after ({window}) so windows do not merge",
+                found.append(
+                    (
+                        "interval",
+                        f"must exceed commit_failure.before + after ({window}) so windows "
+                        "do not merge",
+                    )
                 )
+        return found
 
 
 @dataclass(frozen=True)
@@ -126,9 +144,8 @@ class _BrokerWindow(Timed):
     jitter: float = 0.0  # seconds added to the start, drawn from the seed
     broker: int = 0
 
-    def validate(self) -> None:
-        self.check_trigger()
-        _positive("duration", self.duration)
+    def problems(self) -> list[Problem]:
+        return self.trigger_problems() + _positive("duration", self.duration)
 
 
 @dataclass(frozen=True)
@@ -171,11 +188,11 @@ class ConsumerCrash:
             after_docs=self.after_docs,
         )
 
-    def validate(self) -> None:
-        for field, problem in self.plan(0).problems():
-            raise FieldError(field, problem)
+    def problems(self) -> list[Problem]:
+        found = self.plan(0).problems()
         if self.restart_after is not None:
-            _positive("restart_after", self.restart_after, allow_zero=True)
+            found += _positive("restart_after", self.restart_after, allow_zero=True)
+        return found
 
 
 @dataclass(frozen=True)
@@ -201,10 +218,11 @@ class ConsumerPause:
             pause_s=self.duration,
         )
 
-    def validate(self) -> None:
-        _positive("duration", self.duration)
-        for field, problem in self.plan(0).problems():
-            raise FieldError(field, problem)
+    def problems(self) -> list[Problem]:
+        # plan() reports a bad duration too (as pause_s): once is enough.
+        return _positive("duration", self.duration) + [
+            p for p in self.plan(0).problems() if p[0] != "duration"
+        ]
 
 
 @dataclass(frozen=True)
@@ -218,10 +236,11 @@ class ConsumerKill(Timed):
     jitter: float = 0.0  # seconds added to the start, drawn from the seed
     consumer: int | None = None
 
-    def validate(self) -> None:
-        self.check_trigger()
+    def problems(self) -> list[Problem]:
+        found = self.trigger_problems()
         if self.consumer is not None and self.consumer < 0:
-            raise FieldError("consumer", f"must be >= 0, got {self.consumer}")
+            found.append(("consumer", f"must be >= 0, got {self.consumer}"))
+        return found
 
 
 @dataclass(frozen=True)
@@ -239,11 +258,13 @@ class CommitFailure(Timed):
     error: str = "NOT_COORDINATOR"
     apis: tuple[str, ...] = ("OffsetCommit",)
 
-    def validate(self) -> None:
-        self.check_trigger()
-        _positive("duration", self.duration)
-        _kafka_error("error", self.error)
-        _kafka_apis("apis", self.apis)
+    def problems(self) -> list[Problem]:
+        return (
+            self.trigger_problems()
+            + _positive("duration", self.duration)
+            + _kafka_error("error", self.error)
+            + _kafka_apis("apis", self.apis)
+        )
 
 
 class NetworkAction(StrEnum):
@@ -266,11 +287,11 @@ class NetworkFault(Timed):
     jitter: float = 0.0  # seconds added to the start, drawn from the seed
     delay_ms: int = 0
 
-    def validate(self) -> None:
-        self.check_trigger()
-        _positive("duration", self.duration)
+    def problems(self) -> list[Problem]:
+        found = self.trigger_problems() + _positive("duration", self.duration)
         if self.action is NetworkAction.DELAY:
-            _positive("delay_ms", self.delay_ms)
+            found += _positive("delay_ms", self.delay_ms)
+        return found
 
 
 @dataclass(frozen=True)
@@ -289,13 +310,13 @@ class MongoFailCommand(Timed):
     labels: tuple[str, ...] = ()
     times: int | None = None
 
-    def validate(self) -> None:
-        self.check_trigger()
-        _positive("duration", self.duration)
+    def problems(self) -> list[Problem]:
+        found = self.trigger_problems() + _positive("duration", self.duration)
         if not self.commands:
-            raise FieldError("commands", "name at least one command, e.g. [commitTransaction]")
+            found.append(("commands", "name at least one command, e.g. [commitTransaction]"))
         if self.times is not None and self.times < 1:
-            raise FieldError("times", f"must be >= 1, got {self.times}")
+            found.append(("times", f"must be >= 1, got {self.times}"))
+        return found
 
 
 @dataclass(frozen=True)
@@ -308,11 +329,12 @@ class ProducerBurst:
     events: int
     fraction: float
 
-    def validate(self) -> None:
-        _positive("start_event", self.start_event, allow_zero=True)
-        _positive("events", self.events)
+    def problems(self) -> list[Problem]:
+        found = _positive("start_event", self.start_event, allow_zero=True)
+        found += _positive("events", self.events)
         if not 0 < self.fraction < 1:
-            raise FieldError("fraction", f"must be in (0, 1), got {self.fraction}")
+            found.append(("fraction", f"must be in (0, 1), got {self.fraction}"))
+        return found
 
 
 @dataclass(frozen=True)
@@ -342,47 +364,62 @@ Fault = (
 KINDS: dict[str, type] = {cls.kind: cls for cls in typing.get_args(Fault)}
 
 
-def _kafka_error(field: str, error: str) -> None:
+def _kafka_error(field: str, error: str) -> list[Problem]:
     if error not in KAFKA_ERRORS:
-        raise FieldError(field, f"unknown Kafka error {error!r} ({', '.join(KAFKA_ERRORS)})")
+        return [(field, f"unknown Kafka error {error!r} ({', '.join(KAFKA_ERRORS)})")]
+    return []
 
 
-def _kafka_apis(field: str, apis: tuple[str, ...]) -> None:
-    for api in apis:
-        if api not in KAFKA_APIS:
-            raise FieldError(field, f"unknown Kafka API {api!r} ({', '.join(KAFKA_APIS)})")
+def _kafka_apis(field: str, apis: tuple[str, ...]) -> list[Problem]:
     if not apis:
-        raise FieldError(field, "name at least one API")
+        return [(field, "name at least one API")]
+    return [
+        (field, f"unknown Kafka API {api!r} ({', '.join(KAFKA_APIS)})")
+        for api in apis
+        if api not in KAFKA_APIS
+    ]
 
 
 # -- parsing --------------------------------------------------------------------------------
 
 
 def parse_fault(raw: Any, name: str) -> Fault:
-    """A fault from its YAML mapping; ``FieldError`` names what is wrong."""
+    """A fault from its YAML mapping; ``FieldErrors`` names every field that is wrong."""
     if not isinstance(raw, dict):
-        raise FieldError("", f"a fault must be a mapping, got {type(raw).__name__}")
+        raise FieldErrors([("", f"a fault must be a mapping, got {type(raw).__name__}")])
     spec = dict(raw)
     kind = spec.pop("kind", None)
     if kind not in KINDS:
-        raise FieldError("kind", f"unknown fault kind {kind!r} (known: {', '.join(KINDS)})")
+        raise FieldErrors([("kind", f"unknown fault kind {kind!r} (known: {', '.join(KINDS)})")])
     fault = _build(KINDS[kind], {"name": spec.pop("name", name), **spec}, "")
-    fault.validate()
+    problems = fault.problems()
+    if problems:
+        raise FieldErrors(problems)
     return fault
 
 
 def _build(cls: type, raw: dict[str, Any], prefix: str) -> Any:
+    """An instance of ``cls`` from ``raw``, or FieldErrors naming every field that is wrong."""
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in fields(cls)}
-    for key in raw:
-        if key not in known:
-            raise FieldError(f"{prefix}{key}", f"unknown field (known: {', '.join(sorted(known))})")
+    problems: list[Problem] = [
+        (f"{prefix}{key}", f"unknown field (known: {', '.join(sorted(known))})")
+        for key in raw
+        if key not in known
+    ]
     values = {}
     for name, f in known.items():
         if name in raw:
-            values[name] = _coerce(hints[name], raw[name], f"{prefix}{name}")
+            try:
+                values[name] = _coerce(hints[name], raw[name], f"{prefix}{name}")
+            except FieldError as exc:
+                problems.append((exc.field, exc.problem))
+            except FieldErrors as exc:
+                problems += exc.problems
         elif f.default is MISSING and f.default_factory is MISSING:  # type: ignore[misc]
-            raise FieldError(f"{prefix}{name}", "is required")
+            problems.append((f"{prefix}{name}", "is required"))
+    if problems:
+        raise FieldErrors(problems)
     return cls(**values)
 
 
