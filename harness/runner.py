@@ -9,6 +9,7 @@ that crash); then the sink is read back and the checker judges it against the le
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 import time
@@ -40,6 +41,7 @@ from harness.workload.producer import ProduceSummary, produce
 from harness.workload.verify import missing_from_topic, topic_event_ids
 
 Progress = Callable[[str], None]
+log = logging.getLogger(__name__)
 
 
 class RunTimeout(LabError):
@@ -404,9 +406,14 @@ class _ProducerThread:
             raise LabError(f"the producer failed: {self.error}") from self.error
         return self.summary is not None
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 60.0) -> None:
+        """Ask the producer to stop, and wait for it up to ``timeout`` seconds (it flushes what
+        it has in flight); a thread cannot be killed, so a producer stuck past that is logged
+        and left to die with the process (it is a daemon thread)."""
         self._stop.set()
-        self._thread.join(timeout=60)
+        self._thread.join(timeout=timeout)
+        if self._thread.is_alive():
+            log.warning("the producer did not stop within %.0f s; leaving it behind", timeout)
 
 
 def _end_offsets_of(ledger_path: Path) -> dict[int, int]:

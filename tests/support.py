@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -32,6 +33,15 @@ def chaoslab(*args: str, timeout: float = 180, **env: str) -> subprocess.Complet
         timeout=timeout,
         env={**os.environ, **env},
     )
+
+
+def sigint_as_in_a_terminal() -> None:
+    """``preexec_fn`` for a child that must act on SIGINT (Ctrl-C) as under a terminal.
+
+    A non-interactive shell starts a background job (``nohup make test &``) with SIGINT
+    ignored; every descendant inherits that, and Python then installs no KeyboardInterrupt
+    handler. A test that sends SIGINT sets the disposition it relies on."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def server_handles(directory: Path) -> dict[str, ProcessHandle]:

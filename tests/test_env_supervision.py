@@ -4,23 +4,27 @@ when its harness was SIGKILLed - at the next ``up``. Checked by PID."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
-from harness.environment import EnvironmentBusy, LocalEnvironment, ServerStartError
+from harness.environment import EnvironmentBusy, LocalEnvironment, ServerStartError, process
 from harness.environment.process import ProcessHandle
-from harness.environment.readiness import wait_for
+from harness.environment.readiness import NotReady, wait_for
 from harness.kafka import create_topic, end_offsets
 from tests.support import (
     chaoslab,
     processes_started_in,
     server_handles,
+    sigint_as_in_a_terminal,
     still_alive,
     unique,
 )
@@ -28,17 +32,27 @@ from tests.support import (
 pytestmark = pytest.mark.servers
 
 
+def private_registry(tmp_path: Path) -> dict[str, str]:
+    return {"XDG_RUNTIME_DIR": str(tmp_path / "registry")}
+
+
 @pytest.fixture
 def child_harness(
     tmp_path: Path,
 ) -> Iterator[tuple[subprocess.Popen[str], dict[str, ProcessHandle]]]:
-    """A separate harness process that has brought an environment up in tmp_path/env."""
+    """A separate harness process that has brought an environment up in tmp_path/env.
+
+    It registers its environment in a registry of its own (``XDG_RUNTIME_DIR``): otherwise any
+    environment started meanwhile by a test on the other xdist worker would reap what a
+    SIGKILLed child left, before this test's own ``up`` could."""
     directory = tmp_path / "env"
     child = subprocess.Popen(
         [sys.executable, "-m", "tests.harness_child", str(directory)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
+        env={**os.environ, **private_registry(tmp_path)},
+        preexec_fn=sigint_as_in_a_terminal,  # the SIGINT case relies on Python's handler
     )
     try:
         line = child.stdout.readline()  # type: ignore[union-attr]
@@ -90,6 +104,37 @@ def test_a_signalled_harness_stops_every_server(child_harness, sig: int) -> None
     assert still_alive(handles) == {}
 
 
+def test_a_process_that_ignores_sigterm_is_killed_with_its_group_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A shell that ignores SIGTERM, and a child of it in its process group that does too
+    # (ignored signals stay ignored across exec).
+    handle = process.spawn(
+        ["sh", "-c", "trap '' TERM; sleep 600 & wait"],
+        env_id=unique("stubborn"),
+        server="stubborn",
+        log_path=tmp_path / "stubborn.log",
+    )
+    shell = handle.process()
+    assert shell is not None
+
+    def children() -> list[psutil.Process]:
+        found = shell.children()
+        if not found:
+            raise NotReady("the shell has not started its child yet")
+        return found
+
+    started_children = wait_for(children, what="the shell's child", timeout=10)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        process.terminate([shell], grace=1.0, what="stopping stubborn")
+    assert time.monotonic() - started < 1.0 + process.KILL_WAIT_S
+    assert not handle.alive()
+    assert process.wait_exited(started_children, timeout=0) == []  # the group went too
+    assert "stopping stubborn: 1 of 1 processes" in caplog.text
+    assert "still ran 1 s after SIGTERM; killing them and their process groups" in caplog.text
+
+
 def test_servers_of_a_sigkilled_harness_are_stopped_by_the_next_up(
     child_harness,
     tmp_path: Path,
@@ -101,13 +146,13 @@ def test_servers_of_a_sigkilled_harness_are_stopped_by_the_next_up(
     assert still_alive(handles) == {n: h.pid for n, h in handles.items()}
 
     other = tmp_path / "other"
-    up = chaoslab("up", "--dir", str(other))
+    up = chaoslab("up", "--dir", str(other), **private_registry(tmp_path))
     try:
         assert up.returncode == 0, up.stderr
         assert "left by a harness that died" in up.stdout
         assert still_alive(handles) == {}
     finally:
-        chaoslab("down", "--dir", str(other))
+        chaoslab("down", "--dir", str(other), **private_registry(tmp_path))
 
 
 def test_a_server_that_cannot_start_shows_its_log_and_nothing_is_left(tmp_path: Path) -> None:

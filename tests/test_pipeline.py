@@ -17,7 +17,7 @@ from harness.history import EventKind, read_history
 from harness.runner import ScenarioResult, VariantResult, run_scenario
 from harness.scenario import parse_scenario
 from harness.workload.ledger import read_ledger
-from tests.support import SPARK, processes_of
+from tests.support import SPARK, processes_of, sigint_as_in_a_terminal
 
 pytestmark = pytest.mark.servers
 
@@ -136,12 +136,20 @@ def test_upstream_resends_need_a_business_key_to_be_deduplicated(
     assert (custom.duplicates, custom.lost, custom.stale) == (0, 0, 0)
 
 
-def test_a_terminated_run_stops_its_runtimes_and_servers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_a_terminated_run_stops_its_runtimes_and_servers(tmp_path: Path, sig: int) -> None:
     out = tmp_path / "run"
-    argv = [sys.executable, "-m", "harness.cli", "run", "scenarios/baseline.yaml",
+    # From another folder, by the library name, as a user would.
+    argv = [sys.executable, "-m", "harness.cli", "run", "baseline",
             "--runtime", "listener", "--events", "5000", "--out", str(out)]  # fmt: skip
     with (tmp_path / "cli.log").open("w") as log:
-        cli = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        cli = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            preexec_fn=sigint_as_in_a_terminal,
+        )
     try:
 
         def runtimes_running() -> tuple[str, dict[int, str]]:
@@ -155,7 +163,7 @@ def test_a_terminated_run_stops_its_runtimes_and_servers(tmp_path: Path) -> None
 
         env_id, running = wait_for(runtimes_running, what="the run's listeners", timeout=120)
         assert {"kafka", "mongo", "s3"} <= set(running.values())
-        cli.send_signal(signal.SIGTERM)
+        cli.send_signal(sig)
         assert cli.wait(timeout=90) != 0
     finally:
         if cli.poll() is None:

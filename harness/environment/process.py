@@ -9,6 +9,7 @@ given a recycled PID, and grandchildren that left the process group are still fo
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -21,6 +22,10 @@ import psutil
 
 ENV_ID_VAR = "CHAOSLAB_ENV_ID"
 SERVER_VAR = "CHAOSLAB_SERVER"
+KILL_WAIT_S = 10.0  # after SIGKILL: only a process stuck in the kernel takes longer
+SLOW_STOP_S = 5.0  # a stop step that takes longer is logged
+
+log = logging.getLogger(__name__)
 
 # Popen objects of the children this process spawned, so their exit status is collected
 # (no zombies) when they are stopped from here.
@@ -140,22 +145,55 @@ def signal_server(env_id: str, server: str, sig: int) -> int:
     return len(procs)
 
 
-def terminate(procs: Sequence[psutil.Process], *, grace: float) -> None:
-    """SIGTERM, then SIGKILL whatever is still running after ``grace`` seconds; returns once
-    every process has exited (and children of ours are reaped)."""
+def terminate(procs: Sequence[psutil.Process], *, grace: float, what: str = "") -> None:
+    """SIGTERM, then - for whatever still runs after ``grace`` seconds - SIGKILL to each one
+    and its process group; returns once every process has exited (children of ours reaped).
+    Bounded: ``grace`` plus ``KILL_WAIT_S``. An escalation, or a stop slower than
+    ``SLOW_STOP_S``, is logged with ``what`` was being stopped."""
+    started = time.monotonic()
     _send(procs, signal.SIGTERM)
     _send(procs, signal.SIGCONT)  # a paused process would never act on the SIGTERM
-    kill(wait_exited(procs, timeout=grace))
+    left = wait_exited(procs, timeout=grace)
+    if left:
+        log.warning(
+            "%s: %d of %d processes (PIDs %s) still ran %.0f s after SIGTERM; killing them "
+            "and their process groups",
+            what or "stopping",
+            len(left),
+            len(procs),
+            ", ".join(str(p.pid) for p in left),
+            grace,
+        )
+        kill(left)
     _collect(procs)
+    took = time.monotonic() - started
+    if not left and took > SLOW_STOP_S:
+        log.warning("%s took %.1f s", what or f"stopping {len(procs)} processes", took)
+
+
+def _with_descendants(procs: Sequence[psutil.Process]) -> list[psutil.Process]:
+    found = {p.pid: p for p in procs}
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.ZombieProcess):
+            found.update((c.pid, c) for c in proc.children(recursive=True))
+    return list(found.values())
 
 
 def kill(procs: Sequence[psutil.Process]) -> None:
-    """SIGKILL and wait until each process is gone."""
-    _send(procs, signal.SIGKILL)
-    alive = wait_exited(procs, timeout=10)
+    """SIGKILL each process, everything it started, and the process group it leads (a
+    runtime's JVM and Python workers); wait up to ``KILL_WAIT_S`` until all are gone."""
+    targets = _with_descendants(procs)
+    _send(targets, signal.SIGKILL)
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if os.getpgid(proc.pid) == proc.pid:
+                os.killpg(proc.pid, signal.SIGKILL)
+    alive = wait_exited(targets, timeout=KILL_WAIT_S)
     if alive:
-        raise RuntimeError(f"processes survived SIGKILL: {[p.pid for p in alive]}")
-    _collect(procs)
+        raise RuntimeError(
+            f"processes survived SIGKILL for {KILL_WAIT_S:.0f} s: {[p.pid for p in alive]}"
+        )
+    _collect(targets)
 
 
 def stop_server(env_id: str, server: str, *, hard: bool, grace: float = 10.0) -> None:
@@ -163,13 +201,13 @@ def stop_server(env_id: str, server: str, *, hard: bool, grace: float = 10.0) ->
     if hard:
         kill(procs)
     else:
-        terminate(procs, grace=grace)
+        terminate(procs, grace=grace, what=f"stopping {server}")
 
 
 def reap(env_id: str, *, grace: float = 5.0) -> list[int]:
     """Stop every process of an environment; returns their PIDs."""
     procs = marked(env_id)
-    terminate(procs, grace=grace)
+    terminate(procs, grace=grace, what=f"stopping environment {env_id}")
     return [p.pid for p in procs]
 
 

@@ -179,6 +179,7 @@ class RuntimeSupervisor:
 
 def stop_all(supervisors: list[RuntimeSupervisor], grace: float = 20.0) -> None:
     """Ask every consumer to finish its batch and stop, all at once; SIGKILL after ``grace``."""
-    proc.terminate([p for s in supervisors for p in s.processes()], grace=grace)
+    processes = [p for s in supervisors for p in s.processes()]
+    proc.terminate(processes, grace=grace, what="stopping the consumers")
     for s in supervisors:
         s.forget()
