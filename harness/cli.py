@@ -27,7 +27,7 @@ from harness.errors import BadInput, LabError
 from harness.repair import add_repair_parser
 from harness.report import render_matrix_table, render_table, write_matrix_report, write_report
 from harness.runner import ScenarioResult, run_scenario
-from harness.scenario import Scenario, backend_abilities, load_scenario, refuse_impossible
+from harness.scenario import Scenario, backend_abilities, load_scenario, runnable
 
 
 def say(message: str) -> None:
@@ -108,7 +108,8 @@ def _load(args: argparse.Namespace, path: Path) -> Scenario:
         runtimes=_split(args.runtime),
     )
     backend = "local" if args.env is not None else args.backend
-    refuse_impossible(scenario, backend_abilities(backend))
+    for note in runnable(scenario, backend_abilities(backend)):
+        say(f"note: {scenario.path}: {note}")
     return scenario
 
 

@@ -31,15 +31,18 @@ class EventKind(StrEnum):
     COMMIT = "commit"  # consumer positions committed (offsets: partition -> next offset)
     COMMIT_FAILED = "commit-failed"
     DEAD_LETTER = "dead-letter"  # poison records sent to the dead-letter topic (count)
-    CRASH = "crash"  # a crash point fired (detail: the point)
-    PAUSED = "paused"  # a consumer froze itself at a point (detail: the point)
+    CRASH = "crash"  # a crash point fired (detail: the point; fault: the fault's name)
+    PAUSED = "paused"  # a consumer froze itself at a point (detail: the point; fault: its name)
     RESUMED = "resumed"  # the supervisor thawed a paused consumer
     SCHEDULE_START = "schedule-start"  # the nemesis's clock starts: fault times count from here
-    FAULT_START = "fault-start"
+    FAULT_START = "fault-start"  # fault: the fault's name; detail: its kind
     FAULT_END = "fault-end"
-    # An instant inside a fault window (detail: the fault; count: which, 1-based): each
+    # An instant inside a fault window (fault: its name; count: which, 1-based): each
     # broker bounce of a restart or rolling restart, when the broker was taken down.
     FAULT_STEP = "fault-step"
+    # The variant's consumers have committed past every acknowledged record: its work is done,
+    # and a fault that starts later hits nothing (it did not fire, for this variant).
+    CAUGHT_UP = "caught-up"
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class HistoryEvent:
     count: int | None = None
     offsets: dict[int, int] = field(default_factory=dict)
     detail: str = ""
+    fault: str = ""  # the name of the fault this event belongs to
 
     def to_json(self) -> str:
         raw = asdict(self)

@@ -21,10 +21,18 @@ from typing import TYPE_CHECKING, Any
 
 from harness.doctor import component_versions
 from harness.environment import Environment, attach, open_environment
+from harness.notebooks import RESULTS, Check
+from harness.outcome import reason_text
 from harness.paths import find_scenario, runs_dir
 from harness.report import write_report
 from harness.runner import ScenarioResult, VariantResult, run_scenario
-from harness.scenario import Scenario, load_scenario, parse_scenario
+from harness.scenario import (
+    Scenario,
+    backend_abilities,
+    load_scenario,
+    parse_scenario,
+    runnable,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -67,6 +75,8 @@ class Lab:
         """Run a scenario, write its report, and return the result."""
         if not isinstance(scenario, Scenario) or overrides:
             scenario = make_scenario(scenario, **overrides)  # type: ignore[arg-type]
+        for note in runnable(scenario, backend_abilities(self.env.backend)):
+            print(f"note: {note}")
         out = self.out_dir / f"{scenario.name}-{time.strftime('%H%M%S')}"
         result = run_scenario(
             self.env, scenario, out, versions=component_versions(), progress=print
@@ -127,7 +137,8 @@ def _row(r: VariantResult) -> dict[str, Any]:
         "dead_lettered": v.dead_lettered,
         "events_per_s": round(r.events_per_s),
         "crashes": r.crashes,
-        "expectation": "pass" if r.passed else "FAIL: " + "; ".join(r.failures),
+        "expectation": r.outcome.word
+        + ("" if r.passed else ": " + reason_text(r.failures, r.unfired)),
     }
 
 
@@ -139,32 +150,33 @@ def verdict(result: ScenarioResult, variant: str, runtime: str = "listener") -> 
     raise KeyError(f"no {runtime}/{variant} in {[(r.runtime, r.variant) for r in result.results]}")
 
 
-@dataclass(frozen=True)
-class Expectation:
-    name: str
-    passed: bool
-    detail: str
-
-
 @dataclass
 class Checks:
     """A notebook's own expectations; ``save`` writes them where ``chaoslab notebooks`` looks."""
 
     notebook: str
     out_dir: Path
-    results: list[Expectation] = field(default_factory=list)
+    results: list[Check] = field(default_factory=list)
 
     def expect(self, name: str, passed: bool, detail: str = "") -> bool:
-        self.results.append(Expectation(name, bool(passed), detail))
+        self.results.append(Check(name, bool(passed), detail))
         print(f"{'pass' if passed else 'FAIL'}: {name}" + (f" ({detail})" if detail else ""))
         return bool(passed)
+
+    def fired(self, result: ScenarioResult) -> bool:
+        """Expect that every planned fault of the run fired, in every variant: a count taken
+        without its fault says nothing about it."""
+        missed = [f"{r.runtime}/{r.variant}: {u}" for r in result.results for u in r.unfired]
+        return self.expect(
+            f"{result.scenario.name}: every planned fault fired", not missed, "; ".join(missed)
+        )
 
     @property
     def passed(self) -> bool:
         return bool(self.results) and all(e.passed for e in self.results)
 
     def save(self) -> Path:
-        path = Path(self.out_dir) / "results.json"
+        path = Path(self.out_dir) / RESULTS
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(
             json.dumps(

@@ -2,15 +2,16 @@
 
 Each notebook takes ``out_dir`` (and whatever else its ``parameters`` cell declares), records
 its own expectations with ``harness.lab.Checks`` into ``out_dir/results.json``, and is judged
-by those verdicts - not merely by having run to the end.
+by those verdicts - not merely by having run to the end. ``OUT/junit.xml`` has one test case
+per recorded expectation, named by notebook, so CI shows which notebook check broke.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,26 @@ import yaml
 
 from harness.errors import BadInput
 from harness.paths import notebooks_dir
+from harness.report.junit import Case, junit_document, suite_element
+
+RESULTS = "results.json"
+JUNIT_XML = "junit.xml"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One expectation a notebook recorded (``harness.lab.Checks.expect``)."""
+
+    name: str
+    passed: bool
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.detail}" if self.detail else self.name
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Check:
+        return cls(str(raw["name"]), bool(raw["passed"]), str(raw.get("detail", "")))
 
 
 @dataclass(frozen=True)
@@ -25,11 +46,30 @@ class NotebookResult:
     name: str
     executed: Path  # the executed copy, with its outputs
     seconds: float
-    failures: tuple[str, ...]  # failed expectations, or the error that stopped the notebook
+    checks: tuple[Check, ...] = ()  # what it recorded
+    error: str = ""  # what stopped it, or why nothing was recorded
+
+    @property
+    def failures(self) -> tuple[str, ...]:
+        return tuple(str(c) for c in self.checks if not c.passed) + (
+            (self.error,) if self.error else ()
+        )
 
     @property
     def passed(self) -> bool:
         return not self.failures
+
+    def cases(self) -> list[Case]:
+        """JUnit test cases: one per recorded expectation (the first carries the notebook's
+        time); what stopped the notebook, if anything, as one more."""
+        cases = [
+            Case(c.name, self.name, failure="" if c.passed else str(c), kind="expectation")
+            for c in self.checks
+        ]
+        if self.error:
+            error = Case("the notebook runs to the end", self.name, error=self.error)
+            cases.append(replace(error, kind="notebook-error", text=self.error))
+        return [replace(cases[0], seconds=self.seconds), *cases[1:]] if cases else []
 
 
 def find(names: Sequence[str]) -> list[Path]:
@@ -83,23 +123,20 @@ def run_notebook(
             progress_bar=False,
         )
     except PapermillExecutionError as exc:
-        failure = f"cell {exc.exec_count} raised {exc.ename}: {exc.evalue}"
-        return NotebookResult(path.stem, executed, time.monotonic() - started, (failure,))
-    return NotebookResult(path.stem, executed, time.monotonic() - started, _verdicts(work))
+        error = f"cell {exc.exec_count} raised {exc.ename}: {exc.evalue}"
+        checks, _ = _recorded(work)  # what it checked before it stopped
+        return NotebookResult(path.stem, executed, time.monotonic() - started, checks, error)
+    return NotebookResult(path.stem, executed, time.monotonic() - started, *_recorded(work))
 
 
-def _verdicts(work: Path) -> tuple[str, ...]:
+def _recorded(work: Path) -> tuple[tuple[Check, ...], str]:
+    """The expectations a notebook saved, and what is wrong if it saved none."""
     try:
-        recorded = json.loads((work / "results.json").read_text())
+        recorded = json.loads((work / RESULTS).read_text())
     except FileNotFoundError:
-        return ("the notebook recorded no results.json (it must call Checks.save())",)
-    if not recorded["expectations"]:
-        return ("the notebook recorded no expectations",)
-    return tuple(
-        f"{e['name']}: {e['detail']}" if e["detail"] else e["name"]
-        for e in recorded["expectations"]
-        if not e["passed"]
-    )
+        return (), f"the notebook recorded no {RESULTS} (it must call Checks.save())"
+    checks = tuple(Check.from_dict(e) for e in recorded["expectations"])
+    return checks, "" if checks else "the notebook recorded no expectations"
 
 
 def run_notebooks(
@@ -109,10 +146,22 @@ def run_notebooks(
     progress: Callable[[str], None] = print,
 ) -> list[NotebookResult]:
     out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.time()
     results = []
     for path in paths:
         result = run_notebook(path, out_dir, parameters, progress)
         verdict = "pass" if result.passed else "FAIL: " + "; ".join(result.failures)
         progress(f"  {path.stem}: {verdict} ({result.seconds:.0f}s)")
         results.append(result)
+        write_junit(results, out_dir / JUNIT_XML, started)  # a later failure keeps this
     return results
+
+
+def write_junit(results: Sequence[NotebookResult], path: Path, started_at: float) -> Path:
+    """One testsuite per notebook, one testcase per recorded expectation."""
+    suites = [
+        suite_element(r.name, r.cases(), index=i, seconds=r.seconds, started_at=started_at)
+        for i, r in enumerate(results)
+    ]
+    junit_document(suites, "chaoslab notebooks").write(path, encoding="utf-8", xml_declaration=True)
+    return path

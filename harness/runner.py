@@ -24,11 +24,13 @@ from pymongo import MongoClient
 from harness.checker import FaultWindow, LedgerArrays, Verdict, check
 from harness.environment import Environment, Link
 from harness.errors import LabError
+from harness.faults.fired import unfired
 from harness.faults.kinds import ConsumerCrash, ConsumerKill, ConsumerPause
 from harness.faults.nemesis import Nemesis, Target
 from harness.faults.schedule import plan, plan_has_steps
-from harness.history import EventKind, HistoryTail, HistoryWriter, read_history
+from harness.history import EventKind, HistoryEvent, HistoryTail, HistoryWriter, read_history
 from harness.kafka import create_topic, delete_topics
+from harness.outcome import Outcome, UnfiredFault, reason_text
 from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.sink import snapshot
@@ -69,10 +71,15 @@ class VariantResult:
     failures: tuple[str, ...]  # the expectations that did not hold, with the actual values
     directory: str  # the variant's history, logs and runtime configuration
     ledger: str  # the ledger of the topic it consumed (shared by the variants run beside it)
+    unfired: tuple[UnfiredFault, ...] = ()  # planned faults that did not fire in this run
+
+    @property
+    def outcome(self) -> Outcome:
+        return Outcome.of(self.failures, self.unfired)
 
     @property
     def passed(self) -> bool:
-        return not self.failures
+        return self.outcome is Outcome.PASS
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -85,8 +92,9 @@ class VariantResult:
             "crashes": self.crashes,
             "faults": list(self.faults),
             "expectations": list(self.expectations),
-            "expectation": "pass" if self.passed else "fail",
-            "reason": "; ".join(self.failures) if self.failures else "every expectation holds",
+            "unfired": [u.to_dict() for u in self.unfired],
+            "expectation": self.outcome.value,
+            "reason": reason_text(self.failures, self.unfired),
             "directory": self.directory,
             "ledger": self.ledger,
         }
@@ -353,11 +361,12 @@ def _judge(
     lane.history.close()
     expectations = scenario.expectations_for(lane.spec, config.runtime)
     failures = tuple(_failure(e, verdict) for e in expectations if not _holds(e, verdict))
+    events = read_history(config.history_dir)
     result = VariantResult(
         runtime=config.runtime,
         variant=lane.variant.label,
         verdict=verdict,
-        events_per_s=_throughput(config.history_dir, summary.acked),
+        events_per_s=_throughput(events, summary.acked),
         seconds=seconds,
         restarts=lane.supervisor.restarts,  # type: ignore[union-attr]
         crashes=lane.supervisor.crashes,  # type: ignore[union-attr]
@@ -366,13 +375,16 @@ def _judge(
         failures=failures,
         directory=str(lane.run_dir),
         ledger=str(ledger_path),
+        unfired=unfired(scenario.faults, events, scenario.workload.events),
     )
     progress(
         f"    {lane.variant.label}: {verdict.in_sink} in sink of {verdict.acked} acked, "
         f"{verdict.duplicates} duplicates, {verdict.lost} lost, {verdict.stale} stale, "
         f"{verdict.dead_lettered} dead-lettered; {result.events_per_s:.0f} events/s; "
-        f"{'pass' if result.passed else 'FAIL'}"
+        f"{result.outcome.value.upper() if not result.passed else 'pass'}"
     )
+    for u in result.unfired:
+        progress(f"      {u}")
     return result
 
 
@@ -441,6 +453,7 @@ def _wait_until_consumed(
     reported = time.monotonic()
     running: set[str] = set()  # lanes whose consumers handled a batch
     clock: float | None = None  # when all of them had: the fault schedule's zero
+    finished: set[str] = set()  # lanes whose consumers committed past every acknowledged record
     while True:
         if clock is None and len(running) == len(lanes):
             clock = time.monotonic()
@@ -462,7 +475,13 @@ def _wait_until_consumed(
             targets = _end_offsets_of(ledger_path)
             _verify_stored(env.kafka_bootstrap, lanes[0].config.topic, ledger_path)
         behind = [lane for lane in lanes if not _caught_up(lane.committed, targets)]
-        if not behind and nemesis.done:
+        for lane in lanes:
+            if lane not in behind and lane.config.group not in finished:
+                finished.add(lane.config.group)
+                lane.history.record(EventKind.CAUGHT_UP)
+        # Once the work is done, a fault that has not started would hit nothing: it is not
+        # started (it did not fire; the result says so). One under way plays out.
+        if not behind and not nemesis.busy:
             assert producer.summary is not None
             return producer.summary
         now = time.monotonic()
@@ -513,8 +532,8 @@ def _failure(e: Expectation, verdict: Verdict) -> str:
     return f"expected {e}, got {getattr(verdict, e.field)}"
 
 
-def _throughput(history_dir: Path, records: int) -> float:
-    events = [e for e in read_history(history_dir) if e.source != "harness"]
+def _throughput(history: list[HistoryEvent], records: int) -> float:
+    events = [e for e in history if e.source != "harness"]
     first = next((e.t for e in events if e.kind is EventKind.BATCH), None)
     last = max((e.t for e in events if e.kind is EventKind.COMMIT), default=None)
     if first is None or last is None or last <= first:

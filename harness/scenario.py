@@ -19,6 +19,7 @@ Every problem is reported as ``FILE: FIELD: what is wrong``, before anything sta
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -42,7 +43,7 @@ from harness.faults.kinds import (
     ProducerBurst,
     parse_fault,
 )
-from harness.pipeline.crash import CrashPlan
+from harness.pipeline.crash import CrashPlan, CrashPoint
 from harness.pipeline.runtime import RUNTIMES
 from harness.pipeline.variants import make_variant
 from harness.workload.events import Kind
@@ -416,8 +417,9 @@ def backend_abilities(backend: str) -> BackendAbilities:
     }[backend]
 
 
-def refuse_impossible(scenario: Scenario, abilities: BackendAbilities) -> None:
-    """Raise ScenarioError naming every fault this backend (or the pipeline) cannot perform."""
+def runnable(scenario: Scenario, abilities: BackendAbilities) -> tuple[str, ...]:
+    """Raise ScenarioError naming every fault this backend (or the pipeline) cannot perform,
+    and every fault the workload cannot reach; return notes on faults it may not reach."""
     pr = Problems(scenario.path)
     for i, fault in enumerate(scenario.faults):
         where = f"faults[{i}]"
@@ -445,7 +447,83 @@ def refuse_impossible(scenario: Scenario, abilities: BackendAbilities) -> None:
                 f"there are {scenario.pipeline.consumers} consumer(s) (pipeline.consumers); "
                 f"no consumer {consumer}",
             )
+    check = preflight(scenario)
+    for where, problem in check.impossible:
+        pr.add(where, problem)
     pr.raise_any()
+    return check.doubtful
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What the workload means for the faults, known before anything starts."""
+
+    impossible: tuple[tuple[str, str], ...] = ()  # (field, why): the scenario is refused
+    doubtful: tuple[str, ...] = ()  # faults that may not fire: said before the run
+
+
+def preflight(scenario: Scenario) -> Preflight:
+    """Faults that cannot fire with the scenario's workload (in batches of up to
+    ``pipeline.batch_size``), and faults that may not: a consumer that gets full batches reads
+    fewer than they need."""
+    impossible: list[tuple[str, str]] = []
+    doubtful: list[str] = []
+    for i, fault in enumerate(scenario.faults):
+        cannot, may_not = _reach(fault, scenario)
+        if cannot:
+            impossible.append((f"faults[{i}]", f"{fault.name} {cannot}"))
+        elif may_not:
+            doubtful.append(f"{fault.name} {may_not}")
+    return Preflight(tuple(impossible), tuple(doubtful))
+
+
+def _reach(fault: Fault, scenario: Scenario) -> tuple[str, str]:
+    """(why ``fault`` cannot fire, why it may not): '' where it will."""
+    events, batch_size = scenario.workload.events, scenario.pipeline.batch_size
+    readers = max(1, min(scenario.pipeline.consumers, scenario.partitions))
+    per_consumer = math.ceil(events / readers)
+    full_batches = math.ceil(per_consumer / batch_size)
+    match fault:
+        case ConsumerCrash() | ConsumerPause():
+            if fault.point is CrashPoint.MID_WRITE and fault.after_docs > batch_size:
+                return (
+                    f"waits for {fault.after_docs} documents of one batch, and no batch holds "
+                    f"more than pipeline.batch_size ({batch_size})",
+                    "",
+                )
+            if fault.point is CrashPoint.MID_WRITE and fault.after_docs > per_consumer:
+                return (
+                    f"waits for {fault.after_docs} documents of one batch, and a consumer gets "
+                    f"at most {per_consumer} of the {events} events",
+                    "",
+                )
+            if getattr(fault, "probability", None) is not None:
+                return "", ""  # any batch may draw it
+            if fault.at_batch > per_consumer:
+                return (
+                    f"is planned at batch {fault.at_batch}, and a consumer gets at most "
+                    f"{per_consumer} of the {events} events",
+                    "",
+                )
+            if fault.at_batch > full_batches:
+                return "", (
+                    f"is planned at batch {fault.at_batch}, but a consumer may read its "
+                    f"{per_consumer} records in {full_batches} batch(es) of up to {batch_size}; "
+                    f"give at least {fault.at_batch * batch_size * readers} events, or a smaller "
+                    "pipeline.batch_size"
+                )
+        case ProducerBurst():
+            if fault.start_event >= events:
+                return f"starts at event {fault.start_event} of a workload of {events} events", ""
+        case _:
+            at_event = getattr(fault, "at_event", None)
+            if at_event is not None and at_event > events:
+                return (
+                    f"starts once {at_event} records were acknowledged, and the workload has "
+                    f"{events}",
+                    "",
+                )
+    return "", ""
 
 
 _EXPRESSION = re.compile(r"^\s*(==|!=|>=|<=|>|<)?\s*(-?\d+)\s*$")

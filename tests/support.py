@@ -24,14 +24,17 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}-{next(_counter)}"
 
 
-def chaoslab(*args: str, timeout: float = 180, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run the chaoslab CLI in a child process, as a user would."""
+def chaoslab(
+    *args: str, timeout: float = 180, cwd: Path | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run the chaoslab CLI in a child process, as a user would (from ``cwd``, if given)."""
     return subprocess.run(
         [sys.executable, "-m", "harness.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         env={**os.environ, **env},
+        cwd=cwd,
     )
 
 

@@ -186,3 +186,51 @@ def test_the_same_seed_replays_the_same_faults_and_counts(
         assert 0 <= (bounce - clock) - planned < 0.5
     # Everything but naive is deterministic: same workload, same crash, same verdict.
     assert counts[0] == counts[1]
+
+
+NEVER_FIRES = """\
+name: late-faults
+description: A bounce long after the work is done, and a crash that is almost never drawn.
+seed: 5
+workload: {events: 120, partitions: 1}
+variants: [naive, idempotent]
+faults:
+  - {kind: broker-bounce, at: 240}
+  - {kind: consumer-crash, point: before_write, probability: 0.000001}
+  - {kind: consumer-crash, point: before_write, at_batch: 40}
+"""
+
+
+def test_faults_that_did_not_fire_are_named_and_the_run_is_not_a_pass(
+    lab_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    scenario = tmp_path / "late-faults.yaml"
+    scenario.write_text(NEVER_FIRES)
+    out = tmp_path / "run"
+    result, report = run_cli(lab_env, out, "run", str(scenario))
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-2000:]
+    # Said before the run: 120 records may well come in one batch.
+    assert (
+        "note: " in result.stdout
+        and "consumer-crash#3 is planned at batch 40, but a "
+        "consumer may read its 120 records in 1 batch(es) of up to 250"
+        in result.stdout
+    )
+    assert "2 of 2 variants FAILED (2 with faults that did not fire)" in result.stdout
+    assert "UNFIRED: broker-bounce#1 never fired: it was due after the run's work was done" in (
+        result.stdout
+    )
+    for row in report["results"]:
+        assert row["expectation"] == "unfired", row["reason"]
+        unfired = {u["name"]: u["reason"] for u in row["unfired"]}
+        assert set(unfired) == {"broker-bounce#1", "consumer-crash#2", "consumer-crash#3"}
+        assert unfired["consumer-crash#2"].startswith("its point (before_write of batch 1)")
+        # The run did not wait 240 s for a fault that could only hit idle consumers.
+        events = read_history(Path(row["directory"]) / "history")
+        assert [e for e in events if e.kind is EventKind.FAULT_START] == []
+        assert any(e.kind is EventKind.CAUGHT_UP for e in events)
+        # The counts are still taken (and here, without faults, right).
+        assert (row["duplicates"], row["lost"]) == (0, 0)
+    suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("errors") == "2" and suite.get("failures") == "0"
+    assert "**UNFIRED**: broker-bounce#1 never fired" in (out / "report.md").read_text()

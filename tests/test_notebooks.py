@@ -9,9 +9,11 @@ import re
 import subprocess
 import sys
 import urllib.request
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import nbformat
+import papermill
 import pytest
 
 from harness.environment import LocalEnvironment
@@ -46,10 +48,11 @@ def test_the_notebooks_are_committed_without_outputs() -> None:
 def test_every_notebook_runs_and_its_expectations_hold(
     scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:
+    # From an unrelated folder; each kernel runs in notebooks/, as JupyterLab starts it.
     out = tmp_path / "executed"
     result = chaoslab(
         "notebooks", "--env", str(scenario_env.directory), "--out", str(out), "-p", "events", "400",
-        timeout=1800,
+        timeout=1800, cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "5 of 5 notebooks passed" in result.stdout
@@ -57,6 +60,8 @@ def test_every_notebook_runs_and_its_expectations_hold(
         recorded = json.loads((out / path.stem / "results.json").read_text())
         assert recorded["passed"] and len(recorded["expectations"]) >= 2, path.stem
         assert (out / path.name).exists()
+        assert f"this notebook's runs go to {out / path.stem}" in outputs(out / path.name)
+    assert not (NOTEBOOKS[0].parent / "runs").exists()  # nothing landed beside the notebooks
 
     # 03 shows the duplicate groups, the repair's counts, and the index afterwards.
     postmortem = outputs(out / "03-postmortem-msk-rolling-upgrade.ipynb")
@@ -75,8 +80,12 @@ def test_a_notebook_whose_expectation_fails_fails_the_command(tmp_path: Path) ->
     nb.cells = [
         parameters,
         nbformat.v4.new_code_cell(
+            "import os\n"
             "from harness.lab import Checks\n"
             "checks = Checks('broken', out_dir)\n"
+            "checks.expect('the kernel runs in the notebook folder', "
+            f"os.getcwd() == {str(tmp_path)!r})\n"
+            "checks.expect('two and two make four', 2 + 2 == 4)\n"
             "checks.expect('two and two make five', 2 + 2 == 5, 'got 4')\n"
             "checks.save()"
         ),
@@ -88,10 +97,49 @@ def test_a_notebook_whose_expectation_fails_fails_the_command(tmp_path: Path) ->
     }
     path = tmp_path / "99-broken.ipynb"
     nbformat.write(nb, path)
-    result = chaoslab("notebooks", str(path), "--out", str(tmp_path / "out"), timeout=300)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = chaoslab(
+        "notebooks", str(path), "--out", str(tmp_path / "out"), timeout=300, cwd=elsewhere
+    )
     assert result.returncode == 1
     assert "FAIL: two and two make five: got 4" in result.stdout
+    assert "the kernel runs in the notebook folder" not in result.stdout  # that one held
     assert "0 of 1 notebooks passed" in result.stdout
+    # junit.xml: one test case per recorded expectation, named by notebook.
+    (suite,) = ET.parse(tmp_path / "out" / "junit.xml").getroot().findall("testsuite")
+    assert (suite.get("name"), suite.get("tests"), suite.get("failures")) == ("99-broken", "3", "1")
+    cases = {c.get("name"): c for c in suite.findall("testcase")}
+    assert set(cases) == {
+        "the kernel runs in the notebook folder",
+        "two and two make four",
+        "two and two make five",
+    }
+    assert {c.get("classname") for c in cases.values()} == {"99-broken"}
+    assert cases["two and two make four"].find("failure") is None
+    failure = cases["two and two make five"].find("failure")
+    assert failure is not None and failure.get("message") == "two and two make five: got 4"
+
+
+def test_a_notebook_that_stops_is_an_error_in_junit(tmp_path: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    parameters = nbformat.v4.new_code_cell('out_dir = "x"')
+    parameters.metadata["tags"] = ["parameters"]
+    nb.cells = [parameters, nbformat.v4.new_code_cell("raise RuntimeError('the lab broke')")]
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    path = tmp_path / "98-stops.ipynb"
+    nbformat.write(nb, path)
+    result = chaoslab("notebooks", str(path), "--out", str(tmp_path / "out"), timeout=300)
+    assert result.returncode == 1
+    (suite,) = ET.parse(tmp_path / "out" / "junit.xml").getroot().findall("testsuite")
+    (case,) = suite.findall("testcase")
+    error = case.find("error")
+    assert error is not None and "raised RuntimeError: the lab broke" in error.get("message", "")
+    assert (suite.get("failures"), suite.get("errors")) == ("0", "1")
 
 
 def test_jupyterlab_starts_with_the_notebooks_kernel(tmp_path: Path) -> None:
@@ -128,3 +176,45 @@ def test_jupyterlab_starts_with_the_notebooks_kernel(tmp_path: Path) -> None:
     finally:
         lab.terminate()
         lab.wait(timeout=30)
+
+
+@pytest.mark.servers
+def test_a_notebook_runs_with_its_kernel_in_an_unrelated_folder(
+    scenario_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = tmp_path / "out"
+    papermill.execute_notebook(
+        str(NOTEBOOKS[0]),
+        str(tmp_path / "01.ipynb"),
+        parameters={"events": 400, "env_dir": str(scenario_env.directory), "out_dir": str(out)},
+        kernel_name="python3",
+        cwd=str(elsewhere),
+        progress_bar=False,
+    )
+    recorded = json.loads((out / "results.json").read_text())
+    assert recorded["passed"], recorded
+    names = [e["name"] for e in recorded["expectations"]]
+    assert "cdc-crash-before-ack: every planned fault fired" in names
+    assert list(elsewhere.iterdir()) == []  # nothing landed where the kernel ran
+
+
+@pytest.mark.servers
+def test_a_notebook_too_small_for_its_faults_says_so_before_it_runs(
+    lab_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    result = chaoslab(
+        "notebooks", "01", "--env", str(lab_env.directory), "--out", str(out), "-p", "events", "1",
+        timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert (
+        "cdc-crash-before-ack.yaml: faults[0]: consumer-crash#1 is planned at batch 2, and a "
+        "consumer gets at most 1 of the 1 events" in result.stdout
+    ), result.stdout[-3000:]
+    # Refused before it started: no run directory for the crash scenario.
+    assert not list((out / "01-quickstart").glob("cdc-crash-before-ack-*"))
+    (suite,) = ET.parse(out / "junit.xml").getroot().findall("testsuite")
+    assert suite.get("errors") == "1"

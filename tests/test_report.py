@@ -47,13 +47,13 @@ def ev(t: float, kind: EventKind, source: str, **fields: Any) -> HistoryEvent:
 
 def nemesis_events() -> list[HistoryEvent]:
     return [
-        ev(5.0, EventKind.FAULT_START, "nemesis", detail="broker-rolling-restart#1"),
-        ev(6.0, EventKind.FAULT_STEP, "nemesis", detail="broker-rolling-restart#1", count=1),
-        ev(9.5, EventKind.FAULT_STEP, "nemesis", detail="broker-rolling-restart#1", count=2),
-        ev(12.0, EventKind.FAULT_END, "nemesis", detail="broker-rolling-restart#1"),
-        ev(20.0, EventKind.FAULT_START, "nemesis", detail="producer-resend#1"),
-        ev(20.01, EventKind.FAULT_END, "nemesis", detail="producer-resend#1"),
-        ev(25.0, EventKind.FAULT_START, "nemesis", detail="mongo-partition#1"),  # never ends
+        ev(5.0, EventKind.FAULT_START, "nemesis", fault="broker-rolling-restart#1"),
+        ev(6.0, EventKind.FAULT_STEP, "nemesis", fault="broker-rolling-restart#1", count=1),
+        ev(9.5, EventKind.FAULT_STEP, "nemesis", fault="broker-rolling-restart#1", count=2),
+        ev(12.0, EventKind.FAULT_END, "nemesis", fault="broker-rolling-restart#1"),
+        ev(20.0, EventKind.FAULT_START, "nemesis", fault="producer-resend#1"),
+        ev(20.01, EventKind.FAULT_END, "nemesis", fault="producer-resend#1"),
+        ev(25.0, EventKind.FAULT_START, "nemesis", fault="mongo-partition#1"),  # never ends
     ]
 
 
@@ -342,12 +342,12 @@ def test_fault_windows_from_results_when_the_history_has_none() -> None:
 
 def test_fault_windows_pair_starts_and_ends_by_name() -> None:
     events = [
-        ev(1.0, EventKind.FAULT_START, "nemesis", detail="a#1"),
-        ev(2.0, EventKind.FAULT_START, "nemesis", detail="b#1"),
-        ev(3.0, EventKind.FAULT_END, "nemesis", detail="a#1"),
-        ev(4.0, EventKind.FAULT_END, "nemesis", detail="c#1"),  # no start: ignored
-        ev(5.0, EventKind.FAULT_END, "nemesis", detail="b#1"),
-        ev(6.0, EventKind.FAULT_START, "nemesis", detail="a#2"),
+        ev(1.0, EventKind.FAULT_START, "nemesis", fault="a#1"),
+        ev(2.0, EventKind.FAULT_START, "nemesis", fault="b#1"),
+        ev(3.0, EventKind.FAULT_END, "nemesis", fault="a#1"),
+        ev(4.0, EventKind.FAULT_END, "nemesis", fault="c#1"),  # no start: ignored
+        ev(5.0, EventKind.FAULT_END, "nemesis", fault="b#1"),
+        ev(6.0, EventKind.FAULT_START, "nemesis", fault="a#2"),
     ]
     got = [(w.name, w.start, w.end, w.open_ended) for w in fault_windows(events, [], T0, T0 + 9)]
     assert got == [("a#1", 1.0, 3.0, False), ("b#1", 2.0, 5.0, False), ("a#2", 6.0, 9.0, True)]
@@ -553,3 +553,44 @@ def test_pauses() -> None:
         "listener/idempotent: listener-1 paused at before_write from +11.0 s on, never resumed."
         in lines
     )
+
+
+UNFIRED = {
+    "name": "consumer-crash#1",
+    "kind": "consumer-crash",
+    "reason": "its point (after_write_before_commit of batch 2) was never reached: a consumer "
+    "handled at most 1 batches",
+}
+
+
+def test_a_fault_that_did_not_fire_is_its_own_outcome_everywhere(tmp_path: Path) -> None:
+    run_dir = make_run_dir(tmp_path / "run")
+    raw = json.loads((run_dir / "results.json").read_text())
+    raw["results"][1].update(
+        expectation="unfired",
+        reason=f"consumer-crash#1 never fired: {UNFIRED['reason']}",
+        unfired=[UNFIRED],
+    )
+    raw["passed"] = False
+    (run_dir / "results.json").write_text(json.dumps(raw))
+    run = load_run(run_dir)
+    idempotent = run.variants[1]
+    assert idempotent.outcome.value == "unfired" and not idempotent.passed
+    assert [u.name for u in idempotent.unfired] == ["consumer-crash#1"]
+
+    table = render_table(run)
+    assert "UNFIRED: consumer-crash#1 never fired: its point (after_write_before_commit" in table
+    assert "(1 with faults that did not fire)" in table.splitlines()[0]
+    assert "0/0/0 UNFIRED" in render_matrix_table([run])
+
+    report = write_report(run_dir)
+    (suite,) = ET.parse(report.junit).getroot().findall("testsuite")
+    # The naive variant failed its expectations; the idempotent one could not be judged.
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("2", "1", "1")
+    (error,) = suite.findall("testcase")[1].findall("error")
+    assert error.get("type") == "fault-not-fired"
+    assert "consumer-crash#1 never fired" in (error.text or "")
+    text = report.markdown.read_text()
+    assert "**UNFIRED**: consumer-crash#1 never fired" in text
+    assert "listener/idempotent: consumer-crash#1 never fired: its point" in text
+    assert "the counts say nothing about it" in text

@@ -186,6 +186,7 @@ class ConsumerCrash:
             seed=seed,
             times=self.times,
             after_docs=self.after_docs,
+            name=self.name,
         )
 
     def problems(self) -> list[Problem]:
@@ -216,6 +217,7 @@ class ConsumerPause:
             times=self.times,
             after_docs=self.after_docs,
             pause_s=self.duration,
+            name=self.name,
         )
 
     def problems(self) -> list[Problem]:

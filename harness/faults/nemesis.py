@@ -25,6 +25,7 @@ from harness.faults.kinds import (
     BrokerRollingRestart,
     CommitFailure,
     ConsumerKill,
+    Fault,
     MongoFailCommand,
     NetworkFault,
 )
@@ -84,6 +85,11 @@ class Nemesis:
     def done(self) -> bool:
         return all(p.next_step >= len(p.plan.steps) for p in self._progress)
 
+    @property
+    def busy(self) -> bool:
+        """A fault has started and has steps left to take."""
+        return any(0 < p.next_step < len(p.plan.steps) for p in self._progress)
+
     def tick(self, elapsed: float | None, acked: int, *, produced_all: bool = False) -> None:
         """Take every step that is due: ``elapsed`` seconds since the consumers started (None
         until they have), ``acked`` records acknowledged; once the workload is ``produced_all``,
@@ -133,17 +139,17 @@ class Nemesis:
         match action:
             case Action.START:
                 self._opened[fault.name] = time.time()
-                self._record(EventKind.FAULT_START, fault.name)
+                self._record(EventKind.FAULT_START, fault)
             case Action.END:
                 start = self._opened.pop(fault.name, time.time())
                 self.windows.append(WindowRecord(fault.name, fault.kind, start, time.time()))
-                self._record(EventKind.FAULT_END, fault.name)
+                self._record(EventKind.FAULT_END, fault)
             case Action.BOUNCE_BROKER:
                 hard = getattr(fault, "hard", False)
                 broker = getattr(fault, "broker", rotation % self.env.broker_count)
                 if isinstance(fault, BrokerRollingRestart):
                     broker = rotation % self.env.broker_count
-                self._record(EventKind.FAULT_STEP, fault.name, count=rotation + 1)
+                self._record(EventKind.FAULT_STEP, fault, count=rotation + 1)
                 self.env.restart(Component.KAFKA, hard=hard, broker=broker)
             case Action.KILL_BROKER:
                 self.env.kill(Component.KAFKA, broker=fault.broker)  # type: ignore[union-attr]
@@ -179,9 +185,9 @@ class Nemesis:
             case Action.FAILPOINT_OFF:
                 self._failpoint_off()
 
-    def _record(self, kind: EventKind, name: str, count: int | None = None) -> None:
+    def _record(self, kind: EventKind, fault: Fault, count: int | None = None) -> None:
         for target in self.targets:
-            target.history.record(kind, detail=name, count=count)
+            target.history.record(kind, fault=fault.name, detail=fault.kind, count=count)
 
     def _commit_failure_on(self, fault: CommitFailure | BrokerRollingRestart) -> None:
         if isinstance(fault, BrokerRollingRestart):
@@ -248,8 +254,8 @@ class Nemesis:
         if self._broker_down:
             self.env.revive(Component.KAFKA)
             self._broker_down = False
-        kinds = {p.name: p.fault.kind for p in self.schedule}
+        faults = {p.name: p.fault for p in self.schedule}
         for name, start in self._opened.items():
-            self.windows.append(WindowRecord(name, kinds[name], start, time.time()))
-            self._record(EventKind.FAULT_END, name)
+            self.windows.append(WindowRecord(name, faults[name].kind, start, time.time()))
+            self._record(EventKind.FAULT_END, faults[name])
         self._opened.clear()

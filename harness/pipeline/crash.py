@@ -45,6 +45,7 @@ class CrashPlan:
     times: int = 1
     after_docs: int = 1  # for mid_write: documents written before the kill
     pause_s: float | None = None  # freeze (SIGSTOP) for this long instead of killing
+    name: str = ""  # the scenario's fault this plan carries out (recorded when it fires)
 
     @property
     def action(self) -> str:
@@ -155,10 +156,12 @@ class Crasher:
             if plan.pause_s is not None:
                 # Frozen, not dead: the supervisor thaws it after pause_s (a GC pause, a stuck
                 # pod). Meanwhile its partitions may move to another consumer.
-                self.history.record(EventKind.PAUSED, batch=batch, detail=point.value)
+                self.history.record(
+                    EventKind.PAUSED, batch=batch, detail=point.value, fault=plan.name
+                )
                 signal_own_process_group(signal.SIGSTOP)
                 continue
-            self.history.record(EventKind.CRASH, batch=batch, detail=point.value)
+            self.history.record(EventKind.CRASH, batch=batch, detail=point.value, fault=plan.name)
             signal_own_process_group(signal.SIGKILL)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from harness.checker.model import Anomaly, Verdict
 from harness.history import HistoryEvent, read_history
+from harness.outcome import Outcome, UnfiredFault
 
 RESULTS = "results.json"
 
@@ -77,8 +78,9 @@ class VariantRun:
     crashes: int
     faults: tuple[Fault, ...]
     expectations: tuple[str, ...]
-    passed: bool
+    outcome: Outcome
     reason: str
+    unfired: tuple[UnfiredFault, ...] = ()
     directory: Path | None = None
     ledger: Path | None = None
     events: tuple[HistoryEvent, ...] = ()
@@ -92,6 +94,10 @@ class VariantRun:
     def group(self) -> str:
         """Variants that shared a ledger consumed one topic side by side, at the same time."""
         return str(self.ledger) if self.ledger is not None else self.runtime
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome is Outcome.PASS
 
     @property
     def failures(self) -> tuple[str, ...]:
@@ -193,7 +199,6 @@ def read_ack_times(ledger: Path) -> np.ndarray:
 
 
 def _variant(raw: Mapping[str, Any], run_dir: Path | None) -> VariantRun:
-    expectation = str(raw.get("expectation", "pass"))
     return VariantRun(
         runtime=str(raw.get("runtime", "")),
         variant=str(raw.get("variant", "")),
@@ -204,8 +209,9 @@ def _variant(raw: Mapping[str, Any], run_dir: Path | None) -> VariantRun:
         crashes=int(raw.get("crashes") or 0),
         faults=tuple(Fault.parse(f) for f in raw.get("faults") or ()),
         expectations=tuple(str(e) for e in raw.get("expectations") or ()),
-        passed=expectation == "pass",
+        outcome=Outcome.parse(str(raw.get("expectation", "pass"))),
         reason=str(raw.get("reason", "")),
+        unfired=tuple(UnfiredFault.from_dict(u) for u in raw.get("unfired") or ()),
         directory=_resolve(raw.get("directory"), run_dir),
         ledger=_resolve(raw.get("ledger"), run_dir),
     )

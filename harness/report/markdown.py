@@ -92,7 +92,7 @@ def scenario_markdown(run: Run, plots: Sequence[str], story: Sequence[str]) -> s
     rows = []
     for v in run.variants:
         d = v.verdict
-        expectation = "pass" if v.passed else f"**FAIL**: {v.reason}"
+        expectation = "pass" if v.passed else f"**{v.outcome.word}**: {v.reason}"
         rows.append([
             v.runtime, v.variant, d.acked, d.in_sink, d.duplicates, copies_text(d.copies),
             d.lost, d.stale, dead_lettered_text(v), f"{v.events_per_s:.0f}",
@@ -176,4 +176,4 @@ def _first_sentence(text: str) -> str:
 
 
 def _md_cell(text: str) -> str:
-    return text.replace("FAIL", "**FAIL**")
+    return text.replace("FAIL", "**FAIL**").replace("UNFIRED", "**UNFIRED**")

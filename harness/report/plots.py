@@ -87,7 +87,7 @@ def plot_anomalies(run: Run, path: Path) -> Path:
             x + (i - 1) * width, values[kind], width, label=NAMES[kind], color=COLORS[kind]
         )
         ax.bar_label(bars, fmt="%d", padding=2, fontsize=8)
-    labels = [f"{v.label}\n{'pass' if v.passed else 'FAIL'}" for v in run.variants]
+    labels = [f"{v.label}\n{v.outcome.word}" for v in run.variants]
     ax.set_xticks(x, labels, fontsize=9)
     for tick, v in zip(ax.get_xticklabels(), run.variants, strict=True):
         if not v.passed:

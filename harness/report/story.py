@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
+from harness.outcome import Outcome
+
 from .load import Run, VariantRun
 from .timeline import Death, Mark, TimelineRow, Window, timeline
 
@@ -136,7 +138,9 @@ def variant_sentences(v: VariantRun, row: TimelineRow) -> list[str]:
         )
     if d.offsets_consistent is False:
         lines.append(f"{label}: the offsets stored in MongoDB differ from the last acked ones.")
-    if not v.passed:
+    for u in v.unfired:
+        lines.append(f"{label}: {u} - the counts say nothing about it.")
+    if v.outcome is Outcome.FAIL:
         lines.append(f"{label}: expectation failed: {v.reason}.")
     return lines
 

@@ -36,7 +36,7 @@ def dead_lettered_text(v: VariantRun) -> str:
 
 
 def expectation_text(v: VariantRun) -> str:
-    return "pass" if v.passed else f"FAIL: {v.reason}"
+    return "pass" if v.passed else f"{v.outcome.word}: {v.reason}"
 
 
 def variant_cells(v: VariantRun) -> list[str]:
@@ -76,7 +76,10 @@ def headline(run: Run) -> str:
     seed = f"seed {run.seed}" if run.seed is not None else "no seed"
     where = f", {run.backend}" if run.backend else ""
     failed = len(run.failed)
+    unfired = sum(1 for v in run.variants if v.unfired)
     verdict = f"{failed} of {len(run.variants)} variants FAILED" if failed else "pass"
+    if unfired:
+        verdict += f" ({unfired} with faults that did not fire)"
     return f"scenario {run.name} ({seed}{where}): {verdict}"
 
 
@@ -112,7 +115,7 @@ def matrix_cell(v: VariantRun | None) -> str:
     if v is None:
         return "-"
     d = v.verdict
-    return f"{d.duplicates}/{d.lost}/{d.stale} {'pass' if v.passed else 'FAIL'}"
+    return f"{d.duplicates}/{d.lost}/{d.stale} {v.outcome.word}"
 
 
 def render_matrix_table(results: Sequence[Run | Mapping[str, Any] | Any]) -> str:

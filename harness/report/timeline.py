@@ -1,6 +1,6 @@
 """What goes on the timeline, in seconds since the run started: pure functions of the records.
 
-* fault windows - a FAULT_START .. FAULT_END pair with the same detail (the fault's name); a
+* fault windows - a FAULT_START .. FAULT_END pair of the same fault (by name); a
   start that never ended lasts to the variant's end; faults results.json times but the history
   lacks are added from there;
 * consumer deaths - CRASH events (a crash point fired) and consumer exits the supervisor saw
@@ -168,7 +168,7 @@ def fault_windows(
     open_at: dict[str, float] = {}
     found: list[Window] = []
     for e in sorted(events, key=lambda e: e.t):
-        name = e.detail
+        name = e.fault
         kind = kinds.get(name) or fault_kind(name)
         if e.kind is EventKind.FAULT_START:
             open_at.setdefault(name, e.t)  # a repeated start of an open window is the same one
@@ -188,7 +188,7 @@ def fault_windows(
 
 def fault_steps(events: Sequence[HistoryEvent], t0: float) -> tuple[Step, ...]:
     return tuple(
-        Step(e.t - t0, e.detail, e.count or 0) for e in events if e.kind is EventKind.FAULT_STEP
+        Step(e.t - t0, e.fault, e.count or 0) for e in events if e.kind is EventKind.FAULT_STEP
     )
 
 
