@@ -4,9 +4,7 @@ expectations they recorded - not by having run to the end."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 import urllib.request
 import xml.etree.ElementTree as ET
@@ -17,10 +15,11 @@ import papermill
 import pytest
 
 from harness.environment import LocalEnvironment
-from harness.environment.readiness import NotReady, wait_for
-from tests.support import chaoslab
+from tests.jupyter_server import jupyter_server, run_notebook_cells
+from tests.support import chaoslab, processes_started_in
 
-NOTEBOOKS = sorted(Path("notebooks").glob("[0-9]*.ipynb"))
+NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("[0-9]*.ipynb"))
 
 
 def outputs(notebook: Path) -> str:
@@ -143,39 +142,44 @@ def test_a_notebook_that_stops_is_an_error_in_junit(tmp_path: Path) -> None:
 
 
 def test_jupyterlab_starts_with_the_notebooks_kernel(tmp_path: Path) -> None:
-    log = tmp_path / "lab.log"
-    token = "chaoslab-test"
-    argv = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip", "127.0.0.1", "--port", "0",
-            f"--IdentityProvider.token={token}", "--notebook-dir", "notebooks"]  # fmt: skip
-    if os.geteuid() == 0:  # CI containers run as root, which JupyterLab refuses by default
-        argv.append("--allow-root")
-    with log.open("w") as sink:
-        lab = subprocess.Popen(
-            argv,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path)},
-        )
-    try:
-
-        def url() -> str:
-            found = re.search(r"http://127\.0\.0\.1:(\d+)/", log.read_text())
-            if not found:
-                raise NotReady("JupyterLab has not printed its address yet")
-            return f"http://127.0.0.1:{found.group(1)}"
-
-        base = wait_for(url, what="JupyterLab", timeout=90)
-        with urllib.request.urlopen(f"{base}/api/kernelspecs?token={token}", timeout=10) as r:
-            specs = json.load(r)
-        python3 = specs["kernelspecs"]["python3"]["spec"]
+    with jupyter_server(NOTEBOOKS_DIR, tmp_path) as server:
+        python3 = server.call("GET", "api/kernelspecs")["kernelspecs"]["python3"]["spec"]
         # The kernel runs the project's interpreter (registered by the Makefile), where the
         # harness is importable.
         assert Path(python3["argv"][0]).absolute() == Path(sys.executable).absolute()
-        with urllib.request.urlopen(f"{base}/lab?token={token}", timeout=10) as r:
+        with urllib.request.urlopen(server.url("lab"), timeout=10) as r:
             assert r.status == 200
-    finally:
-        lab.terminate()
-        lab.wait(timeout=30)
+
+
+@pytest.mark.servers
+def test_quickstart_runs_in_the_jupyter_server_make_lab_starts(tmp_path: Path) -> None:
+    """01-quickstart opened and run as a user does in JupyterLab: through the server's REST
+    API, its kernel started in notebooks/, the notebook starting its own environment."""
+    out = tmp_path / "out"
+    before = sorted(NOTEBOOKS_DIR.iterdir())
+    with jupyter_server(NOTEBOOKS_DIR, tmp_path) as server:
+        run = run_notebook_cells(
+            server, "01-quickstart.ipynb", {"events": 400, "out_dir": str(out)}
+        )
+        assert run.notebook["content"]["metadata"]["kernelspec"]["name"] == "python3"
+        assert all(not o.error for o in run.outputs), [o.error for o in run.outputs][-1]
+        assert run.kernel, "no kernel process was seen"
+    assert server.process.returncode is not None
+    assert [p.pid for p in run.kernel if p.is_running()] == []
+    assert processes_started_in(out / "env") == []  # the notebook's environment is down too
+    assert sorted(NOTEBOOKS_DIR.iterdir()) == before  # no checkpoints, no runs beside them
+
+    recorded = json.loads((out / "results.json").read_text())
+    assert recorded["passed"], recorded
+    assert "cdc-crash-before-ack: every planned fault fired" in [
+        e["name"] for e in recorded["expectations"]
+    ]
+    assert f"this notebook's runs go to {out}" in run.text
+    assert "pass: the crash duplicated naive's interrupted batches" in run.text
+    assert "pass: transactional kept one copy of each change through the crashes" in run.text
+    timeline_png = next(out.glob("cdc-crash-before-ack-*")) / "timeline.png"
+    shown = [o.images for o in run.outputs if o.images]
+    assert shown and timeline_png.read_bytes() in shown[0]  # the timeline, shown inline
 
 
 @pytest.mark.servers

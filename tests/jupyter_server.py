@@ -1,0 +1,209 @@
+"""A real Jupyter server started as ``make lab`` starts it, and a small client of its REST and
+kernel websocket APIs - what JupyterLab's front end does when a user opens a notebook and runs
+its cells (the kernel starts in the notebook's own folder)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from tornado.websocket import websocket_connect
+
+from harness.environment.ports import free_ports
+from harness.environment.process import terminate
+from harness.environment.readiness import NotReady, wait_for
+
+TOKEN = "chaoslab-test"
+
+
+@dataclass
+class JupyterServer:
+    base: str  # http://127.0.0.1:PORT
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def url(self, path: str, **query: str) -> str:
+        params = "&".join(f"{k}={v}" for k, v in {**query, "token": TOKEN}.items())
+        return f"{self.base}/{path.lstrip('/')}?{params}"
+
+    def call(self, method: str, path: str, body: Any = None, **query: str) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url(path, **query), data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        # A token in the header also exempts the request from the XSRF check.
+        request.add_header("Authorization", f"token {TOKEN}")
+        with urllib.request.urlopen(request, timeout=60) as response:
+            raw = response.read()
+        return json.loads(raw) if raw else None
+
+    def descendants(self) -> list[psutil.Process]:
+        """The server's children (kernels) and theirs."""
+        try:
+            return psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+
+def lab_argv(notebook_dir: Path, port: int) -> list[str]:
+    """``make lab``'s command (on a port and token of the test's choosing)."""
+    argv = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip", "127.0.0.1",
+            "--port", str(port), f"--IdentityProvider.token={TOKEN}",
+            "--notebook-dir", str(notebook_dir)]  # fmt: skip
+    if os.geteuid() == 0:  # CI containers run as root, which JupyterLab refuses by default
+        argv.append("--allow-root")
+    return argv
+
+
+@contextmanager
+def jupyter_server(notebook_dir: Path, home: Path) -> Iterator[JupyterServer]:
+    """JupyterLab serving ``notebook_dir``; its runtime, config and data folders under
+    ``home``, so nothing is written to the user's own. Stopped (server and kernels) on exit."""
+    (port,) = free_ports(1)
+    log = home / "jupyter.log"
+    folders = {
+        "JUPYTER_RUNTIME_DIR": home / "runtime",
+        "JUPYTER_CONFIG_DIR": home / "config",
+        "JUPYTER_DATA_DIR": home / "data",
+        "JUPYTERLAB_WORKSPACES_DIR": home / "workspaces",
+    }
+    env = {**os.environ, **{k: str(v) for k, v in folders.items()}}
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            lab_argv(notebook_dir, port), stdout=sink, stderr=subprocess.STDOUT, env=env
+        )
+    server = JupyterServer(f"http://127.0.0.1:{port}", process, log)
+    try:
+
+        def answers() -> None:
+            if process.poll() is not None:
+                raise AssertionError(f"JupyterLab exited: {log.read_text()[-2000:]}")
+            try:
+                server.call("GET", "api/status")
+            except OSError as exc:
+                raise NotReady(str(exc)) from exc
+
+        wait_for(answers, what="JupyterLab", timeout=120)
+        yield server
+    finally:
+        kernels = server.descendants()
+        with suppress(OSError):
+            server.call("POST", "api/shutdown")  # the server stops its kernels first
+        with suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=60)
+        # Bounded either way: whatever still runs is terminated, then killed.
+        left = [p for p in [*kernels, *server.descendants()] if p.is_running()]
+        if process.poll() is None:
+            left.append(psutil.Process(process.pid))
+        terminate(left, grace=10, what="stopping JupyterLab")
+        process.wait(timeout=10)
+
+
+def injected_parameters(values: dict[str, Any]) -> str:
+    """A cell that overrides the notebook's parameters, as papermill injects one."""
+    return "\n".join(f"{name} = {value!r}" for name, value in values.items())
+
+
+@dataclass
+class CellOutput:
+    text: str = ""  # stdout, stderr and text/plain results, in order
+    images: list[bytes] = field(default_factory=list)  # image/png outputs, decoded
+    error: str = ""  # ename: evalue, when the cell raised
+
+
+async def _execute(ws_url: str, cells: list[str], timeout: float) -> list[CellOutput]:
+    session = uuid.uuid4().hex
+    conn = await websocket_connect(ws_url)
+    outputs = []
+    try:
+        for code in cells:
+            msg_id = uuid.uuid4().hex
+            await conn.write_message(json.dumps({
+                "header": {"msg_id": msg_id, "username": "test", "session": session,
+                           "msg_type": "execute_request", "version": "5.3"},
+                "parent_header": {}, "metadata": {}, "buffers": [], "channel": "shell",
+                "content": {"code": code, "silent": False, "store_history": True,
+                            "user_expressions": {}, "allow_stdin": False,
+                            "stop_on_error": True},
+            }))  # fmt: skip
+            out = CellOutput()
+            replied = idle = False
+            while not (replied and idle):
+                raw = await asyncio.wait_for(conn.read_message(), timeout=timeout)
+                if raw is None:
+                    raise ConnectionError("the kernel's websocket closed")
+                msg = json.loads(raw)
+                if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                    continue
+                kind, content = msg["msg_type"], msg["content"]
+                if kind == "stream":
+                    out.text += content["text"]
+                elif kind in ("execute_result", "display_data"):
+                    data = content["data"]
+                    out.text += data.get("text/plain", "") + "\n"
+                    if "image/png" in data:
+                        out.images.append(base64.b64decode(data["image/png"]))
+                elif kind == "error":
+                    out.error = f"{content['ename']}: {content['evalue']}"
+                elif kind == "execute_reply":
+                    replied = True
+                elif kind == "status" and content["execution_state"] == "idle":
+                    idle = True
+            outputs.append(out)
+            if out.error:
+                break
+    finally:
+        conn.close()
+    return outputs
+
+
+@dataclass
+class Execution:
+    notebook: dict[str, Any]  # as the contents API gave it
+    outputs: list[CellOutput]  # each executed code cell's, up to the first that raised
+    kernel: list[psutil.Process]  # the kernel's processes while it ran
+
+    @property
+    def text(self) -> str:
+        return "\n".join(o.text for o in self.outputs)
+
+
+def run_notebook_cells(
+    server: JupyterServer, path: str, parameters: dict[str, Any], timeout: float = 600
+) -> Execution:
+    """Open ``path`` (relative to the server's root) as JupyterLab does - a session whose kernel
+    starts in the notebook's folder - and run its code cells, the parameters overridden right
+    after the ``parameters`` cell; then close the session (which stops the kernel)."""
+    notebook = server.call("GET", f"api/contents/{path}", content="1")
+    session = server.call(
+        "POST",
+        "api/sessions",
+        {"path": path, "type": "notebook", "name": "", "kernel": {"name": "python3"}},
+    )
+    kernel = session["kernel"]["id"]
+    cells: list[str] = []
+    for cell in notebook["content"]["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        cells.append(cell["source"])
+        if "parameters" in cell["metadata"].get("tags", []):
+            cells.append(injected_parameters(parameters))
+    ws = re.sub(r"^http", "ws", server.url(f"api/kernels/{kernel}/channels"))
+    try:
+        outputs = asyncio.run(_execute(ws, cells, timeout))
+        kernel_processes = server.descendants()
+    finally:
+        server.call("DELETE", f"api/sessions/{session['id']}")
+    return Execution(notebook, outputs, kernel_processes)
