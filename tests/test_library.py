@@ -118,7 +118,7 @@ def test_the_matrix_runs_several_scenarios_on_one_environment(
     out = tmp_path / "matrix"
     result = chaoslab(
         "matrix", "scenarios/baseline.yaml", "scenarios/mongo-partition.yaml",
-        "--runtime", "listener", "--events", "400",
+        "--runtime", "listener", "--events", "1500",
         "--env", str(scenario_env.directory), "--out", str(out), timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
@@ -126,7 +126,7 @@ def test_the_matrix_runs_several_scenarios_on_one_environment(
     assert "=== [2/2] mongo-partition" in result.stdout
     for scenario in ("baseline", "mongo-partition"):
         report = json.loads((out / scenario / "results.json").read_text())
-        assert {r["acked"] for r in report["results"]} == {400}
+        assert {r["acked"] for r in report["results"]} == {1500}
         assert f"{scenario}" in result.stdout.split("scenarios in")[0]
     suites = ET.parse(out / "junit.xml").getroot().findall("testsuite")
     assert len(suites) == 2
