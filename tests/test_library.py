@@ -146,7 +146,7 @@ def test_the_matrix_runs_several_scenarios_on_one_environment(
 DETERMINISM = """\
 name: determinism
 seed: {seed}
-workload: {{events: 900, keys: 150, poison_fraction: 0.02, partitions: 3, rate: 300}}
+workload: {{events: 900, keys: 150, poison_fraction: 0.02, partitions: 3, rate: 150}}
 runtimes: [listener]
 pipeline: {{batch_size: 150}}
 variants: [naive, idempotent, unique-index, transactional]

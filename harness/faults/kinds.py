@@ -464,10 +464,20 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
     raise TypeError(f"no coercion for {hint!r}")  # a programming error, not bad input
 
 
-def example(kind: str, *, at: float = 3.0, duration: float = 5.0) -> dict[str, Any]:
-    """A scenario entry for one fault of ``kind`` starting at ``at`` seconds - what a notebook
-    or a reader exploring the lab starts from before tuning the fields."""
-    timed = {"kind": kind, "at": at}
+def example(
+    kind: str, *, at: float = 3.0, at_event: int | None = None, duration: float = 5.0
+) -> dict[str, Any]:
+    """A scenario entry for one fault of ``kind`` starting at ``at`` seconds (or once
+    ``at_event`` records were acknowledged) - what a notebook or a reader exploring the lab
+    starts from before tuning the fields."""
+    timed: dict[str, Any] = (
+        {"kind": kind, "at": at}
+        if at_event is None
+        else {
+            "kind": kind,
+            "at_event": at_event,
+        }
+    )
     examples: dict[str, dict[str, Any]] = {
         "broker-bounce": {**timed, "hard": True},
         "broker-rolling-restart": {**timed, "rotations": 2, "interval": max(duration, 4.0)},
