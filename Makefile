@@ -18,10 +18,22 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/chaoslab demo
 
+# The JupyterLab screenshot test opens a notebook in Debian's Chromium, driven by Playwright (which
+# would otherwise download a browser of its own, which these machines cannot). Installed once, on
+# Debian as root; elsewhere install chromium yourself (the test says what it misses).
+CHROMIUM_STAMP := $(VENV)/.chromium-installed
+$(CHROMIUM_STAMP):
+	@if [ -x /usr/lib/chromium/chromium ]; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+		echo "installing Debian's chromium for the browser test (once; about two minutes)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else echo "note: no Debian chromium and no way to install it here; the screenshot test will skip"; fi
+	@mkdir -p $(VENV) && touch $@
+
 # Two workers: the suite waits on servers (group joins, fault windows, JVM start-up) far more
 # than it computes, and every scenario test has its own environment. Tests that start Spark
 # share one worker (xdist_group "spark", see tests/support.py).
-test: $(STAMP) lint
+test: $(STAMP) $(CHROMIUM_STAMP) lint
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 lint: $(STAMP)

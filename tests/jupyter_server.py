@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
 import os
 import re
@@ -19,7 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
+from PIL import Image
+from playwright.sync_api import sync_playwright
 from tornado.websocket import websocket_connect
 
 from harness.environment.ports import free_ports
@@ -207,3 +211,74 @@ def run_notebook_cells(
     finally:
         server.call("DELETE", f"api/sessions/{session['id']}")
     return Execution(notebook, outputs, kernel_processes)
+
+
+# -- a browser ------------------------------------------------------------------------------------
+
+CHROMIUM = Path("/usr/lib/chromium/chromium")  # Debian's binary (its /usr/bin wrapper warns)
+# As root, without a sandbox; and no background connections: this machine's network is closed
+# and Chromium would otherwise try (and fail) many at every start.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]  # fmt: skip
+
+
+def quiet_lab_settings(config_dir: Path) -> None:
+    """JupyterLab user settings for a browser test: no autosave (the opened notebook must stay
+    as it is), no news popup over the page."""
+    settings = config_dir / "lab" / "user-settings" / "@jupyterlab"
+    for plugin, values in (
+        ("docmanager-extension/plugin", {"autosave": False}),
+        ("apputils-extension/notification", {"fetchNews": "false"}),
+    ):
+        path = settings / f"{plugin}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+
+
+def first_output_image(url: str, home: Path, timeout_s: float = 120) -> bytes:
+    """Open ``url`` (a notebook in JupyterLab) in headless Chromium, wait until the first image
+    among the cells' outputs is shown, and return a PNG screenshot of it as displayed."""
+    timeout_ms = timeout_s * 1000
+    # Chromium writes crash reports and a dconf cache to $HOME's folders otherwise.
+    env = {**os.environ, "XDG_CONFIG_HOME": str(home / "xdg"), "XDG_CACHE_HOME": str(home / "xdg")}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True, env=env
+        )
+        try:
+            page = browser.new_page(viewport={"width": 2000, "height": 1200}, device_scale_factor=1)
+            page.goto(url, wait_until="domcontentloaded", timeout=timeout_ms)
+            image = page.locator(".jp-OutputArea-output img").first
+            image.wait_for(state="visible", timeout=timeout_ms)
+            page.wait_for_function(
+                "el => el.complete && el.naturalWidth > 0",
+                arg=image.element_handle(),
+                timeout=timeout_ms,
+            )
+            image.scroll_into_view_if_needed()
+            x, y, w, h = image.evaluate(
+                "el => {const r = el.getBoundingClientRect();"
+                " return [r.x, r.y, el.clientWidth, el.clientHeight]}"
+            )
+            # Clipped to whole pixels: an element screenshot at y=230.125 is one row taller.
+            clip = {"x": round(x), "y": round(y), "width": w, "height": h}
+            return page.screenshot(clip=clip, animations="disabled")
+        finally:
+            browser.close()
+
+
+def mean_difference(shown: bytes, reference: Path) -> float:
+    """Mean absolute difference per pixel and channel (0-255) between an image as a browser
+    showed it (resized back, if the page scaled it) and the PNG it came from."""
+
+    def rgb(image: Image.Image) -> Image.Image:
+        rgba = image.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(white, rgba).convert("RGB")
+
+    ref = rgb(Image.open(reference))
+    shot = rgb(Image.open(io.BytesIO(shown)))
+    if shot.size != ref.size:
+        shot = shot.resize(ref.size, Image.Resampling.LANCZOS)
+    return float(np.abs(np.asarray(shot, float) - np.asarray(ref, float)).mean())

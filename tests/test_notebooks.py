@@ -15,7 +15,14 @@ import papermill
 import pytest
 
 from harness.environment import LocalEnvironment
-from tests.jupyter_server import jupyter_server, run_notebook_cells
+from tests.jupyter_server import (
+    CHROMIUM,
+    first_output_image,
+    jupyter_server,
+    mean_difference,
+    quiet_lab_settings,
+    run_notebook_cells,
+)
 from tests.support import chaoslab, processes_started_in
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
@@ -202,6 +209,20 @@ def test_a_notebook_runs_with_its_kernel_in_an_unrelated_folder(
     names = [e["name"] for e in recorded["expectations"]]
     assert "cdc-crash-before-ack: every planned fault fired" in names
     assert list(elsewhere.iterdir()) == []  # nothing landed where the kernel ran
+
+    # The executed notebook, opened in JupyterLab in a browser, shows the run's timeline.
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing (make test installs Debian's chromium)")
+    home = tmp_path / "jupyter"
+    quiet_lab_settings(home / "config")
+    with jupyter_server(tmp_path, home) as server:
+        shown = first_output_image(server.url("lab/tree/01.ipynb"), home)
+    timeline = next(out.glob("cdc-crash-before-ack-*")) / "timeline.png"
+    anomalies = timeline.with_name("anomalies.png")
+    (tmp_path / "shown.png").write_bytes(shown)  # to look at when this fails
+    same, other = mean_difference(shown, timeline), mean_difference(shown, anomalies)
+    assert same < 3.0, same  # the same picture (0.0 when shown at full size)
+    assert other > 10.0, other  # and the check tells pictures apart
 
 
 @pytest.mark.servers
