@@ -79,30 +79,33 @@ def test_every_notebook_runs_and_its_expectations_hold(
     assert "pass: MongoDB now refuses a duplicate with E11000" in postmortem
 
 
-def test_a_notebook_whose_expectation_fails_fails_the_command(tmp_path: Path) -> None:
+def small_notebook(path: Path, code: str) -> Path:
+    """A notebook with a ``parameters`` cell (``out_dir``) and one cell of ``code``."""
     nb = nbformat.v4.new_notebook()
     parameters = nbformat.v4.new_code_cell('out_dir = "x"')
     parameters.metadata["tags"] = ["parameters"]
-    nb.cells = [
-        parameters,
-        nbformat.v4.new_code_cell(
-            "import os\n"
-            "from harness.lab import Checks\n"
-            "checks = Checks('broken', out_dir)\n"
-            "checks.expect('the kernel runs in the notebook folder', "
-            f"os.getcwd() == {str(tmp_path)!r})\n"
-            "checks.expect('two and two make four', 2 + 2 == 4)\n"
-            "checks.expect('two and two make five', 2 + 2 == 5, 'got 4')\n"
-            "checks.save()"
-        ),
-    ]
+    nb.cells = [parameters, nbformat.v4.new_code_cell(code)]
     nb.metadata["kernelspec"] = {
         "name": "python3",
         "display_name": "Python 3",
         "language": "python",
     }
-    path = tmp_path / "99-broken.ipynb"
     nbformat.write(nb, path)
+    return path
+
+
+def test_a_notebook_whose_expectation_fails_fails_the_command(tmp_path: Path) -> None:
+    path = small_notebook(
+        tmp_path / "99-broken.ipynb",
+        "import os\n"
+        "from harness.lab import Checks\n"
+        "checks = Checks('broken', out_dir)\n"
+        "checks.expect('the kernel runs in the notebook folder', "
+        f"os.getcwd() == {str(tmp_path)!r})\n"
+        "checks.expect('two and two make four', 2 + 2 == 4)\n"
+        "checks.expect('two and two make five', 2 + 2 == 5, 'got 4')\n"
+        "checks.save()",
+    )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     result = chaoslab(
@@ -128,17 +131,7 @@ def test_a_notebook_whose_expectation_fails_fails_the_command(tmp_path: Path) ->
 
 
 def test_a_notebook_that_stops_is_an_error_in_junit(tmp_path: Path) -> None:
-    nb = nbformat.v4.new_notebook()
-    parameters = nbformat.v4.new_code_cell('out_dir = "x"')
-    parameters.metadata["tags"] = ["parameters"]
-    nb.cells = [parameters, nbformat.v4.new_code_cell("raise RuntimeError('the lab broke')")]
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    path = tmp_path / "98-stops.ipynb"
-    nbformat.write(nb, path)
+    path = small_notebook(tmp_path / "98-stops.ipynb", "raise RuntimeError('the lab broke')")
     result = chaoslab("notebooks", str(path), "--out", str(tmp_path / "out"), timeout=300)
     assert result.returncode == 1
     (suite,) = ET.parse(tmp_path / "out" / "junit.xml").getroot().findall("testsuite")
