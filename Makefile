@@ -15,7 +15,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (chaoslab)" >/dev/null
 	@touch $@
 
-demo: $(STAMP)
+# Apache Kafka's broker jars, fetched once with Maven into .chaoslab/jars (a no-op after that).
+.PHONY: jars
+jars: $(STAMP)
+	@$(BIN)/chaoslab fetch
+
+demo: $(STAMP) jars
 	$(BIN)/chaoslab demo
 
 # The JupyterLab screenshot test opens a notebook in Debian's Chromium, driven by Playwright (which
@@ -33,7 +38,7 @@ $(CHROMIUM_STAMP):
 # Two workers: the suite waits on servers (group joins, fault windows, JVM start-up) far more
 # than it computes, and every scenario test has its own environment. Tests that start Spark
 # share one worker (xdist_group "spark", see tests/support.py).
-test: $(STAMP) $(CHROMIUM_STAMP) lint
+test: $(STAMP) jars $(CHROMIUM_STAMP) lint
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 lint: $(STAMP)
@@ -44,13 +49,13 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-bench: $(STAMP)
+bench: $(STAMP) jars
 	$(BIN)/python tests/benchmarks/bench_startup.py
 	$(BIN)/python tests/benchmarks/bench_checker.py
 	$(BIN)/python tests/benchmarks/bench_kafka_source.py
 	$(BIN)/python tests/benchmarks/bench_mongo_writes.py
 
-lab: $(STAMP)
+lab: $(STAMP) jars
 	$(BIN)/jupyter lab --ip 127.0.0.1 --notebook-dir notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 clean:

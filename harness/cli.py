@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
-from harness import doctor, notebooks, paths
+from harness import doctor, jars, notebooks, paths
 from harness.doctor import component_versions
 from harness.environment import (
     BACKENDS,
@@ -51,6 +51,18 @@ def render_status(st: EnvironmentStatus) -> str:
         condition = "paused" if s.paused else "ready" if s.ready else "up" if s.alive else "DOWN"
         pid = str(s.pid) if s.pid else "-"
         lines.append(f"  {s.name:<13} {pid:>7}  {condition:<7} {s.address:<16} {s.log}")
+    kafka = st.kafka
+    if kafka is None:
+        lines += ["", "  kafka cluster    does not answer"]
+        return "\n".join(lines)
+    controller = f"node {kafka.controller}" if kafka.controller is not None else "none elected"
+    lines += [
+        "",
+        f"  kafka brokers    {', '.join(map(str, kafka.brokers)) or 'none'} registered; "
+        f"active controller: {controller}; {kafka.under_replicated} partitions under-replicated",
+    ]
+    for group, node in sorted(kafka.coordinators.items()):
+        lines.append(f"  coordinator      node {node if node is not None else '?'}: group {group}")
     return "\n".join(lines)
 
 
@@ -83,6 +95,14 @@ def cmd_down(args: argparse.Namespace) -> int:
         say(f"nothing running in {Path(args.dir).resolve()}")
         return 0
     env.stop()
+    return 0
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    """Fetch the Java jars the lab runs (Apache Kafka's broker) with Maven, once."""
+    kafka = jars.kafka()
+    jars.fetch(kafka, progress=say)
+    say(f"{kafka.name} {kafka.version}: {len(kafka.jars())} jars in {kafka.directory}")
     return 0
 
 
@@ -276,6 +296,11 @@ def build_parser() -> argparse.ArgumentParser:
     down = sub.add_parser("down", help="stop the environment and everything it started")
     _add_dir(down)
     down.set_defaults(handler=cmd_down)
+
+    fetch = sub.add_parser(
+        "fetch", help="fetch Apache Kafka's jars with Maven (once; make runs it)"
+    )
+    fetch.set_defaults(handler=cmd_fetch)
 
     doc = sub.add_parser("doctor", help="what this machine has; which backends can run here")
     doc.add_argument("--json", action="store_true")

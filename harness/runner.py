@@ -141,9 +141,8 @@ def run_scenario(
     keep_topics: bool = True,
 ) -> ScenarioResult:
     """Run every runtime x variant of ``scenario``. With ``keep_topics=False`` each run's topics
-    are deleted once it is judged: on Tansu's S3 engine every fetch lists the stored objects of
-    its partition and moto scans the whole bucket on each list, so the topics of earlier runs
-    slow every later one (``chaoslab matrix`` runs many scenarios on one environment)."""
+    are deleted once it is judged (``chaoslab matrix`` runs many scenarios on one environment,
+    and each run's topics have three replicas of three partitions)."""
     started = time.time()
     out_dir.mkdir(parents=True, exist_ok=True)
     results = []
@@ -292,9 +291,13 @@ def run_side_by_side(
                 HistoryWriter(lane.config.history_dir, "nemesis", lane.variant.label),
                 lane.supervisor,  # type: ignore[arg-type]
                 lane.run_dir,
+                label=lane.variant.label,
+                name=lane.spec.name,
+                group=lane.config.group,
             )
             for lane in lanes
         ],
+        topic=topic,
     )
     try:
         for supervisor in supervisors:

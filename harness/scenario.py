@@ -29,16 +29,19 @@ from typing import Any, Self
 
 import yaml
 
+from harness.environment.local.kafka_node import NODE_IDS
 from harness.errors import BadInput
 from harness.faults.kinds import (
     BrokerBounce,
     BrokerKill,
     BrokerPause,
+    BrokerSelector,
     ConsumerCrash,
     ConsumerKill,
     ConsumerPause,
     Fault,
     FieldErrors,
+    Pick,
     PoisonBurst,
     ProducerBurst,
     parse_fault,
@@ -405,16 +408,38 @@ class BackendAbilities:
     """What a backend can do to its servers, for refusing a scenario before anything starts."""
 
     name: str
-    brokers: int
+    nodes: tuple[int, ...]  # the Kafka cluster's node ids
     link_faults: bool  # a proxy on each link (network faults, Kafka commit errors)
 
 
 def backend_abilities(backend: str) -> BackendAbilities:
     # The docker backend is not built yet; opening it fails with its own reason first.
     return {
-        "local": BackendAbilities("local", brokers=1, link_faults=True),
-        "docker": BackendAbilities("docker", brokers=3, link_faults=False),
+        "local": BackendAbilities("local", nodes=NODE_IDS, link_faults=True),
+        "docker": BackendAbilities("docker", nodes=NODE_IDS, link_faults=False),
     }[backend]
+
+
+def _selector_problem(
+    selector: BrokerSelector, scenario: Scenario, abilities: BackendAbilities
+) -> str:
+    match selector.pick:
+        case Pick.NODE if selector.node not in abilities.nodes:
+            nodes = ", ".join(map(str, abilities.nodes))
+            return (
+                f"the {abilities.name} backend's Kafka nodes are {nodes}; "
+                f"there is no node {selector.node}"
+            )
+        case Pick.COORDINATOR_OF:
+            names = {v.name for v in scenario.variants} | {v.label for v in scenario.variants}
+            if selector.variant not in names:
+                return f"coordinator-of: no variant {selector.variant!r} (have: {sorted(names)})"
+        case Pick.LEADER_OF if selector.partition >= scenario.partitions:
+            return (
+                f"leader-of: the topic has {scenario.partitions} partition(s); "
+                f"there is no partition {selector.partition}"
+            )
+    return ""
 
 
 def runnable(scenario: Scenario, abilities: BackendAbilities) -> tuple[str, ...]:
@@ -423,20 +448,13 @@ def runnable(scenario: Scenario, abilities: BackendAbilities) -> tuple[str, ...]
     pr = Problems(scenario.path)
     for i, fault in enumerate(scenario.faults):
         where = f"faults[{i}]"
-        broker = getattr(fault, "broker", 0)
-        if (
-            isinstance(fault, BrokerBounce | BrokerKill | BrokerPause)
-            and broker >= abilities.brokers
+        if isinstance(fault, BrokerBounce | BrokerKill | BrokerPause) and (
+            problem := _selector_problem(fault.broker, scenario, abilities)
         ):
-            pr.add(
-                f"{where}.broker",
-                f"the {abilities.name} backend has {abilities.brokers} broker(s); "
-                f"there is no broker {broker}",
-            )
-        if fault.kind in ("network", "commit-failure", "broker-rolling-restart"):
+            pr.add(f"{where}.broker", problem)
+        if fault.kind in ("network", "commit-failure"):
             needs_proxy = fault.kind == "network" or (
-                "listener" in scenario.runtimes
-                and (fault.kind == "commit-failure" or getattr(fault, "commit_failure", None))
+                "listener" in scenario.runtimes and fault.kind == "commit-failure"
             )
             if needs_proxy and not abilities.link_faults:
                 pr.add(where, f"the {abilities.name} backend has no link proxies")

@@ -28,7 +28,7 @@ from tornado.websocket import websocket_connect
 
 from harness.environment.ports import free_ports
 from harness.environment.process import terminate
-from harness.environment.readiness import NotReady, wait_for
+from harness.readiness import NotReady, wait_for
 
 TOKEN = "chaoslab-test"
 

@@ -27,7 +27,8 @@ def test_doctor_json_lists_versions_and_backends() -> None:
     report = json.loads(result.stdout)
     checks = {c["name"]: c for c in report["checks"]}
     assert checks["java"]["ok"] and "17" in checks["java"]["detail"]
-    assert checks["tansu"]["ok"] and "0.6.0" in checks["tansu"]["detail"]
+    assert checks["maven"]["ok"] and "Maven 3" in checks["maven"]["detail"]
+    assert checks["kafka"]["ok"] and checks["kafka"]["detail"].startswith("4.3.1, ")
     backends = {b["backend"]: b for b in report["backends"]}
     assert backends["local"]["can_run"] is True
     assert backends["docker"]["can_run"] is False  # no engine here, and not built yet anyway

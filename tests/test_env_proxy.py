@@ -24,7 +24,7 @@ from harness.environment import Component, Link, LocalEnvironment
 from harness.environment.base import LinkRule, LinkRuleRefused
 from harness.environment.proxy import RuleRejected
 from harness.environment.proxy import kafka_messages as km
-from harness.environment.readiness import NotReady, wait_for
+from harness.readiness import NotReady, wait_for
 from harness.errors import BadInput
 from harness.kafka import (
     CONSUMER_CLIENT,

@@ -18,7 +18,7 @@ import pytest
 
 from harness.environment import EnvironmentBusy, LocalEnvironment, ServerStartError, process
 from harness.environment.process import ProcessHandle
-from harness.environment.readiness import NotReady, wait_for
+from harness.readiness import NotReady, wait_for
 from harness.kafka import create_topic, end_offsets
 from tests.support import (
     chaoslab,

@@ -40,31 +40,35 @@ def test_without_jitter_the_schedule_is_the_file() -> None:
     steps = plan(scenario(1, [{"kind": "broker-bounce", "at": 3}]).faults, 99)[0].steps
     assert [(s.action, s.at, s.after) for s in steps] == [
         (Action.START, 3, 0),
-        (Action.BOUNCE_BROKER, None, 0),
+        (Action.STOP_BROKER, None, 0),
+        (Action.AWAIT_BROKER_STOPPED, None, 0),
+        (Action.START_BROKER, None, 0),
+        (Action.AWAIT_BROKER_READY, None, 0),
         (Action.END, None, 0),
     ]
 
 
-def test_a_rolling_restart_with_commit_failures_around_each_rotation() -> None:
+def test_a_rolling_restart_takes_one_node_at_a_time_and_waits_for_full_replication() -> None:
     fault = parse_fault(
-        {"kind": "broker-rolling-restart", "at": 4, "rotations": 3, "interval": 6,
-         "commit_failure": {"before": 1, "after": 3}},
-        "rr",
-    )  # fmt: skip
+        {"kind": "broker-rolling-restart", "at": 4, "rotations": 2, "interval": 6}, "rr"
+    )
     steps = plan((fault,), 1)[0].steps
-    assert [(s.action.value, s.after, s.rotation) for s in steps[1:]] == [
-        ("commit-failure-on", 0, 0),
-        ("bounce-broker", 1, 0),
-        ("commit-failure-off", 3, 0),
-        ("commit-failure-on", 2, 1),
-        ("bounce-broker", 1, 1),
-        ("commit-failure-off", 3, 1),
-        ("commit-failure-on", 2, 2),
-        ("bounce-broker", 1, 2),
-        ("commit-failure-off", 3, 2),
+    assert [(s.action.value, s.after, s.rotation) for s in steps] == [
+        ("start", 0, 0),
+        ("stop-broker", 0, 0),
+        ("await-broker-stopped", 0, 0),
+        ("start-broker", 0, 0),
+        ("await-broker-ready", 0, 0),
+        ("await-replicated", 0, 0),
+        ("stop-broker", 6, 1),  # the interval counts from full replication
+        ("await-broker-stopped", 0, 1),
+        ("start-broker", 0, 1),
+        ("await-broker-ready", 0, 1),
+        ("await-replicated", 0, 1),
         ("end", 0, 0),
     ]
-    assert steps[0].action is Action.START and steps[0].at == 4
+    assert [s.action.waits for s in steps].count(True) == 6
+    assert not any(s.hard for s in steps)
 
 
 def test_windows_open_and_close_around_their_action() -> None:
@@ -80,9 +84,10 @@ def test_windows_open_and_close_around_their_action() -> None:
     ).faults  # fmt: skip
     kill, failpoint, poison, crash = plan(faults, 1)
     assert [s.action for s in kill.steps] == [
-        Action.START, Action.KILL_BROKER, Action.REVIVE_BROKER, Action.END
+        Action.START, Action.STOP_BROKER, Action.AWAIT_BROKER_STOPPED, Action.START_BROKER,
+        Action.AWAIT_BROKER_READY, Action.END
     ]  # fmt: skip
-    assert kill.steps[2].after == 3
+    assert kill.steps[1].hard and kill.steps[3].after == 3  # down for its duration
     assert [s.action for s in failpoint.steps][1:3] == [Action.FAILPOINT_ON, Action.FAILPOINT_OFF]
     assert [(s.action, s.at_event) for s in poison.steps] == [
         (Action.START, 100), (Action.END, 150)

@@ -20,7 +20,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from harness.environment import LocalEnvironment
 from harness.environment.process import ProcessHandle
-from harness.environment.readiness import NotReady, wait_for
+from harness.readiness import NotReady, wait_for
 from harness.kafka import create_topic, end_offsets, producer_config
 from harness.pipeline.kafka_source import (
     KafkaDataSource,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from harness.environment import LocalEnvironment, state
-from harness.environment.readiness import NotReady, wait_for
+from harness.readiness import NotReady, wait_for
 from harness.history import EventKind, read_history
 from harness.runner import ScenarioResult, VariantResult, run_scenario
 from harness.scenario import parse_scenario

@@ -48,8 +48,22 @@ def ev(t: float, kind: EventKind, source: str, **fields: Any) -> HistoryEvent:
 def nemesis_events() -> list[HistoryEvent]:
     return [
         ev(5.0, EventKind.FAULT_START, "nemesis", fault="broker-rolling-restart#1"),
-        ev(6.0, EventKind.FAULT_STEP, "nemesis", fault="broker-rolling-restart#1", count=1),
-        ev(9.5, EventKind.FAULT_STEP, "nemesis", fault="broker-rolling-restart#1", count=2),
+        ev(
+            6.0,
+            EventKind.FAULT_STEP,
+            "nemesis",
+            fault="broker-rolling-restart#1",
+            count=1,
+            detail="node 1 SIGTERM",
+        ),
+        ev(
+            9.5,
+            EventKind.FAULT_STEP,
+            "nemesis",
+            fault="broker-rolling-restart#1",
+            count=2,
+            detail="node 2 SIGTERM",
+        ),
         ev(12.0, EventKind.FAULT_END, "nemesis", fault="broker-rolling-restart#1"),
         ev(20.0, EventKind.FAULT_START, "nemesis", fault="producer-resend#1"),
         ev(20.01, EventKind.FAULT_END, "nemesis", fault="producer-resend#1"),
@@ -263,7 +277,7 @@ def test_what_happened_for_a_known_run() -> None:
     lines = what_happened(in_memory_run())
     assert lines == [
         "Fault broker-rolling-restart#1 from +5.0 s to +12.0 s (7.0 s) on every variant; "
-        "the broker went down at +6.0 s, +9.5 s.",
+        "went down: node 1 at +6.0 s, node 2 at +9.5 s.",
         "Fault producer-resend#1 at +20.0 s on every variant.",
         "Fault mongo-partition#1 from +25.0 s, never ended (until +30.0 s, the variant's end) "
         "on every variant.",

@@ -19,8 +19,7 @@ runtimes: [listener]
 variants: [naive, {name: dedup-log, key: business}]
 faults:
   - {kind: consumer-crash, point: mid_write, at_batch: 2, after_docs: 5}
-  - {kind: broker-rolling-restart, at: 2, rotations: 2, interval: 6,
-     commit_failure: {before: 1, after: 3, error: COORDINATOR_LOAD_IN_PROGRESS}}
+  - {kind: broker-rolling-restart, at: 2, rotations: 2, interval: 6, hard: true}
   - {kind: producer-resend, start_event: 40, events: 20, fraction: 0.5}
 expect:
   "*": {duplicates: 0, lost: 0}
@@ -46,7 +45,7 @@ def test_a_valid_scenario_loads_with_defaults_and_expectations(tmp_path: Path) -
         "broker-rolling-restart#2",
         "producer-resend#3",
     ]
-    assert s.faults[1].commit_failure.error == "COORDINATOR_LOAD_IN_PROGRESS"
+    assert s.faults[1].hard and s.faults[1].interval == 6
     assert [(b.start, b.end, b.fraction) for b in s.workload.bursts] == [(40, 60, 0.5)]
     naive, dedup = s.variants
     assert sorted(map(str, s.expectations_for(naive, "listener"))) == [
@@ -99,6 +98,10 @@ def test_a_valid_scenario_loads_with_defaults_and_expectations(tmp_path: Path) -
             "faults[0].at: give exactly one of 'at'",
         ),
         (
+            "name: x\nvariants: [naive]\nfaults: [{kind: broker-bounce, at: 1, broker: [1]}]\n",
+            "faults[0].broker: expected a node id, 'controller', {coordinator-of: VARIANT}",
+        ),
+        (
             "name: x\nvariants: [naive]\nfaults: [{kind: commit-failure, at: 1, duration: 2, "
             "error: OOPS}]\n",
             "faults[0].error: unknown Kafka error 'OOPS'",
@@ -148,8 +151,13 @@ REFUSED = {
         "faults[0].duration: must be > 0, got -2",
     ),
     "beyond-the-backend": (
-        "name: x\nvariants: [naive]\nfaults: [{kind: broker-bounce, at: 1, broker: 2}]\n",
-        "faults[0].broker: the local backend has 1 broker(s); there is no broker 2",
+        "name: x\nvariants: [naive]\nfaults: [{kind: broker-bounce, at: 1, broker: 4}]\n",
+        "faults[0].broker: the local backend's Kafka nodes are 1, 2, 3; there is no node 4",
+    ),
+    "no-such-coordinator": (
+        "name: x\nvariants: [naive]\nfaults: [{kind: broker-kill, at: 1, duration: 2, "
+        "broker: {coordinator-of: nave}}]\n",
+        "faults[0].broker: coordinator-of: no variant 'nave'",
     ),
 }
 
@@ -203,3 +211,24 @@ def test_every_problem_of_a_file_is_named_at_once(tmp_path: Path) -> None:
         assert f"{path}: {problem}" in line, (line, problem)
     assert not out.exists()
     assert processes_started_in(out / "env") == []
+
+
+def test_a_broker_fault_picks_its_node_by_id_role_or_partition(tmp_path: Path) -> None:
+    s = load_scenario(
+        write(
+            tmp_path,
+            "name: x\nvariants: [naive, idempotent]\nfaults:\n"
+            "  - {kind: broker-bounce, at: 1, broker: 3}\n"
+            "  - {kind: broker-bounce, at: 2, broker: controller}\n"
+            "  - {kind: broker-kill, at: 3, duration: 1, broker: {coordinator-of: naive}}\n"
+            "  - {kind: broker-pause, at: 4, duration: 1, broker: {leader-of: 2}}\n"
+            "  - {kind: broker-bounce, at: 5}\n",
+        )
+    )
+    assert [str(f.broker) for f in s.faults] == [
+        "node 3",
+        "the controller",
+        "the coordinator of naive",
+        "the leader of partition 2",
+        "node 1",
+    ]

@@ -22,6 +22,8 @@ from harness.environment.process import ProcessHandle
 from harness.environment.signals import stop_on_termination
 from harness.environment.spark import SparkSettings
 from harness.errors import BadInput, LabError
+from harness.kafka import HARNESS_CLIENT
+from harness.kafka_cluster import ClusterView, cluster_view
 
 
 class Component(StrEnum):
@@ -125,6 +127,16 @@ class ServerStatus:
 
 
 @dataclass(frozen=True)
+class KafkaStatus:
+    """The cluster as its clients see it (None in a status when it does not answer)."""
+
+    brokers: tuple[int, ...]  # registered and unfenced
+    controller: int | None  # the KRaft quorum's leader
+    under_replicated: int  # partitions whose in-sync replicas are fewer than their replicas
+    coordinators: dict[str, int | None]  # consumer group -> the node coordinating it
+
+
+@dataclass(frozen=True)
 class EnvironmentStatus:
     backend: str
     directory: str
@@ -135,6 +147,7 @@ class EnvironmentStatus:
     mongo_uri: str
     spark_master: str
     servers: tuple[ServerStatus, ...]
+    kafka: KafkaStatus | None = None
 
     @property
     def healthy(self) -> bool:
@@ -233,42 +246,72 @@ class Environment(ABC):
         """Lift every link rule."""
 
     @property
-    def broker_count(self) -> int:
-        """How many Kafka brokers there are; a rolling restart visits each in turn."""
-        return 1
+    @abstractmethod
+    def broker_ids(self) -> tuple[int, ...]:
+        """The Kafka cluster's node ids; a rolling restart visits each in turn."""
+
+    # Blocking operations, for people and tests. For Kafka, ``broker`` names a node id; None
+    # means every node (stopped at once: a lone node of a three-voter quorum cannot finish a
+    # controlled shutdown, measured hanging > 150 s).
 
     @abstractmethod
-    def restart(self, component: Component, *, hard: bool = False, broker: int = 0) -> None:
+    def restart(
+        self, component: Component, *, hard: bool = False, broker: int | None = None
+    ) -> None:
         """Stop ``component`` (SIGTERM, or SIGKILL when ``hard``) and start it again on the
         same address, returning once it is ready."""
 
     @abstractmethod
-    def kill(self, component: Component, *, broker: int = 0) -> None:
+    def kill(self, component: Component, *, broker: int | None = None) -> None:
         """SIGKILL ``component`` and leave it down until ``revive``."""
 
     @abstractmethod
-    def revive(self, component: Component, *, broker: int = 0) -> None:
+    def revive(self, component: Component, *, broker: int | None = None) -> None:
         """Start a killed ``component`` again on the same address and wait until it is ready."""
 
     @abstractmethod
-    def pause(self, component: Component, *, broker: int = 0) -> None:
+    def pause(self, component: Component, *, broker: int | None = None) -> None:
         """Freeze ``component`` (SIGSTOP): connections stay open, nothing answers."""
 
     @abstractmethod
-    def resume(self, component: Component, *, broker: int = 0) -> None:
+    def resume(self, component: Component, *, broker: int | None = None) -> None:
         """Undo ``pause``."""
 
-    def restart_broker(self, *, hard: bool = False, broker: int = 0) -> None:
+    def restart_broker(self, *, hard: bool = False, broker: int | None = None) -> None:
         self.restart(Component.KAFKA, hard=hard, broker=broker)
 
-    def kill_broker(self, *, broker: int = 0) -> None:
+    def kill_broker(self, *, broker: int | None = None) -> None:
         self.kill(Component.KAFKA, broker=broker)
 
-    def pause_broker(self, *, broker: int = 0) -> None:
+    def pause_broker(self, *, broker: int | None = None) -> None:
         self.pause(Component.KAFKA, broker=broker)
 
-    def resume_broker(self, *, broker: int = 0) -> None:
+    def resume_broker(self, *, broker: int | None = None) -> None:
         self.resume(Component.KAFKA, broker=broker)
+
+    # Steps on one Kafka node that return at once: the nemesis takes them between its polls
+    # of the run (a node takes 3-8 s to stop cleanly and 8-29 s to start here), so the
+    # consumers' supervision goes on meanwhile.
+
+    @abstractmethod
+    def begin_stop_broker(self, broker: int, *, hard: bool) -> None:
+        """Send the node SIGTERM (a controlled shutdown) or SIGKILL."""
+
+    @abstractmethod
+    def broker_stopped(self, broker: int) -> bool:
+        """Whether the node's process has exited."""
+
+    @abstractmethod
+    def begin_start_broker(self, broker: int) -> None:
+        """Start a stopped node again on its addresses (not waiting for it)."""
+
+    @abstractmethod
+    def broker_ready(self, broker: int) -> bool:
+        """Whether the node is a registered, unfenced broker again."""
+
+    def cluster_view(self) -> ClusterView:
+        """Brokers, the active controller, leaders and ISRs, as the harness's client sees."""
+        return cluster_view(self.kafka_bootstrap, HARNESS_CLIENT)
 
     def restart_mongo(self, *, hard: bool = False) -> None:
         self.restart(Component.MONGO, hard=hard)

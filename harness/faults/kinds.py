@@ -72,9 +72,63 @@ def _positive(name: str, value: float, *, allow_zero: bool = False) -> list[Prob
     return []
 
 
+class Pick(StrEnum):
+    """How a broker fault picks its Kafka node."""
+
+    NODE = "node"  # a node id
+    CONTROLLER = "controller"  # the KRaft quorum's leader
+    COORDINATOR_OF = "coordinator-of"  # the group coordinator of a variant's consumer group
+    LEADER_OF = "leader-of"  # the leader of a partition of the run's topic
+
+
+@dataclass(frozen=True)
+class BrokerSelector:
+    """Which Kafka node a broker fault acts on, decided when it acts (the controller and the
+    coordinators move). In a scenario: ``broker: 2``, ``broker: controller``,
+    ``broker: {coordinator-of: naive}`` (a variant's label or name) or
+    ``broker: {leader-of: 0}`` (a partition of the run's topic)."""
+
+    pick: Pick = Pick.NODE
+    node: int = 1
+    variant: str = ""  # coordinator-of
+    partition: int = 0  # leader-of
+
+    @classmethod
+    def parse(cls, raw: Any) -> BrokerSelector:
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            return cls(Pick.NODE, node=raw)
+        if raw == Pick.CONTROLLER.value:
+            return cls(Pick.CONTROLLER)
+        if isinstance(raw, dict) and len(raw) == 1:
+            ((key, value),) = raw.items()
+            if key == Pick.COORDINATOR_OF.value and isinstance(value, str) and value:
+                return cls(Pick.COORDINATOR_OF, variant=value)
+            if key == Pick.LEADER_OF.value and isinstance(value, int) and value >= 0:
+                return cls(Pick.LEADER_OF, partition=value)
+        raise FieldError(
+            "",
+            f"expected a node id, 'controller', {{coordinator-of: VARIANT}} or "
+            f"{{leader-of: PARTITION}}, got {raw!r}",
+        )
+
+    def __str__(self) -> str:
+        match self.pick:
+            case Pick.NODE:
+                return f"node {self.node}"
+            case Pick.CONTROLLER:
+                return "the controller"
+            case Pick.COORDINATOR_OF:
+                return f"the coordinator of {self.variant}"
+        return f"the leader of partition {self.partition}"
+
+
+FIRST_NODE = BrokerSelector()
+
+
 @dataclass(frozen=True)
 class BrokerBounce(Timed):
-    """Stop the broker (SIGTERM, or SIGKILL when ``hard``) and start it again at once."""
+    """Stop a Kafka node (SIGTERM: a controlled shutdown; SIGKILL when ``hard``), then start it
+    again as soon as it is gone; the window ends once it is a registered broker again."""
 
     kind: ClassVar[str] = "broker-bounce"
     name: str
@@ -82,26 +136,18 @@ class BrokerBounce(Timed):
     at_event: int | None = None
     jitter: float = 0.0  # seconds added to the start, drawn from the seed
     hard: bool = False
-    broker: int = 0
+    broker: BrokerSelector = FIRST_NODE
 
     def problems(self) -> list[Problem]:
         return self.trigger_problems()
 
 
 @dataclass(frozen=True)
-class CommitFailureAround:
-    """Commit failures around each rotation of a rolling restart: the coordinator moving."""
-
-    before: float = 1.0  # seconds before the bounce the failures begin
-    after: float = 3.0  # and after it they end
-    error: str = "NOT_COORDINATOR"
-    apis: tuple[str, ...] = ("OffsetCommit",)
-
-
-@dataclass(frozen=True)
 class BrokerRollingRestart(Timed):
-    """``rotations`` bounces, ``interval`` seconds apart - on a several-broker backend each
-    broker in turn, on the local backend its one broker again (seed 002's MSK upgrade)."""
+    """``rotations`` restarts, one node at a time, each node in turn (node 1, 2, 3, 1, ...),
+    as a managed service's rolling upgrade: a node is stopped (SIGTERM with a controlled
+    shutdown, or SIGKILL when ``hard``), started again, and the next rotation begins once no
+    partition is under-replicated, plus ``interval`` seconds (seed 002's MSK upgrade)."""
 
     kind: ClassVar[str] = "broker-rolling-restart"
     name: str
@@ -109,29 +155,13 @@ class BrokerRollingRestart(Timed):
     at_event: int | None = None
     jitter: float = 0.0  # seconds added to the start, drawn from the seed
     rotations: int = 3
-    interval: float = 5.0
+    interval: float = 0.0
     hard: bool = False
-    commit_failure: CommitFailureAround | None = None
 
     def problems(self) -> list[Problem]:
-        found = self.trigger_problems() + _positive("interval", self.interval)
+        found = self.trigger_problems() + _positive("interval", self.interval, allow_zero=True)
         if self.rotations < 1:
             found.append(("rotations", f"must be >= 1, got {self.rotations}"))
-        cf = self.commit_failure
-        if cf is not None:
-            found += _positive("commit_failure.before", cf.before, allow_zero=True)
-            found += _positive("commit_failure.after", cf.after)
-            found += _kafka_error("commit_failure.error", cf.error)
-            found += _kafka_apis("commit_failure.apis", cf.apis)
-            window = cf.before + cf.after
-            if self.rotations > 1 and self.interval <= window:
-                found.append(
-                    (
-                        "interval",
-                        f"must exceed commit_failure.before + after ({window}) so windows "
-                        "do not merge",
-                    )
-                )
         return found
 
 
@@ -142,7 +172,7 @@ class _BrokerWindow(Timed):
     at: float | None = None
     at_event: int | None = None
     jitter: float = 0.0  # seconds added to the start, drawn from the seed
-    broker: int = 0
+    broker: BrokerSelector = FIRST_NODE
 
     def problems(self) -> list[Problem]:
         return self.trigger_problems() + _positive("duration", self.duration)
@@ -150,14 +180,15 @@ class _BrokerWindow(Timed):
 
 @dataclass(frozen=True)
 class BrokerKill(_BrokerWindow):
-    """kill -9 the broker and leave it down for ``duration`` seconds."""
+    """kill -9 a Kafka node and leave it down for ``duration`` seconds, then start it again;
+    the window ends once it is a registered broker again."""
 
     kind: ClassVar[str] = "broker-kill"
 
 
 @dataclass(frozen=True)
 class BrokerPause(_BrokerWindow):
-    """SIGSTOP the broker for ``duration`` seconds: connections open, nothing answers."""
+    """SIGSTOP a Kafka node for ``duration`` seconds: connections open, nothing answers."""
 
     kind: ClassVar[str] = "broker-pause"
 
@@ -437,6 +468,11 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
             raise FieldError(where, f"must be a list, got {value!r}")
         item = typing.get_args(hint)[0]
         return tuple(_coerce(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if hint is BrokerSelector:
+        try:
+            return BrokerSelector.parse(value)
+        except FieldError as exc:
+            raise FieldError(where, exc.problem) from None
     if isinstance(hint, type) and issubclass(hint, Enum):
         try:
             return hint(value)
@@ -480,7 +516,7 @@ def example(
     )
     examples: dict[str, dict[str, Any]] = {
         "broker-bounce": {**timed, "hard": True},
-        "broker-rolling-restart": {**timed, "rotations": 2, "interval": max(duration, 4.0)},
+        "broker-rolling-restart": {**timed, "rotations": 3},
         "broker-kill": {**timed, "duration": duration},
         "broker-pause": {**timed, "duration": duration},
         "consumer-crash": {"kind": kind, "point": "after_write_before_commit", "at_batch": 2},

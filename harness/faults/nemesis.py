@@ -15,24 +15,38 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from confluent_kafka import KafkaException
 from pymongo import MongoClient
 
 from harness.checker import FaultWindow
-from harness.environment import Component, Environment, Link
+from harness.environment import Component, Environment, Link, LinkRule
+from harness.errors import LabError
 from harness.faults.kinds import (
     KAFKA_APIS,
     KAFKA_ERRORS,
+    BrokerBounce,
+    BrokerKill,
+    BrokerPause,
     BrokerRollingRestart,
+    BrokerSelector,
     CommitFailure,
     ConsumerKill,
     Fault,
     MongoFailCommand,
     NetworkFault,
+    Pick,
 )
 from harness.faults.schedule import Action, FaultPlan, Step
 from harness.history import EventKind, HistoryWriter
 from harness.pipeline.runtime import CONSUMER_APP, commit_failure_flag
 from harness.pipeline.supervisor import RuntimeSupervisor
+
+CHECK_EVERY_S = 0.5  # how often a waiting step asks the cluster (a Metadata request or so)
+WAIT_TIMEOUT_S = 240.0  # a node not gone, or not back, by then is a broken environment
+
+
+class FaultStuck(LabError):
+    """A waiting step of a fault never came true (a node that did not come back)."""
 
 
 @dataclass
@@ -42,6 +56,9 @@ class Target:
     history: HistoryWriter  # source "nemesis", in the variant's history directory
     supervisor: RuntimeSupervisor
     run_dir: Path
+    label: str = ""  # the variant's label and name (coordinator-of: names either)
+    name: str = ""
+    group: str = ""  # its consumer group
 
 
 @dataclass
@@ -50,6 +67,9 @@ class _Progress:
     next_step: int = 0
     last_fired: float | None = None  # monotonic time of the previous step
     reached_at: float | None = None  # when an at_event step's record count was reached
+    node: int | None = None  # the Kafka node its broker steps act on, once picked
+    checked_at: float = 0.0  # when a waiting step last asked the cluster
+    waiting_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -69,10 +89,11 @@ class Nemesis:
     schedule: Sequence[FaultPlan]
     runtime: str  # listener | spark: how a commit failure is made
     targets: Sequence[Target]
+    topic: str = ""  # the run's topic (leader-of picks among its partitions)
     _progress: list[_Progress] = field(init=False)
     _rules: dict[str, str] = field(default_factory=dict, init=False)  # fault name -> rule id
-    _broker_down: bool = field(default=False, init=False)
-    _broker_paused: bool = field(default=False, init=False)
+    _down: set[int] = field(default_factory=set, init=False)  # nodes stopped by a fault
+    _paused: set[int] = field(default_factory=set, init=False)
     _failpoint: bool = field(default=False, init=False)
     _opened: dict[str, float] = field(default_factory=dict, init=False)
     windows: list[WindowRecord] = field(default_factory=list, init=False)
@@ -94,7 +115,8 @@ class Nemesis:
         """Take every step that is due: ``elapsed`` seconds since the consumers started (None
         until they have), ``acked`` records acknowledged; once the workload is ``produced_all``,
         a step waiting for a record count the workload never reached (``--events`` made it
-        smaller than the scenario's bursts) is due at once."""
+        smaller than the scenario's bursts) is due at once. Never blocks on the cluster: a
+        step that waits for it asks again at the next tick."""
         if elapsed is not None and not self._clock_started:
             self._clock_started = True
             for target in self.targets:
@@ -105,13 +127,18 @@ class Nemesis:
                 step = steps[progress.next_step]
                 if not self._due(progress, step, elapsed, acked, produced_all):
                     break
-                self._take(progress.plan, step.action, step.rotation)
+                self._take(progress, step)
                 progress.last_fired = time.monotonic()
+                progress.waiting_since = None
                 progress.next_step += 1
 
-    @staticmethod
     def _due(
-        progress: _Progress, step: Step, elapsed: float | None, acked: int, produced_all: bool
+        self,
+        progress: _Progress,
+        step: Step,
+        elapsed: float | None,
+        acked: int,
+        produced_all: bool,
     ) -> bool:
         now = time.monotonic()
         if step.at is not None:
@@ -124,7 +151,59 @@ class Nemesis:
             if progress.reached_at is None:
                 progress.reached_at = now
             return now - progress.reached_at >= step.after
-        return progress.last_fired is not None and now - progress.last_fired >= step.after
+        if progress.last_fired is None or now - progress.last_fired < step.after:
+            return False
+        if not step.action.waits:
+            return True
+        if progress.waiting_since is None:
+            progress.waiting_since = now
+        if now - progress.checked_at < CHECK_EVERY_S:
+            return False
+        progress.checked_at = now
+        if self._holds(step.action, progress.node):
+            return True
+        if now - progress.waiting_since > WAIT_TIMEOUT_S:
+            raise FaultStuck(
+                f"{progress.plan.name}: {step.action.value} for node {progress.node} did not "
+                f"come true within {WAIT_TIMEOUT_S:.0f}s (see the node's log in "
+                f"{self.env.directory}/logs)"
+            )
+        return False
+
+    def _holds(self, action: Action, node: int | None) -> bool:
+        assert node is not None or action is Action.AWAIT_REPLICATED
+        try:
+            match action:
+                case Action.AWAIT_BROKER_STOPPED:
+                    return self.env.broker_stopped(node)  # type: ignore[arg-type]
+                case Action.AWAIT_BROKER_READY:
+                    return self.env.broker_ready(node)  # type: ignore[arg-type]
+                case Action.AWAIT_REPLICATED:
+                    view = self.env.cluster_view()
+                    return not view.under_replicated() and len(view.brokers) == len(
+                        self.env.broker_ids
+                    )
+        except (KafkaException, OSError):
+            return False  # the cluster is busy: ask again
+        raise ValueError(f"{action} is not a waiting step")
+
+    def pick(self, selector: BrokerSelector) -> int:
+        """The node ``selector`` names, now."""
+        if selector.pick is Pick.NODE:
+            return selector.node
+        view = self.env.cluster_view()
+        node: int | None
+        match selector.pick:
+            case Pick.CONTROLLER:
+                node = view.controller
+            case Pick.COORDINATOR_OF:
+                groups = [t.group for t in self.targets if selector.variant in (t.label, t.name)]
+                node = view.coordinator_of(groups[0]) if groups else None
+            case Pick.LEADER_OF:
+                node = view.leader_of(self.topic, selector.partition)
+        if node is None:
+            raise FaultStuck(f"cannot find {selector} in the cluster now")
+        return node
 
     def fault_windows(self) -> list[FaultWindow]:
         """The windows for the checker (an unclosed window ends now)."""
@@ -134,9 +213,9 @@ class Nemesis:
 
     # -- actions --------------------------------------------------------------------------------
 
-    def _take(self, plan: FaultPlan, action: Action, rotation: int) -> None:
-        fault = plan.fault
-        match action:
+    def _take(self, progress: _Progress, step: Step) -> None:
+        fault = progress.plan.fault
+        match step.action:
             case Action.START:
                 self._opened[fault.name] = time.time()
                 self._record(EventKind.FAULT_START, fault)
@@ -144,37 +223,40 @@ class Nemesis:
                 start = self._opened.pop(fault.name, time.time())
                 self.windows.append(WindowRecord(fault.name, fault.kind, start, time.time()))
                 self._record(EventKind.FAULT_END, fault)
-            case Action.BOUNCE_BROKER:
-                hard = getattr(fault, "hard", False)
-                broker = getattr(fault, "broker", rotation % self.env.broker_count)
-                if isinstance(fault, BrokerRollingRestart):
-                    broker = rotation % self.env.broker_count
-                self._record(EventKind.FAULT_STEP, fault, count=rotation + 1)
-                self.env.restart(Component.KAFKA, hard=hard, broker=broker)
-            case Action.KILL_BROKER:
-                self.env.kill(Component.KAFKA, broker=fault.broker)  # type: ignore[union-attr]
-                self._broker_down = True
-            case Action.REVIVE_BROKER:
-                self.env.revive(Component.KAFKA, broker=fault.broker)  # type: ignore[union-attr]
-                self._broker_down = False
+            case Action.STOP_BROKER:
+                progress.node = self._node_for(fault, step.rotation)
+                how = "SIGKILL" if step.hard else "SIGTERM"
+                self._record(
+                    EventKind.FAULT_STEP,
+                    fault,
+                    count=step.rotation + 1,
+                    detail=f"node {progress.node} {how}",
+                )
+                self.env.begin_stop_broker(progress.node, hard=step.hard)
+                self._down.add(progress.node)
+            case Action.START_BROKER:
+                assert progress.node is not None
+                self.env.begin_start_broker(progress.node)
+                self._down.discard(progress.node)
             case Action.PAUSE_BROKER:
-                self.env.pause(Component.KAFKA, broker=fault.broker)  # type: ignore[union-attr]
-                self._broker_paused = True
+                progress.node = self._node_for(fault, step.rotation)
+                self.env.pause(Component.KAFKA, broker=progress.node)
+                self._paused.add(progress.node)
             case Action.RESUME_BROKER:
-                self.env.resume(Component.KAFKA, broker=fault.broker)  # type: ignore[union-attr]
-                self._broker_paused = False
+                assert progress.node is not None
+                self.env.resume(Component.KAFKA, broker=progress.node)
+                self._paused.discard(progress.node)
             case Action.KILL_CONSUMERS:
                 assert isinstance(fault, ConsumerKill)
                 for target in self.targets:
                     target.supervisor.kill(fault.consumer)
             case Action.COMMIT_FAILURE_ON:
-                self._commit_failure_on(fault)  # type: ignore[arg-type]
+                assert isinstance(fault, CommitFailure)
+                self._commit_failure_on(fault)
             case Action.COMMIT_FAILURE_OFF:
                 self._commit_failure_off(fault.name)
             case Action.LINK_FAULT_ON:
                 assert isinstance(fault, NetworkFault)
-                from harness.environment.base import LinkRule
-
                 rule = LinkRule(fault.link, fault.action.value, delay_ms=fault.delay_ms)
                 self._rules[fault.name] = self.env.add_link_rule(rule)
             case Action.LINK_FAULT_OFF:
@@ -184,17 +266,26 @@ class Nemesis:
                 self._failpoint_on(fault)
             case Action.FAILPOINT_OFF:
                 self._failpoint_off()
+            case _:
+                assert step.action.waits  # its condition came true: nothing to do
 
-    def _record(self, kind: EventKind, fault: Fault, count: int | None = None) -> None:
-        for target in self.targets:
-            target.history.record(kind, fault=fault.name, detail=fault.kind, count=count)
-
-    def _commit_failure_on(self, fault: CommitFailure | BrokerRollingRestart) -> None:
+    def _node_for(self, fault: Fault, rotation: int) -> int:
+        """A rolling restart's rotation r takes node r (in id order, round and round); the
+        other broker faults pick theirs by their ``broker`` field."""
         if isinstance(fault, BrokerRollingRestart):
-            assert fault.commit_failure is not None
-            error, apis = fault.commit_failure.error, fault.commit_failure.apis
-        else:
-            error, apis = fault.error, fault.apis
+            nodes = self.env.broker_ids
+            return nodes[rotation % len(nodes)]
+        assert isinstance(fault, BrokerBounce | BrokerKill | BrokerPause)
+        return self.pick(fault.broker)
+
+    def _record(
+        self, kind: EventKind, fault: Fault, count: int | None = None, detail: str = ""
+    ) -> None:
+        for target in self.targets:
+            target.history.record(kind, fault=fault.name, detail=detail or fault.kind, count=count)
+
+    def _commit_failure_on(self, fault: CommitFailure) -> None:
+        error, apis = fault.error, fault.apis
         if self.runtime == "spark":
             # Spark's commit is its checkpoint: the runtime fails each batch after the write.
             for target in self.targets:
@@ -202,8 +293,6 @@ class Nemesis:
                 flag.parent.mkdir(parents=True, exist_ok=True)
                 flag.write_text(error)
             return
-        from harness.environment.base import LinkRule
-
         rule = LinkRule(
             Link.CONSUMER_KAFKA,
             "kafka-error",
@@ -240,7 +329,8 @@ class Nemesis:
         self._failpoint = False
 
     def restore(self) -> None:
-        """Undo every fault still in force (the run ended, or failed, inside a window)."""
+        """Undo every fault still in force (the run ended, or failed, inside a window): lift
+        rules and failpoints, thaw paused nodes, start stopped ones (not waiting for them)."""
         for rule_id in self._rules.values():
             self.env.remove_link_rule(rule_id)
         self._rules.clear()
@@ -248,12 +338,14 @@ class Nemesis:
             commit_failure_flag(target.run_dir).unlink(missing_ok=True)
         if self._failpoint:
             self._failpoint_off()
-        if self._broker_paused:
-            self.env.resume(Component.KAFKA)
-            self._broker_paused = False
-        if self._broker_down:
-            self.env.revive(Component.KAFKA)
-            self._broker_down = False
+        for node in sorted(self._paused):
+            self.env.resume(Component.KAFKA, broker=node)
+        self._paused.clear()
+        for node in sorted(self._down):
+            if not self.env.broker_stopped(node):
+                self.env.kill(Component.KAFKA, broker=node)  # a stop still under way
+            self.env.begin_start_broker(node)
+        self._down.clear()
         faults = {p.name: p.fault for p in self.schedule}
         for name, start in self._opened.items():
             self.windows.append(WindowRecord(name, faults[name].kind, start, time.time()))

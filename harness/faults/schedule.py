@@ -2,15 +2,17 @@
 
 Each fault becomes a ``FaultPlan``: the steps the nemesis takes, in order. The first step fires
 ``at`` seconds after the run starts (plus a seeded ``jitter``) or once ``at_event`` records were
-acknowledged; each later step fires ``after`` seconds after the one before it. Producer bursts
-are windows of the event stream, so their steps are marked by record counts. The same faults
+acknowledged; each later step fires ``after`` seconds after the one before it - and a waiting
+step (``Action.waits``: a node gone, a node back, every partition replicated) only once the
+cluster is so. Producer bursts are windows of the event stream, so their steps are marked by
+record counts. The same faults
 and seed always give the same plans (``describe`` prints them for comparison).
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from harness.faults.kinds import (
@@ -32,9 +34,11 @@ from harness.faults.kinds import (
 class Action(StrEnum):
     START = "start"  # the fault's window opens (recorded in the history)
     END = "end"  # and closes
-    BOUNCE_BROKER = "bounce-broker"
-    KILL_BROKER = "kill-broker"
-    REVIVE_BROKER = "revive-broker"
+    STOP_BROKER = "stop-broker"  # SIGTERM (SIGKILL when hard) to a Kafka node
+    AWAIT_BROKER_STOPPED = "await-broker-stopped"
+    START_BROKER = "start-broker"
+    AWAIT_BROKER_READY = "await-broker-ready"  # a registered, unfenced broker again
+    AWAIT_REPLICATED = "await-replicated"  # no partition under-replicated
     PAUSE_BROKER = "pause-broker"
     RESUME_BROKER = "resume-broker"
     KILL_CONSUMERS = "kill-consumers"
@@ -45,14 +49,24 @@ class Action(StrEnum):
     FAILPOINT_ON = "failpoint-on"
     FAILPOINT_OFF = "failpoint-off"
 
+    @property
+    def waits(self) -> bool:
+        """A step that is due only once a condition of the cluster holds."""
+        return self in (
+            Action.AWAIT_BROKER_STOPPED,
+            Action.AWAIT_BROKER_READY,
+            Action.AWAIT_REPLICATED,
+        )
+
 
 @dataclass(frozen=True)
 class Step:
     action: Action
     at: float | None = None  # seconds after the run started (first step only)
     at_event: int | None = None  # acknowledged records (first step, or a producer burst's end)
-    after: float = 0.0  # seconds after the previous step of the same fault
+    after: float = 0.0  # seconds after the previous step of the same fault (at least)
     rotation: int = 0  # which rotation of a rolling restart
+    hard: bool = False  # STOP_BROKER: SIGKILL instead of SIGTERM
 
     def describe(self) -> str:
         when = (
@@ -106,6 +120,16 @@ def _window(fault: Fault, seed: int, on: Action, off: Action, duration: float) -
     return (_start(fault, seed), Step(on), Step(off, after=duration), Step(Action.END))
 
 
+def _restart(hard: bool, rotation: int = 0, down_for: float = 0.0) -> tuple[Step, ...]:
+    """One node stopped, then started again once it is gone (``down_for`` seconds later)."""
+    return (
+        Step(Action.STOP_BROKER, rotation=rotation, hard=hard),
+        Step(Action.AWAIT_BROKER_STOPPED, rotation=rotation),
+        Step(Action.START_BROKER, rotation=rotation, after=down_for),
+        Step(Action.AWAIT_BROKER_READY, rotation=rotation),
+    )
+
+
 def _steps(fault: Fault, seed: int) -> tuple[Step, ...]:
     match fault:
         case ConsumerCrash() | ConsumerPause():
@@ -116,11 +140,11 @@ def _steps(fault: Fault, seed: int) -> tuple[Step, ...]:
                 Step(Action.END, at_event=fault.start_event + fault.events),
             )
         case BrokerBounce():
-            return (_start(fault, seed), Step(Action.BOUNCE_BROKER), Step(Action.END))
+            return (_start(fault, seed), *_restart(fault.hard), Step(Action.END))
         case ConsumerKill():
             return (_start(fault, seed), Step(Action.KILL_CONSUMERS), Step(Action.END))
         case BrokerKill():
-            return _window(fault, seed, Action.KILL_BROKER, Action.REVIVE_BROKER, fault.duration)
+            return (_start(fault, seed), *_restart(True, down_for=fault.duration), Step(Action.END))
         case BrokerPause():
             return _window(fault, seed, Action.PAUSE_BROKER, Action.RESUME_BROKER, fault.duration)
         case CommitFailure():
@@ -137,21 +161,12 @@ def _steps(fault: Fault, seed: int) -> tuple[Step, ...]:
 
 
 def _rolling_restart(fault: BrokerRollingRestart, seed: int) -> tuple[Step, ...]:
-    """Rotation r bounces at ``r * interval``; with commit failures, they begin ``before``
-    seconds ahead of each bounce and end ``after`` seconds past it (a coordinator moving)."""
-    cf = fault.commit_failure
-    timed: list[tuple[float, Action, int]] = []
-    for r in range(fault.rotations):
-        bounce = r * fault.interval + (cf.before if cf else 0.0)
-        timed.append((bounce, Action.BOUNCE_BROKER, r))
-        if cf:
-            timed.append((bounce - cf.before, Action.COMMIT_FAILURE_ON, r))
-            timed.append((bounce + cf.after, Action.COMMIT_FAILURE_OFF, r))
-    timed.sort(key=lambda t: (t[0], t[1] is not Action.COMMIT_FAILURE_OFF))
+    """Rotation r restarts one node; the next begins once every partition is fully replicated
+    again, plus ``interval`` seconds."""
     steps = [_start(fault, seed)]
-    previous = 0.0
-    for offset, action, rotation in timed:
-        steps.append(Step(action, after=offset - previous, rotation=rotation))
-        previous = offset
+    for r in range(fault.rotations):
+        first, *rest = _restart(fault.hard, rotation=r)
+        steps.append(replace(first, after=fault.interval) if r else first)
+        steps += [*rest, Step(Action.AWAIT_REPLICATED, rotation=r)]
     steps.append(Step(Action.END))
     return tuple(steps)

@@ -1,7 +1,7 @@
 """A Spark streaming source that reads Kafka with confluent-kafka: ``format("chaoslab-kafka")``.
 
-Spark's own Kafka connector is a jar from Maven, which the lab's machines cannot reach, so the
-Spark runtime reads Kafka through this Python data source instead::
+The Spark runtime reads Kafka through this Python data source (until it moves to Spark's own
+Kafka connector)::
 
     register(spark)
     stream = (
@@ -17,8 +17,7 @@ Rows: ``topic string, partition int, offset long, key binary, value binary, time
 query's checkpoint, so a restarted query goes on where its last committed batch ended (and
 replays an uncommitted one with the same offsets). Nothing is committed to Kafka.
 
-End offsets come from Fetch responses (``harness.kafka.HighWatermarks``), never from
-ListOffsets, which is wrong on the lab's broker (Tansu).
+End offsets are the partitions' high watermarks (``harness.kafka.Watermarks``).
 """
 
 from __future__ import annotations
@@ -33,8 +32,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from harness.environment.readiness import wait_for
-from harness.kafka import CONSUMER_CLIENT, HighWatermarks, consumer_config
+from harness.kafka import CONSUMER_CLIENT, Watermarks, consumer_config
+from harness.readiness import wait_for
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -133,7 +132,7 @@ class KafkaStreamReader(DataSourceStreamReader):
     def __init__(self, settings: SourceOptions) -> None:
         self.settings = settings
         # Made on first use by the planner: a consumer cannot be pickled, and workers need none.
-        self._watermarks: HighWatermarks | None = None
+        self._watermarks: Watermarks | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_watermarks": None}
@@ -198,7 +197,7 @@ class KafkaStreamReader(DataSourceStreamReader):
     def _end_offsets(self) -> dict[int, int]:
         """Each partition's high watermark; retried through a broker bounce until a deadline."""
         if self._watermarks is None:
-            self._watermarks = HighWatermarks(
+            self._watermarks = Watermarks(
                 self.settings.bootstrap,
                 self.settings.topic,
                 group=GROUP,
@@ -265,9 +264,6 @@ def read_range(
         # The range ends at the high watermark, which counts uncommitted transactional records.
         "isolation.level": "read_uncommitted",
         "enable.auto.offset.store": False,
-        # Tansu lists all of a partition's stored batches in S3 for each Fetch, and answers with
-        # no records if that outlasts the Fetch's max wait; it answers as soon as it has some.
-        "fetch.wait.max.ms": 5000,
         **consumer_overrides,
     }
     consumer = Consumer(

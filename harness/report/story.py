@@ -71,10 +71,10 @@ def fault_sentences(run: Run, rows: Sequence[TimelineRow]) -> list[str]:
     if not windows:
         return configured or ["No faults were applied."]
 
-    bounces: dict[str, dict[int, float]] = defaultdict(dict)
+    bounces: dict[str, dict[int, tuple[float, str]]] = defaultdict(dict)
     for row in rows:
         for step in row.steps:
-            bounces[step.fault].setdefault(step.number, step.t)
+            bounces[step.fault].setdefault(step.number, (step.t, step.what))
     everywhere = {row.label for row in rows}
     by_kind: dict[str, list[tuple[str, float]]] = defaultdict(list)
     for key, w in windows.items():
@@ -97,7 +97,10 @@ def fault_sentences(run: Run, rows: Sequence[TimelineRow]) -> list[str]:
                     " on every variant" if set(labels) == everywhere else f" on {', '.join(labels)}"
                 )
             down = sorted(bounces.get(w.name, {}).values())
-            went = f"; the broker went down at {', '.join(at(t) for t in down)}" if down else ""
+            went = "; went down: " + ", ".join(
+                f"{what.split(' SIG')[0] or 'a node'} at {at(t)}" for t, what in down
+            )
+            went = went if down else ""
             lines.append(f"Fault {_describe(w)}{on}{went}.")
     return lines + configured
 

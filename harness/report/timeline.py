@@ -81,11 +81,12 @@ class Pause:
 
 @dataclass(frozen=True)
 class Step:
-    """An instant inside a fault window: a broker bounce of a (rolling) restart."""
+    """An instant inside a fault window: a Kafka node taken down by a (rolling) restart."""
 
     t: float
     fault: str
     number: int  # 1-based, e.g. the rotation
+    what: str = ""  # e.g. "node 2 SIGTERM"
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,9 @@ def fault_windows(
 
 def fault_steps(events: Sequence[HistoryEvent], t0: float) -> tuple[Step, ...]:
     return tuple(
-        Step(e.t - t0, e.fault, e.count or 0) for e in events if e.kind is EventKind.FAULT_STEP
+        Step(e.t - t0, e.fault, e.count or 0, e.detail)
+        for e in events
+        if e.kind is EventKind.FAULT_STEP
     )
 
 

@@ -1,4 +1,5 @@
-"""The local backend: Kafka (Tansu on moto's S3), MongoDB (SecantusDB) and Spark as processes.
+"""The local backend: a Kafka cluster (three Apache Kafka KRaft nodes), MongoDB (SecantusDB),
+the fault proxy and Spark, as processes.
 
 Ports are picked free at ``up`` and kept for the environment's life, so a restarted server comes
 back on the address its clients already know. Every server runs in its own session, carries the
@@ -10,9 +11,10 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,6 +26,7 @@ from harness.environment.base import (
     Environment,
     EnvironmentBusy,
     EnvironmentStatus,
+    KafkaStatus,
     Link,
     LinkRule,
     NoEnvironment,
@@ -31,30 +34,30 @@ from harness.environment.base import (
     ServerStatus,
 )
 from harness.environment.local.fault_proxy import FaultProxy
-from harness.environment.local.moto_s3 import MotoS3
+from harness.environment.local.kafka_node import NODE_IDS, KafkaNode, port_names
 from harness.environment.local.secantus import SecantusMongo
 from harness.environment.local.server import LocalServer, ServerContext
 from harness.environment.local.spark_standalone import SparkMaster, SparkWorker
-from harness.environment.local.tansu import TansuBroker
 from harness.environment.ports import free_ports
 from harness.environment.proxy.client import ProxyControl
-from harness.environment.readiness import DeadlineExceeded, GaveUp, wait_for
 from harness.environment.spark import SparkSettings
 from harness.errors import BadInput
+from harness.kafka import lab_groups
+from harness.readiness import DeadlineExceeded, GaveUp, wait_for
 
 # Directories below DIR that belong to one environment's life and are wiped with it.
-DATA_DIRS = ("mongo", "spark")
+DATA_DIRS = ("mongo", "spark", "kafka")
 PORT_NAMES = (
-    "s3",
-    "kafka",
+    *(name for node in NODE_IDS for name in port_names(node)),
     "mongo",
-    "kafka-proxy",  # what every Kafka client connects to; Tansu advertises it
     "mongo-proxy",  # the consumers' MongoDB link
     "proxy-control",
     "spark-master",
     "spark-master-ui",
     "spark-worker-ui",
 )
+PREPARATION_TIMEOUT_S = 120.0
+KAFKA_STOP_GRACE_S = 30.0  # a controlled shutdown took 2.8-8.2 s on 2 busy cores
 
 Progress = Callable[[str], None]
 
@@ -115,16 +118,15 @@ class LocalEnvironment(Environment):
         return self._state
 
     def _ctx(self) -> ServerContext:
-        return ServerContext(self.directory, self._st.ports)
+        return ServerContext(self.directory, self._st.ports, self._st.env_id)
 
     def _servers(self) -> list[LocalServer]:
         """Every server, in start order."""
         ctx = self._ctx()
         servers: list[LocalServer] = [
-            MotoS3(ctx),
             SecantusMongo(ctx),
             FaultProxy(ctx),
-            TansuBroker(ctx),
+            *(KafkaNode(ctx, node) for node in NODE_IDS),
         ]
         if self.options.spark_standalone:
             servers += [SparkMaster(ctx), SparkWorker(ctx, self.options.spark_cores)]
@@ -199,25 +201,49 @@ class LocalEnvironment(Environment):
         servers = {s.name: s for s in self._servers()}
         for server in servers.values():
             server.prepare()
-        # Launch what has no dependency at once, then wait: start-up overlaps.
-        s3, mongo, kafka = servers["s3"], servers["mongo"], servers["kafka"]
-        proxy = servers["proxy"]
-        self._launch(s3)
-        self._launch(mongo)
-        self._launch(proxy)
+        self._run_preparations(list(servers.values()))
+        # Launch what has no dependency at once, then wait: start-up overlaps. The nodes of
+        # the cluster start together (one alone has no quorum) after the proxy, whose
+        # addresses they advertise.
+        self._launch(servers["mongo"])
+        self._launch(servers["proxy"])
         if master := servers.get("spark-master"):
             self._launch(master)
-        self._await_ready(s3)
-        s3.on_first_ready()
-        # Before the broker: it advertises the proxy, so its first clients connect there.
-        self._await_ready(proxy)
-        self._launch(kafka)
+        self._await_ready(servers["proxy"])
+        for node in servers.values():
+            if isinstance(node, KafkaNode):
+                self._launch(node)
         if master:
             self._await_ready(master)
             self._launch(servers["spark-worker"])
         for server in servers.values():
-            if server.name not in ("s3", "proxy", "spark-master"):
+            if server.name not in ("proxy", "spark-master"):
                 self._await_ready(server)
+
+    def _run_preparations(self, servers: Sequence[LocalServer]) -> None:
+        """Each server's one-off command (formatting a Kafka node's storage), side by side."""
+        running = []
+        for server in servers:
+            if argv := server.preparation():
+                log = server.log_path
+                log.parent.mkdir(parents=True, exist_ok=True)
+                with log.open("ab") as out:
+                    out.write(f"==== chaoslab: preparing: {' '.join(argv)}\n".encode())
+                    out.flush()
+                    child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+                running.append((server, child))
+        deadline = time.monotonic() + PREPARATION_TIMEOUT_S
+        failed = []
+        for server, child in running:
+            try:
+                code = child.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.kill()
+                code = child.wait()
+            if code != 0:
+                failed.append(f"{server.name} (exit {code}):\n{self.log_tail(server.name)}")
+        if failed:
+            raise ServerStartError("preparing the servers failed: " + "\n".join(failed))
 
     def _launch(self, server: LocalServer) -> process.ProcessHandle:
         handle = process.spawn(
@@ -258,9 +284,12 @@ class LocalEnvironment(Environment):
             found = self._reload()
         except NoEnvironment:
             return
-        # All at once: the data is discarded with the environment, so the order servers
-        # stop in does not matter, and SecantusDB alone takes seconds to shut down.
-        stopped = process.reap(found.env_id, grace=10.0)
+        # The Kafka nodes are killed: their data is discarded with the environment, and a
+        # cluster whose nodes all shut down cleanly at once took up to 6.5 s. The rest all at
+        # once: the order does not matter, and SecantusDB alone takes seconds to shut down.
+        nodes = [p for n in NODE_IDS for p in process.marked(found.env_id, f"kafka-{n}")]
+        process.kill(nodes)
+        stopped = [p.pid for p in nodes] + process.reap(found.env_id, grace=10.0)
         with state.locked(self.directory):
             state.remove(self.directory)
             state.unregister(found.env_id)
@@ -280,7 +309,7 @@ class LocalEnvironment(Environment):
 
     @property
     def kafka_bootstrap(self) -> str:
-        # Through the fault proxy, like every Kafka client: the broker advertises its address.
+        # Through the fault proxy, like every Kafka client: the nodes advertise its addresses.
         return self._proxy.kafka_address
 
     @property
@@ -336,6 +365,22 @@ class LocalEnvironment(Environment):
             mongo_uri=self.mongo_uri,
             spark_master=self.spark.master,
             servers=tuple(servers),
+            kafka=self._kafka_status(servers),
+        )
+
+    def _kafka_status(self, servers: Sequence[ServerStatus]) -> KafkaStatus | None:
+        if not any(s.ready for s in servers if s.name.startswith("kafka-")):
+            return None
+        try:
+            view = self.cluster_view()
+            groups = lab_groups(self.kafka_bootstrap)
+        except Exception:  # a status shows what answers, whatever does not
+            return None
+        return KafkaStatus(
+            brokers=view.brokers,
+            controller=view.controller,
+            under_replicated=len(view.under_replicated()),
+            coordinators={g: view.coordinator_of(g) for g in groups},
         )
 
     def log_path(self, server: str) -> Path:
@@ -358,38 +403,88 @@ class LocalEnvironment(Environment):
     def clear_link_rules(self) -> None:
         self.fault_proxy.clear_rules()
 
-    def _fault_target(self, component: Component, broker: int) -> LocalServer:
-        if broker != 0:
-            raise BadInput(f"the local backend has one Kafka broker; there is no broker {broker}")
-        return self._server(component.value)
+    @property
+    def broker_ids(self) -> tuple[int, ...]:
+        return NODE_IDS
 
-    def restart(self, component: Component, *, hard: bool = False, broker: int = 0) -> None:
-        server = self._fault_target(component, broker)
-        process.stop_server(self._st.env_id, server.name, hard=hard)
-        self._launch(server)
-        self._await_ready(server)
+    def _targets(self, component: Component, broker: int | None) -> list[LocalServer]:
+        if component is Component.MONGO:
+            return [self._server("mongo")]
+        if broker is None:
+            return [self._server(f"kafka-{n}") for n in NODE_IDS]
+        if broker not in NODE_IDS:
+            raise BadInput(f"the Kafka cluster's nodes are {list(NODE_IDS)}; there is no {broker}")
+        return [self._server(f"kafka-{broker}")]
 
-    def kill(self, component: Component, *, broker: int = 0) -> None:
-        server = self._fault_target(component, broker)
-        process.stop_server(self._st.env_id, server.name, hard=True)
-        self._record(server.name, pid=None, create_time=None, paused=False)
+    def _stop(self, servers: Sequence[LocalServer], *, hard: bool) -> None:
+        """Stop the servers given, all at once (SIGKILL, or SIGTERM with a deadline)."""
+        procs = [p for s in servers for p in process.marked(self._st.env_id, s.name)]
+        if hard:
+            process.kill(procs)
+        else:
+            grace = KAFKA_STOP_GRACE_S if isinstance(servers[0], KafkaNode) else 10.0
+            names = ", ".join(s.name for s in servers)
+            process.terminate(procs, grace=grace, what=f"stopping {names}")
+        for server in servers:
+            self._record(server.name, pid=None, create_time=None, paused=False)
 
-    def revive(self, component: Component, *, broker: int = 0) -> None:
-        server = self._fault_target(component, broker)
-        if self._reload().servers[server.name].alive():
-            raise BadInput(f"{server.name} is running; only a killed server can be revived")
-        self._launch(server)
-        self._await_ready(server)
+    def restart(
+        self, component: Component, *, hard: bool = False, broker: int | None = None
+    ) -> None:
+        servers = self._targets(component, broker)
+        self._stop(servers, hard=hard)
+        for server in servers:
+            self._launch(server)
+        for server in servers:
+            self._await_ready(server)
 
-    def pause(self, component: Component, *, broker: int = 0) -> None:
-        server = self._fault_target(component, broker)
-        process.signal_server(self._st.env_id, server.name, signal.SIGSTOP)
-        self._record(server.name, paused=True)
+    def kill(self, component: Component, *, broker: int | None = None) -> None:
+        self._stop(self._targets(component, broker), hard=True)
 
-    def resume(self, component: Component, *, broker: int = 0) -> None:
-        server = self._fault_target(component, broker)
-        process.signal_server(self._st.env_id, server.name, signal.SIGCONT)
-        self._record(server.name, paused=False)
+    def revive(self, component: Component, *, broker: int | None = None) -> None:
+        servers = self._targets(component, broker)
+        records = self._reload().servers
+        running = [s.name for s in servers if records[s.name].alive()]
+        if running:
+            raise BadInput(f"{', '.join(running)}: running; only a killed server can be revived")
+        for server in servers:
+            self._launch(server)
+        for server in servers:
+            self._await_ready(server)
+
+    def pause(self, component: Component, *, broker: int | None = None) -> None:
+        for server in self._targets(component, broker):
+            process.signal_server(self._st.env_id, server.name, signal.SIGSTOP)
+            self._record(server.name, paused=True)
+
+    def resume(self, component: Component, *, broker: int | None = None) -> None:
+        for server in self._targets(component, broker):
+            process.signal_server(self._st.env_id, server.name, signal.SIGCONT)
+            self._record(server.name, paused=False)
+
+    # -- one node, without waiting (the nemesis) ------------------------------------------------
+
+    def begin_stop_broker(self, broker: int, *, hard: bool) -> None:
+        (node,) = self._targets(Component.KAFKA, broker)
+        process.signal_server(self._st.env_id, node.name, signal.SIGCONT)  # a paused one too
+        sig = signal.SIGKILL if hard else signal.SIGTERM
+        process.signal_server(self._st.env_id, node.name, sig)
+
+    def broker_stopped(self, broker: int) -> bool:
+        (node,) = self._targets(Component.KAFKA, broker)
+        process.reap_exited_children()
+        if process.marked(self._st.env_id, node.name):
+            return False
+        self._record(node.name, pid=None, create_time=None, paused=False)
+        return True
+
+    def begin_start_broker(self, broker: int) -> None:
+        (node,) = self._targets(Component.KAFKA, broker)
+        self._launch(node)
+
+    def broker_ready(self, broker: int) -> bool:
+        (node,) = self._targets(Component.KAFKA, broker)
+        return _answers(node)
 
 
 def _answers(server: LocalServer) -> bool:

@@ -1,10 +1,12 @@
 """The fault proxy as a server of the local backend, and which of its rules a link means.
 
-Every Kafka client reaches the broker through the proxy's Kafka listener: Tansu advertises the
-proxy's address, so connections made after bootstrap come back through it too. The producer and
-consumer links share that address and are told apart by client.id (``harness.kafka``'s
-``PRODUCER_CLIENT``, ``CONSUMER_CLIENT``; the harness's own ``HARNESS_CLIENT`` is never a
-target). The consumers' MongoDB link is a plain TCP listener in front of SecantusDB.
+Every Kafka client reaches the cluster through the proxy: it has one Kafka listener per node
+(``kafka/1``, ``kafka/2``, ``kafka/3``), each node advertises its listener as the address of its
+CLIENT listener, so the connections a client makes after bootstrap come back through the proxy
+too; a rule on ``kafka`` covers all three. The producer and consumer links share those
+addresses and are told apart by client.id (``harness.kafka``'s ``PRODUCER_CLIENT``,
+``CONSUMER_CLIENT``; the harness's own ``HARNESS_CLIENT`` is never a target). The consumers'
+MongoDB link is a plain TCP listener in front of SecantusDB.
 """
 
 from __future__ import annotations
@@ -12,19 +14,18 @@ from __future__ import annotations
 import sys
 
 from harness.environment.base import Link, LinkRule
+from harness.environment.local.kafka_node import NODE_IDS
 from harness.environment.local.server import LocalServer
 from harness.environment.ports import LOOPBACK
 from harness.environment.proxy.client import ProxyControl
+from harness.kafka import CONSUMER_CLIENT, PRODUCER_CLIENT
 
-KAFKA_LISTENER = "kafka"
+KAFKA_LISTENER = "kafka"  # the group of the nodes' listeners, kafka/1 ...
 MONGO_LISTENER = "mongo"
 
 
 def link_target(link: Link) -> tuple[str, str]:
     """The proxy listener a link runs through, and the client.id prefix of its clients."""
-    # Imported here: harness.kafka imports harness.environment, which imports this module.
-    from harness.kafka import CONSUMER_CLIENT, PRODUCER_CLIENT
-
     targets = {
         Link.PRODUCER_KAFKA: (KAFKA_LISTENER, PRODUCER_CLIENT),
         Link.CONSUMER_KAFKA: (KAFKA_LISTENER, CONSUMER_CLIENT),
@@ -40,12 +41,13 @@ class FaultProxy(LocalServer):
 
     @property
     def port(self) -> int:
-        # The address people look for in ``status``: the one every Kafka client connects to.
-        return self.ctx.ports["kafka-proxy"]
+        # The address people look for in ``status``: where Kafka clients bootstrap.
+        return self.ctx.ports[f"kafka-{NODE_IDS[0]}-proxy"]
 
     @property
     def kafka_address(self) -> str:
-        return f"{LOOPBACK}:{self.ctx.ports['kafka-proxy']}"
+        """Every node's listener: the bootstrap list of every Kafka client."""
+        return ",".join(f"{LOOPBACK}:{self.ctx.ports[f'kafka-{n}-proxy']}" for n in NODE_IDS)
 
     @property
     def mongo_address(self) -> str:
@@ -56,17 +58,15 @@ class FaultProxy(LocalServer):
 
     def argv(self) -> list[str]:
         ports = self.ctx.ports
-        return [
-            sys.executable,
-            "-m",
-            "harness.environment.proxy",
-            "--control",
-            str(ports["proxy-control"]),
-            "--listener",
-            f"{KAFKA_LISTENER},kafka,{ports['kafka-proxy']},{LOOPBACK}:{ports['kafka']}",
-            "--listener",
-            f"{MONGO_LISTENER},tcp,{ports['mongo-proxy']},{LOOPBACK}:{ports['mongo']}",
+        kafka = [
+            f"{KAFKA_LISTENER}/{n},kafka,{ports[f'kafka-{n}-proxy']},"
+            f"{LOOPBACK}:{ports[f'kafka-{n}-client']}"
+            for n in NODE_IDS
         ]
+        mongo = f"{MONGO_LISTENER},tcp,{ports['mongo-proxy']},{LOOPBACK}:{ports['mongo']}"
+        listeners = [arg for spec in [*kafka, mongo] for arg in ("--listener", spec)]
+        return [sys.executable, "-m", "harness.environment.proxy",
+                "--control", str(ports["proxy-control"]), *listeners]  # fmt: skip
 
     def probe(self) -> None:
         self.control().health()

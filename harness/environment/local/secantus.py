@@ -9,7 +9,7 @@ from pymongo import MongoClient
 
 from harness.environment.local.server import LocalServer
 from harness.environment.ports import LOOPBACK
-from harness.environment.readiness import NotReady, accepts_connections
+from harness.readiness import NotReady, accepts_connections
 
 REPLICA_SET = "secantus"
 

@@ -15,12 +15,13 @@ from harness.environment.ports import LOOPBACK
 class ServerContext:
     directory: Path  # the environment's directory
     ports: Mapping[str, int]  # every port of the environment, picked once at ``up``
+    env_id: str  # the environment's life (e.g. a cluster's id derives from it)
 
 
 class LocalServer(ABC):
     """One server process. Subclasses say how to run it and how to tell it is ready."""
 
-    name: ClassVar[str]  # key in the state file, log file name
+    name: str  # key in the state file, log file name
     role: ClassVar[str]  # what it is, for people
     ready_timeout: ClassVar[float] = 30.0
 
@@ -47,6 +48,11 @@ class LocalServer(ABC):
 
     def prepare(self) -> None:  # noqa: B027 - an optional hook
         """Create what the server needs on disk; runs once, before the first start."""
+
+    def preparation(self) -> list[str]:
+        """A command to run once after ``prepare`` and before the first start (e.g. format
+        the storage); the environment runs those of all its servers side by side."""
+        return []
 
     @abstractmethod
     def probe(self) -> None:

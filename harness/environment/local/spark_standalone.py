@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness.environment.local.server import LocalServer, ServerContext
 from harness.environment.ports import LOOPBACK
-from harness.environment.readiness import NotReady
+from harness.readiness import NotReady
 
 
 def spark_home() -> Path:

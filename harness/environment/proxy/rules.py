@@ -1,7 +1,9 @@
 """Fault rules: what the proxy does to which connections, and how often it did it.
 
-A rule names a listener, a client.id prefix (Kafka listeners only; '' matches every client,
-including a Kafka connection that has not sent its first request yet) and an action:
+A rule names a listener - or a group of them: ``kafka`` names every listener called
+``kafka/...`` (one per broker of a cluster) - a client.id prefix (Kafka listeners only; ''
+matches every client, including a Kafka connection that has not sent its first request yet)
+and an action:
 
 * ``cut`` - forward nothing either way; connections stay open, new ones are accepted and held
   too (a network partition). What was read is held, not dropped, and flows once the rule goes,
@@ -43,7 +45,7 @@ class Rule:
     error_code: int = 0
 
     def matches(self, listener: str, client: str) -> bool:
-        return listener == self.listener and client.startswith(self.clients)
+        return in_group(listener, self.listener) and client.startswith(self.clients)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "api_keys": list(self.api_keys)}
@@ -57,9 +59,13 @@ def parse_rule(raw: object, rule_id: str, modes: Mapping[str, str]) -> Rule:
     if unknown:
         raise RuleError(f"unknown fields: {', '.join(sorted(unknown))}")
     listener = raw.get("listener")
-    if listener not in modes:
-        raise RuleError(f"listener: {listener!r} is not one of {', '.join(sorted(modes))}")
-    mode = modes[listener]
+    members = {
+        m for name, m in modes.items() if isinstance(listener, str) and in_group(name, listener)
+    }
+    if len(members) != 1:
+        groups = {name.split("/")[0] for name in modes} | set(modes)
+        raise RuleError(f"listener: {listener!r} is not one of {', '.join(sorted(groups))}")
+    (mode,) = members
     action = raw.get("action")
     if action not in ACTIONS:
         raise RuleError(f"action: {action!r} is not one of {', '.join(ACTIONS)}")
@@ -89,6 +95,11 @@ def parse_rule(raw: object, rule_id: str, modes: Mapping[str, str]) -> Rule:
     elif api_keys or error_code:
         raise RuleError(f"api_keys, error_code: only kafka-error has them (action {action})")
     return Rule(rule_id, listener, clients, action, delay_ms, tuple(api_keys), error_code)
+
+
+def in_group(listener: str, name: str) -> bool:
+    """Whether ``listener`` is the listener ``name``, or one of the group ``name/...``."""
+    return listener == name or listener.startswith(f"{name}/")
 
 
 def _is_int(value: object) -> bool:

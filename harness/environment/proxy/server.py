@@ -88,7 +88,8 @@ class ProxyServer:
         self.rules.add(rule)
         log.info("rule %s added: %s", rule.id, rule.to_json())
         if rule.action == "reset":
-            for connection in list(self.connections[rule.listener]):
+            every = [c for conns in self.connections.values() for c in conns]
+            for connection in every:
                 if rule.matches(connection.spec.name, connection.client):
                     self.rules.count([rule])
                     log.info("%s: reset by rule %s", connection.label, rule.id)

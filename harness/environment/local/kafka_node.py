@@ -1,0 +1,159 @@
+"""A node of the local backend's Kafka cluster: Apache Kafka in KRaft mode, broker and controller
+in one JVM, from the jars ``chaoslab fetch`` put in ``.chaoslab/jars`` (see ``harness.jars``).
+
+Three nodes make the cluster (a static quorum of three voters). Each listens on 127.0.0.1:
+
+* INTERNAL - between brokers (replication), advertised as itself;
+* CLIENT - for clients, advertised as the fault proxy's listener for this node, so that every
+  client connection after bootstrap comes back through the proxy;
+* CONTROLLER - the KRaft quorum.
+
+Topics and ``__consumer_offsets`` have three replicas and ``min.insync.replicas=2``, as a
+managed cluster has. Everything else is Kafka's default, so that faults play out as they do in
+production (a SIGKILLed broker is fenced after ``broker.session.timeout.ms``, 9 s).
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from harness import jars
+from harness.environment.local.server import LocalServer, ServerContext
+from harness.environment.ports import LOOPBACK
+from harness.kafka import HARNESS_CLIENT
+from harness.readiness import NotReady, accepts_connections
+
+NODE_IDS = (1, 2, 3)
+LOG4J2 = Path(jars.POMS) / "kafka-log4j2.properties"
+# Measured on 2 cores: 128 MB runs out of memory at start-up with Kafka's default 128 MiB log
+# cleaner buffer (allocated once __consumer_offsets exists); 192 MB ran with a full GC at the
+# limit; 256 MB ran every fault (kills, pauses, rolling restarts) with no full GC. The buffer is
+# 16 MiB here: the lab's compacted topics are small.
+HEAP = "256m"
+CLEANER_BUFFER = 16 * 1024 * 1024
+
+
+def port_names(node: int) -> tuple[str, ...]:
+    """The ports a node needs, named as in the environment's port map."""
+    return (
+        f"kafka-{node}",
+        f"kafka-{node}-client",
+        f"kafka-{node}-controller",
+        f"kafka-{node}-proxy",
+    )
+
+
+def cluster_id(env_id: str) -> str:
+    """Kafka's cluster id (a base64url UUID), the same for every node of one environment."""
+    raw = uuid.uuid5(uuid.NAMESPACE_OID, f"chaoslab-{env_id}").bytes
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def java() -> str:
+    found = shutil.which("java")
+    if found is None:
+        raise NotReady("no java on PATH (Kafka and Spark need Java 17 or newer)")
+    return found
+
+
+class KafkaNode(LocalServer):
+    role = "Kafka node (KRaft broker + controller)"
+    ready_timeout = 120.0  # a JVM start on 2 busy cores; measured 8-29 s
+
+    def __init__(self, ctx: ServerContext, node: int) -> None:
+        super().__init__(ctx)
+        self.node = node
+        self.name = f"kafka-{node}"
+
+    # -- addresses --------------------------------------------------------------------------
+
+    def _port(self, suffix: str = "") -> int:
+        return self.ctx.ports[f"kafka-{self.node}{suffix}"]
+
+    @property
+    def port(self) -> int:
+        return self._port()  # INTERNAL: what the harness's own probes use
+
+    @property
+    def client_address(self) -> str:
+        return f"{LOOPBACK}:{self._port('-client')}"
+
+    @property
+    def proxy_port(self) -> int:
+        return self._port("-proxy")
+
+    # -- files --------------------------------------------------------------------------------
+
+    @property
+    def data(self) -> Path:
+        return self.ctx.directory / "kafka" / f"node-{self.node}"
+
+    @property
+    def config(self) -> Path:
+        return self.ctx.directory / "kafka" / f"node-{self.node}.properties"
+
+    def settings(self) -> Mapping[str, object]:
+        ports = self.ctx.ports
+        voters = ",".join(f"{n}@{LOOPBACK}:{ports[f'kafka-{n}-controller']}" for n in NODE_IDS)
+        return {
+            "process.roles": "broker,controller",
+            "node.id": self.node,
+            "controller.quorum.voters": voters,
+            "listeners": f"INTERNAL://{self.address},CLIENT://{self.client_address},"
+            f"CONTROLLER://{LOOPBACK}:{self._port('-controller')}",
+            "advertised.listeners": f"INTERNAL://{self.address},"
+            f"CLIENT://{LOOPBACK}:{self.proxy_port},"
+            f"CONTROLLER://{LOOPBACK}:{self._port('-controller')}",
+            "listener.security.protocol.map": "INTERNAL:PLAINTEXT,CLIENT:PLAINTEXT,"
+            "CONTROLLER:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "INTERNAL",
+            "log.dirs": self.data,
+            "num.partitions": 3,
+            "default.replication.factor": 3,
+            "min.insync.replicas": 2,
+            "offsets.topic.replication.factor": 3,
+            "transaction.state.log.replication.factor": 3,
+            "transaction.state.log.min.isr": 2,
+            "group.initial.rebalance.delay.ms": 0,
+            "log.cleaner.dedupe.buffer.size": CLEANER_BUFFER,
+        }
+
+    def prepare(self) -> None:
+        self.data.mkdir(parents=True, exist_ok=True)
+        lines = [f"{key}={value}" for key, value in self.settings().items()]
+        self.config.write_text("# written by chaoslab\n" + "\n".join(lines) + "\n")
+
+    def preparation(self) -> list[str]:
+        """Format the node's storage for the environment's cluster (once, before its first
+        start). With a static quorum (controller.quorum.voters) no other flag is needed."""
+        return [java(), "-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp", jars.kafka().classpath(),
+                "kafka.tools.StorageTool", "format", "-t", cluster_id(self.ctx.env_id),
+                "-c", str(self.config)]  # fmt: skip
+
+    def argv(self) -> list[str]:
+        return [java(), f"-Xms{HEAP}", f"-Xmx{HEAP}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+                "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile={LOG4J2}", f"-Dchaoslab.log={self.log_path}",
+                "-cp", jars.kafka().classpath(), "kafka.Kafka", str(self.config)]  # fmt: skip
+
+    def probe(self) -> None:
+        """Ready when this node is a registered, unfenced broker (it is in the metadata its own
+        INTERNAL listener serves); registering needs a quorum leader, so that holds too."""
+        accepts_connections(LOOPBACK, self.port)  # first: librdkafka logs every refusal
+        admin = AdminClient(
+            {
+                "bootstrap.servers": self.address,
+                "client.id": HARNESS_CLIENT,
+                "socket.timeout.ms": 2000,
+            }
+        )
+        brokers = admin.list_topics(timeout=2).brokers
+        if self.node not in brokers:
+            raise NotReady(f"node {self.node} is not a registered broker yet ({sorted(brokers)})")

@@ -1,0 +1,149 @@
+"""What a Kafka cluster looks like from a client: its brokers, its active controller, each
+partition's leader and in-sync replicas, and the group coordinator of a consumer group.
+
+One ``ClusterView`` is one Metadata request (``list_topics``) plus one DescribeQuorum request.
+The Admin API's DescribeCluster and DescribeConsumerGroups are avoided on purpose:
+
+* in KRaft, DescribeCluster's "controller" is a random broker, not the active controller
+  (measured: 3,3,3,1,1 while node 2 led the quorum); DescribeQuorum names the leader, and
+  confluent-kafka has no call for it, hence the few lines of protocol below;
+* librdkafka 2.16 aborted the whole process twice when DescribeConsumerGroups was polled
+  while a broker restarted (``rd_kafka_enq_once_del_source_return: Assertion ... refcnt > 0``),
+  so a group's coordinator is computed as Kafka does: the leader of ``__consumer_offsets``
+  partition ``abs(group.hashCode()) % partitions`` (it matched DescribeConsumerGroups in every
+  run it was checked against).
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from confluent_kafka.admin import AdminClient
+
+from harness.environment.proxy.wire import Malformed, Reader, Writer
+
+OFFSETS_TOPIC = "__consumer_offsets"
+METADATA_TOPIC = "__cluster_metadata"
+DESCRIBE_QUORUM = 55
+_correlation = itertools.count(1)
+
+
+def java_hash(text: str) -> int:
+    """Java's ``String.hashCode()`` (over UTF-16 code units, as a signed 32-bit int)."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def offsets_partition(group: str, partitions: int) -> int:
+    """The ``__consumer_offsets`` partition of ``group``: Kafka's ``Utils.abs(hashCode) % n``
+    (``Math.abs``, with MIN_VALUE taken as 0 - not ``hash & 0x7fffffff``)."""
+    h = java_hash(group)
+    return (0 if h == -(2**31) else abs(h)) % partitions
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    leader: int  # -1 when it has none
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+    @property
+    def under_replicated(self) -> bool:
+        return len(self.isr) < len(self.replicas)
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    brokers: tuple[int, ...]  # registered and unfenced
+    controller: int | None  # the KRaft quorum's leader
+    partitions: Mapping[tuple[str, int], PartitionView]
+
+    def under_replicated(self) -> list[tuple[str, int]]:
+        return sorted(tp for tp, p in self.partitions.items() if p.under_replicated)
+
+    def leader_of(self, topic: str, partition: int) -> int | None:
+        found = self.partitions.get((topic, partition))
+        return found.leader if found is not None and found.leader >= 0 else None
+
+    def coordinator_of(self, group: str) -> int | None:
+        """The broker coordinating ``group`` (None before ``__consumer_offsets`` exists)."""
+        count = sum(1 for topic, _ in self.partitions if topic == OFFSETS_TOPIC)
+        if not count:
+            return None
+        return self.leader_of(OFFSETS_TOPIC, offsets_partition(group, count))
+
+
+def cluster_view(bootstrap: str, client_id: str, *, timeout: float = 10.0) -> ClusterView:
+    settings = {"client.id": client_id, "socket.timeout.ms": 5000, "log_level": 3}
+    admin = AdminClient({"bootstrap.servers": bootstrap, **settings})
+    metadata = admin.list_topics(timeout=timeout)
+    partitions = {
+        (name, number): PartitionView(p.leader, tuple(p.replicas), tuple(p.isrs))
+        for name, topic in metadata.topics.items()
+        for number, p in topic.partitions.items()
+    }
+    controller = None
+    for broker in sorted(metadata.brokers.values(), key=lambda b: b.id):
+        try:
+            controller = quorum_leader(broker.host, broker.port, client_id, timeout=timeout)
+            break
+        except (OSError, Malformed):
+            continue  # that broker is going away: ask the next
+    return ClusterView(tuple(sorted(metadata.brokers)), controller, partitions)
+
+
+def quorum_leader(host: str, port: int, client_id: str, *, timeout: float = 10.0) -> int | None:
+    """The node leading the KRaft quorum, by DescribeQuorum (v0) to any broker (brokers
+    forward it to the controllers); None while there is no leader."""
+    correlation = next(_correlation) & 0x7FFFFFFF
+    request = (
+        Writer()
+        .int16(DESCRIBE_QUORUM)
+        .int16(0)
+        .int32(correlation)
+        .nullable_string(client_id, compact=False)  # header v2: never compact
+        .uvarint(0)  # header tagged fields
+        .uvarint(2)  # one topic (compact arrays carry count + 1)
+        .nullable_string(METADATA_TOPIC, compact=True)
+        .uvarint(2)  # one partition
+        .int32(0)
+        .uvarint(0)
+        .uvarint(0)
+        .uvarint(0)
+        .bytes()
+    )
+    with socket.create_connection((host, port), timeout=timeout) as conn:
+        conn.sendall(struct.pack(">i", len(request)) + request)
+        size = struct.unpack(">i", _read_exactly(conn, 4))[0]
+        r = Reader(_read_exactly(conn, size))
+    if r.int32() != correlation:
+        raise Malformed("DescribeQuorum: the response answers another request")
+    r.skip_tagged_fields()  # response header v1
+    if r.int16() != 0:
+        return None  # e.g. NOT_LEADER_OR_FOLLOWER while the quorum elects
+    r.uvarint()  # topics
+    r.string(compact=True)
+    r.uvarint()  # partitions
+    r.int32()  # partition index
+    if r.int16() != 0:
+        return None
+    leader = r.int32()
+    return leader if leader >= 0 else None
+
+
+def _read_exactly(conn: socket.socket, size: int) -> bytes:
+    chunks, left = [], size
+    while left:
+        chunk = conn.recv(left)
+        if not chunk:
+            raise ConnectionError("the broker closed the connection")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
