@@ -147,13 +147,8 @@ class KafkaNode(LocalServer):
         """Ready when this node is a registered, unfenced broker (it is in the metadata its own
         INTERNAL listener serves); registering needs a quorum leader, so that holds too."""
         accepts_connections(LOOPBACK, self.port)  # first: librdkafka logs every refusal
-        admin = AdminClient(
-            {
-                "bootstrap.servers": self.address,
-                "client.id": HARNESS_CLIENT,
-                "socket.timeout.ms": 2000,
-            }
-        )
+        settings = {"client.id": HARNESS_CLIENT, "socket.timeout.ms": 2000, "log_level": 3}
+        admin = AdminClient({"bootstrap.servers": self.address, **settings})
         brokers = admin.list_topics(timeout=2).brokers
         if self.node not in brokers:
             raise NotReady(f"node {self.node} is not a registered broker yet ({sorted(brokers)})")
