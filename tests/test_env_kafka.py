@@ -1,23 +1,33 @@
-"""The local backend's Kafka: every acked message and every committed offset survives a clean
-restart and a kill -9 of the broker."""
+"""The local backend's Kafka: a real three-node KRaft cluster. Replication as configured; every
+acked message and committed offset survives restarts of the whole cluster, a kill -9 of the
+group's coordinator while a consumer commits in a loop (Kafka's own ConsumerBounceTest is the
+model), and a clean rolling restart under continuous produce and consume."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import defaultdict
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import ConfigResource
 
-from harness.environment import LocalEnvironment
-from harness.kafka import consumer_config, create_topic, end_offsets, producer_config
+from harness.environment import Component, LocalEnvironment
+from harness.kafka import admin, consumer_config, create_topic, end_offsets, producer_config
+from harness.kafka_cluster import OFFSETS_TOPIC
+from harness.readiness import NotReady, wait_for
 from tests.support import server_handles, unique
+
+pytestmark = pytest.mark.servers
 
 MESSAGES = 10_000
 PARTITIONS = 3
 
 
-def produce_all(bootstrap: str, topic: str) -> dict[str, tuple[int, int]]:
-    """Produce MESSAGES keyed messages; return value -> (partition, offset) as acknowledged."""
+def produce_all(bootstrap: str, topic: str, count: int = MESSAGES) -> dict[str, tuple[int, int]]:
+    """Produce ``count`` keyed messages; return value -> (partition, offset) as acknowledged."""
     acked: dict[str, tuple[int, int]] = {}
     errors: list[str] = []
 
@@ -28,7 +38,7 @@ def produce_all(bootstrap: str, topic: str) -> dict[str, tuple[int, int]]:
             acked[msg.value().decode()] = (msg.partition(), msg.offset())
 
     producer = Producer(producer_config(bootstrap))
-    for i in range(MESSAGES):
+    for i in range(count):
         producer.produce(topic, key=f"k{i % 97}", value=f"m{i}", on_delivery=on_delivery)
         producer.poll(0)
     remaining = producer.flush(60)
@@ -36,14 +46,52 @@ def produce_all(bootstrap: str, topic: str) -> dict[str, tuple[int, int]]:
     return acked
 
 
-def consume_in_group(bootstrap: str, topic: str, group: str) -> list[str]:
-    """Consume until MESSAGES arrived, committing synchronously after every batch."""
+class BackgroundProducer(threading.Thread):
+    """Produces ``m0, m1, ...`` at about ``rate`` per second until stopped; records the acks."""
+
+    def __init__(self, bootstrap: str, topic: str, rate: float = 200) -> None:
+        super().__init__(daemon=True)
+        self.producer = Producer(producer_config(bootstrap))
+        self.topic, self.rate = topic, rate
+        self.acked: dict[str, tuple[int, int]] = {}
+        self.errors: list[str] = []
+        self._halt = threading.Event()
+
+    def _delivered(self, err, msg) -> None:
+        if err is not None:
+            self.errors.append(str(err))
+        else:
+            self.acked[msg.value().decode()] = (msg.partition(), msg.offset())
+
+    def run(self) -> None:
+        i = 0
+        while not self._halt.is_set():
+            self.producer.produce(self.topic, key=f"k{i % 97}", value=f"m{i}",
+                                  on_delivery=self._delivered)  # fmt: skip
+            self.producer.poll(0)
+            i += 1
+            self._halt.wait(1 / self.rate)
+
+    def finish(self) -> dict[str, tuple[int, int]]:
+        """Stop producing; every record sent must be acknowledged, with no error."""
+        self.stop()
+        assert self.producer.flush(120) == 0, "records still unacknowledged"
+        assert not self.errors, self.errors[:3]
+        return self.acked
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=30)
+
+
+def consume_in_group(bootstrap: str, topic: str, group: str, count: int = MESSAGES) -> list[str]:
+    """Consume until ``count`` messages arrived, committing synchronously after every batch."""
     consumer = Consumer(consumer_config(bootstrap, group))
     consumer.subscribe([topic])
     seen: list[str] = []
     deadline = time.monotonic() + 90
     try:
-        while len(seen) < MESSAGES and time.monotonic() < deadline:
+        while len(seen) < count and time.monotonic() < deadline:
             batch = consumer.consume(num_messages=1000, timeout=1.0)
             for msg in batch:
                 assert msg.error() is None, msg.error()
@@ -81,8 +129,75 @@ def committed(bootstrap: str, topic: str, group: str) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in tps}
 
 
-@pytest.mark.servers
-def test_messages_and_committed_offsets_survive_broker_restarts(lab_env: LocalEnvironment) -> None:
+def fully_replicated(env: LocalEnvironment) -> None:
+    view = env.cluster_view()
+    if view.brokers != env.broker_ids or view.under_replicated():
+        raise NotReady(f"brokers {view.brokers}, under-replicated {view.under_replicated()[:5]}")
+
+
+class CommitLoop:
+    """A group member that polls and commits synchronously after every batch (commit failures
+    are counted, as an application would log them, and the next batch's commit goes on)."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
+        settings = {"session.timeout.ms": 10_000}  # the lab's listeners use 6 s
+        self.consumer = Consumer(consumer_config(bootstrap, group, **settings))
+        self.consumer.subscribe([topic])
+        self.offsets: dict[int, list[int]] = defaultdict(list)  # partition -> offsets seen
+        self.values: list[str] = []
+        self.commit_errors: list[str] = []
+
+    def poll_until(self, done: Callable[[], bool], *, timeout: float) -> None:
+        """Poll, handle, commit until ``done()``; the test's own deadline fails it later."""
+        deadline = time.monotonic() + timeout
+        while not done() and time.monotonic() < deadline:
+            batch = self.consumer.consume(num_messages=200, timeout=0.5)
+            for msg in batch:
+                assert msg.error() is None, msg.error()
+                self.offsets[msg.partition()].append(msg.offset())
+                self.values.append(msg.value().decode())
+            if batch:
+                try:
+                    self.consumer.commit(asynchronous=False)
+                except Exception as exc:
+                    self.commit_errors.append(str(exc))
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def test_the_cluster_has_three_nodes_and_replicates_everything_three_times(
+    lab_env: LocalEnvironment,
+) -> None:
+    bootstrap = lab_env.kafka_bootstrap
+    topic, group = unique("replicated"), unique("group")
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce_all(bootstrap, topic, count=100)
+    consume_in_group(bootstrap, topic, group, count=100)  # makes __consumer_offsets exist
+
+    view = lab_env.cluster_view()
+    assert view.brokers == (1, 2, 3)
+    assert view.controller in (1, 2, 3)
+    for name in (topic, OFFSETS_TOPIC):
+        partitions = {tp: p for tp, p in view.partitions.items() if tp[0] == name}
+        assert partitions, name
+        assert all(sorted(p.replicas) == [1, 2, 3] for p in partitions.values()), name
+        assert all(sorted(p.isr) == [1, 2, 3] for p in partitions.values()), name
+    assert view.coordinator_of(group) in (1, 2, 3)
+    # Through the admin API: what every broker was told.
+    client = admin(bootstrap)  # kept: a future of a collected client fails (_DESTROY)
+    for node in (1, 2, 3):  # one broker per call, says the API
+        resource = ConfigResource(ConfigResource.Type.BROKER, str(node))
+        (future,) = client.describe_configs([resource]).values()
+        configs = future.result(timeout=30)
+        assert configs["default.replication.factor"].value == "3"
+        assert configs["min.insync.replicas"].value == "2"
+        assert configs["offsets.topic.replication.factor"].value == "3"
+
+
+def test_messages_and_committed_offsets_survive_restarts_of_the_whole_cluster(
+    lab_env: LocalEnvironment,
+) -> None:
     bootstrap = lab_env.kafka_bootstrap
     topic, group = unique("orders"), unique("group")
     create_topic(bootstrap, topic, PARTITIONS)
@@ -98,12 +213,91 @@ def test_messages_and_committed_offsets_survive_broker_restarts(lab_env: LocalEn
     assert committed(bootstrap, topic, group) == ends
 
     for hard in (False, True):
-        before = server_handles(lab_env.directory)["kafka"]
-        lab_env.restart_broker(hard=hard)
-        after = server_handles(lab_env.directory)["kafka"]
-        assert after != before and not before.alive(), "the broker was not actually restarted"
+        before = server_handles(lab_env.directory)
+        lab_env.restart_broker(hard=hard)  # every node at once
+        after = server_handles(lab_env.directory)
+        for node in ("kafka-1", "kafka-2", "kafka-3"):
+            assert after[node] != before[node] and not before[node].alive(), node
 
         how = "kill -9" if hard else "a clean restart"
         assert sorted(read_back(bootstrap, topic)) == sorted(acked), f"messages changed by {how}"
         assert end_offsets(bootstrap, topic) == ends, f"offsets moved after {how}"
         assert committed(bootstrap, topic, group) == ends, f"committed offsets lost by {how}"
+
+
+def test_kill_9_of_the_coordinator_while_a_consumer_commits_loses_nothing(
+    lab_env: LocalEnvironment,
+) -> None:
+    bootstrap = lab_env.kafka_bootstrap
+    topic, group = unique("bounce"), unique("group")
+    create_topic(bootstrap, topic, PARTITIONS)
+    producer = BackgroundProducer(bootstrap, topic)
+    producer.start()
+    loop = CommitLoop(bootstrap, topic, group)
+    try:
+        loop.poll_until(lambda: len(loop.values) >= 500, timeout=60)
+        coordinator = lab_env.cluster_view().coordinator_of(group)
+        assert coordinator is not None
+        killed = server_handles(lab_env.directory)[f"kafka-{coordinator}"]
+        lab_env.kill_broker(broker=coordinator)
+        assert not killed.alive()
+        seen_at_kill = len(loop.values)
+        # The group goes on with the node dead: another broker becomes its coordinator.
+        loop.poll_until(lambda: len(loop.values) >= seen_at_kill + 1500, timeout=120)
+        assert lab_env.cluster_view().coordinator_of(group) not in (coordinator, None)
+        lab_env.revive(Component.KAFKA, broker=coordinator)
+        acked = producer.finish()
+        ends = end_offsets(bootstrap, topic)
+        loop.poll_until(lambda: committed(bootstrap, topic, group) == ends, timeout=120)
+    finally:
+        loop.close()
+        producer.stop()
+    assert sum(ends.values()) == len(acked)
+    # No acked record lost, and none skipped: each partition was read from offset 0 to its end
+    # with no gap - after the kill the group resumed from its committed offsets (at most a
+    # batch again, never a jump forward).
+    assert set(loop.values) == set(acked)
+    for partition, offsets in loop.offsets.items():
+        assert set(offsets) == set(range(ends[partition])), partition
+    assert committed(bootstrap, topic, group) == ends
+    wait_for(lambda: fully_replicated(lab_env), what="full replication", timeout=120)
+
+
+def test_a_clean_rolling_restart_under_produce_and_consume_loses_nothing(
+    lab_env: LocalEnvironment,
+) -> None:
+    bootstrap = lab_env.kafka_bootstrap
+    topic, group = unique("rolling"), unique("group")
+    create_topic(bootstrap, topic, PARTITIONS)
+    producer = BackgroundProducer(bootstrap, topic)
+    producer.start()
+    loop = CommitLoop(bootstrap, topic, group)
+    try:
+        loop.poll_until(lambda: len(loop.values) >= 300, timeout=60)
+        for node in lab_env.broker_ids:  # as a managed service upgrades: one node at a time
+            before = server_handles(lab_env.directory)[f"kafka-{node}"]
+            restart = threading.Thread(target=lab_env.restart_broker, kwargs={"broker": node})
+            restart.start()
+            while restart.is_alive():  # the application goes on meanwhile
+                loop.poll_until(lambda r=restart: not r.is_alive(), timeout=1)
+            restart.join()
+            assert not before.alive()
+            loop.poll_until(lambda: is_replicated(lab_env), timeout=120)
+        acked = producer.finish()
+        ends = end_offsets(bootstrap, topic)
+        loop.poll_until(lambda: committed(bootstrap, topic, group) == ends, timeout=120)
+    finally:
+        loop.close()
+        producer.stop()
+    assert set(loop.values) == set(acked)
+    assert sorted(read_back(bootstrap, topic)) == sorted(acked)  # each acked record, once
+    view = lab_env.cluster_view()
+    assert view.brokers == (1, 2, 3) and view.under_replicated() == []
+
+
+def is_replicated(env: LocalEnvironment) -> bool:
+    try:
+        fully_replicated(env)
+    except NotReady:
+        return False
+    return True

@@ -24,7 +24,6 @@ from harness.environment import Component, Link, LocalEnvironment
 from harness.environment.base import LinkRule, LinkRuleRefused
 from harness.environment.proxy import RuleRejected
 from harness.environment.proxy import kafka_messages as km
-from harness.readiness import NotReady, wait_for
 from harness.errors import BadInput
 from harness.kafka import (
     CONSUMER_CLIENT,
@@ -35,6 +34,7 @@ from harness.kafka import (
     end_offsets,
     producer_config,
 )
+from harness.readiness import NotReady, wait_for
 from tests.support import unique
 
 NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS = 16, 14

@@ -18,8 +18,8 @@ import pytest
 
 from harness.environment import EnvironmentBusy, LocalEnvironment, ServerStartError, process
 from harness.environment.process import ProcessHandle
-from harness.readiness import NotReady, wait_for
 from harness.kafka import create_topic, end_offsets
+from harness.readiness import NotReady, wait_for
 from tests.support import (
     chaoslab,
     processes_started_in,
@@ -72,7 +72,7 @@ def test_down_stops_every_server(tmp_path: Path) -> None:
     up = chaoslab("up", "--dir", str(tmp_path))
     assert up.returncode == 0, up.stderr
     handles = server_handles(tmp_path)
-    assert set(handles) == {"s3", "kafka", "mongo", "proxy"}
+    assert set(handles) == {"kafka-1", "kafka-2", "kafka-3", "mongo", "proxy"}
     assert still_alive(handles) == {n: h.pid for n, h in handles.items()}
 
     status = chaoslab("status", "--dir", str(tmp_path), "--json")
@@ -90,9 +90,9 @@ def test_an_exception_in_the_with_block_stops_every_server(tmp_path: Path) -> No
     handles = {}
     with pytest.raises(RuntimeError, match="boom"), LocalEnvironment(tmp_path) as env:
         handles = server_handles(env.directory)
-        assert len(still_alive(handles)) == 4
+        assert len(still_alive(handles)) == 5
         raise RuntimeError("boom")
-    assert len(handles) == 4
+    assert len(handles) == 5
     assert still_alive(handles) == {}
 
 
@@ -155,20 +155,21 @@ def test_servers_of_a_sigkilled_harness_are_stopped_by_the_next_up(
         chaoslab("down", "--dir", str(other), **private_registry(tmp_path))
 
 
-def test_a_server_that_cannot_start_shows_its_log_and_nothing_is_left(tmp_path: Path) -> None:
-    broken = tmp_path / "tansu"
-    broken.write_text("#!/bin/sh\necho 'tansu: cannot open storage (simulated)' >&2\nexit 3\n")
+def test_a_server_that_cannot_start_shows_its_log_and_nothing_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "jdk"
+    (home / "bin").mkdir(parents=True)
+    broken = home / "bin" / "java"
+    broken.write_text("#!/bin/sh\necho 'java: cannot open the JVM (simulated)' >&2\nexit 3\n")
     broken.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(home))  # Kafka's nodes run $JAVA_HOME/bin/java
     directory = tmp_path / "env"
-    os.environ["CALF_TANSU_BIN"] = str(broken)
-    try:
-        with pytest.raises(ServerStartError) as caught:
-            LocalEnvironment(directory).start()
-    finally:
-        del os.environ["CALF_TANSU_BIN"]
+    with pytest.raises(ServerStartError) as caught:
+        LocalEnvironment(directory).start()
     message = str(caught.value)
-    assert "Kafka broker (Tansu)" in message and "the process exited" in message
-    assert "cannot open storage (simulated)" in message  # the log's tail
+    assert "preparing the servers failed: kafka-1 (exit 3)" in message
+    assert "cannot open the JVM (simulated)" in message  # the log's tail
     assert processes_started_in(directory) == []
     assert not (directory / "state.json").exists()
 
@@ -184,17 +185,18 @@ def test_two_environments_run_side_by_side_and_a_directory_holds_one(tmp_path: P
         assert a.status().healthy and b.status().healthy  # the refused starts changed nothing
 
 
-def test_pause_and_resume_the_broker(lab_env: LocalEnvironment) -> None:
-    lab_env.pause_broker()
+def test_pause_and_resume_a_node(lab_env: LocalEnvironment) -> None:
+    lab_env.pause_broker(broker=2)
     try:
-        kafka = {s.name: s for s in lab_env.status().servers}["kafka"]
-        assert kafka.alive and kafka.paused and not kafka.ready
+        servers = {s.name: s for s in lab_env.status().servers}
+        assert servers["kafka-2"].alive and servers["kafka-2"].paused
+        assert not servers["kafka-2"].ready and servers["kafka-1"].ready
     finally:
-        lab_env.resume_broker()
+        lab_env.resume_broker(broker=2)
     wait_for(
-        lambda: {s.name: s for s in lab_env.status().servers}["kafka"].ready or 1 / 0,
-        what="broker after resume",
-        timeout=30,
+        lambda: {s.name: s for s in lab_env.status().servers}["kafka-2"].ready or 1 / 0,
+        what="node 2 after resume",
+        timeout=60,
     )
 
 
@@ -202,8 +204,8 @@ RESTART_FROM_ANOTHER_PROCESS = """
 import sys
 from harness.environment import attach
 env = attach(sys.argv[1])
-env.restart_broker(hard=False)
-env.restart_broker(hard=True)
+env.restart_broker(hard=False, broker=1)
+env.restart_broker(hard=True, broker=1)
 print(env.status().kafka_bootstrap)
 """
 
@@ -211,9 +213,9 @@ print(env.status().kafka_bootstrap)
 def test_another_process_restarts_the_broker_of_an_environment_it_does_not_own(
     lab_env: LocalEnvironment,
 ) -> None:
-    # `chaoslab run --env` bounces a broker this process started: the old broker stays a zombie
+    # `chaoslab run --env` bounces a node this process started: the old process stays a zombie
     # until this process reaps it, and the restart must not wait for that.
-    before = server_handles(lab_env.directory)["kafka"]
+    before = server_handles(lab_env.directory)["kafka-1"]
     result = subprocess.run(
         [sys.executable, "-c", RESTART_FROM_ANOTHER_PROCESS, str(lab_env.directory)],
         capture_output=True,
@@ -222,7 +224,7 @@ def test_another_process_restarts_the_broker_of_an_environment_it_does_not_own(
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == lab_env.status().kafka_bootstrap
-    after = server_handles(lab_env.directory)["kafka"]
+    after = server_handles(lab_env.directory)["kafka-1"]
     assert after.pid != before.pid and after.alive() and not before.alive()
     topic = unique("after-restart")
     create_topic(lab_env.kafka_bootstrap, topic, 1)

@@ -20,7 +20,6 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from harness.environment import LocalEnvironment
 from harness.environment.process import ProcessHandle
-from harness.readiness import NotReady, wait_for
 from harness.kafka import create_topic, end_offsets, producer_config
 from harness.pipeline.kafka_source import (
     KafkaDataSource,
@@ -30,6 +29,7 @@ from harness.pipeline.kafka_source import (
     fair_share,
     read_range,
 )
+from harness.readiness import NotReady, wait_for
 from tests.support import SPARK, server_handles, unique
 
 Produced = dict[tuple[int, int], tuple[str, str]]  # (partition, offset) -> (key, value)

@@ -48,6 +48,8 @@ def test_the_notebooks_are_committed_without_outputs() -> None:
         assert code[0].metadata.get("tags") == ["parameters"], path
         assert all(not c.outputs and c.execution_count is None for c in code), path
         assert nb.metadata.kernelspec.name == "python3", path
+        # papermill can read the parameters cell (a quote in a comment once made it give up)
+        assert {"env_dir", "out_dir"} <= set(papermill.inspect_notebook(str(path))), path
 
 
 @pytest.mark.servers

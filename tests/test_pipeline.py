@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from harness.environment import LocalEnvironment, state
-from harness.readiness import NotReady, wait_for
 from harness.history import EventKind, read_history
+from harness.readiness import NotReady, wait_for
 from harness.runner import ScenarioResult, VariantResult, run_scenario
 from harness.scenario import parse_scenario
 from harness.workload.ledger import read_ledger

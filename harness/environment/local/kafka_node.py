@@ -16,6 +16,7 @@ production (a SIGKILLed broker is fenced after ``broker.session.timeout.ms``, 9 
 from __future__ import annotations
 
 import base64
+import os
 import shutil
 import uuid
 from collections.abc import Mapping
@@ -24,6 +25,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from harness import jars
+from harness.environment.base import ServerStartError
 from harness.environment.local.server import LocalServer, ServerContext
 from harness.environment.ports import LOOPBACK
 from harness.kafka import HARNESS_CLIENT
@@ -56,9 +58,11 @@ def cluster_id(env_id: str) -> str:
 
 
 def java() -> str:
-    found = shutil.which("java")
+    """``$JAVA_HOME/bin/java`` if JAVA_HOME is set, as Kafka's own scripts choose; else PATH's."""
+    home = os.environ.get("JAVA_HOME")
+    found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
     if found is None:
-        raise NotReady("no java on PATH (Kafka and Spark need Java 17 or newer)")
+        raise ServerStartError("no java on PATH (Kafka and Spark need Java 17 or newer)")
     return found
 
 
