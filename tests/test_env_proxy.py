@@ -512,11 +512,17 @@ def test_5000_messages_pass_through_the_proxy_unchanged(env: LocalEnvironment) -
         offsets = sorted(m.offset() for m in got if m.partition() == partition)
         assert offsets == list(range(len(offsets)))
     assert committed(env, topic, group, 3) == end_offsets(env.kafka_bootstrap, topic)
-    # Every connection after bootstrap went through the proxy too: the broker advertises it.
-    assert [f"{b.host}:{b.port}" for b in brokers.values()] == [env.kafka_bootstrap]
-    apis = env.fault_proxy.stats()["listeners"]["kafka"]["apis"]
+    # Every connection after bootstrap went through the proxy too: each node advertises its
+    # listener of the proxy.
+    advertised = sorted(f"{b.host}:{b.port}" for b in brokers.values())
+    assert advertised == sorted(env.kafka_bootstrap.split(","))
+    listeners = env.fault_proxy.stats()["listeners"]
+    apis: dict[str, set[str]] = {}
+    for node in (1, 2, 3):
+        for client, used in listeners[f"kafka/{node}"]["apis"].items():
+            apis.setdefault(client, set()).update(used)
     assert "Produce" in apis[PRODUCER_CLIENT]
-    assert {"Fetch", "OffsetCommit", "JoinGroup", "Heartbeat"} <= set(apis[CONSUMER_CLIENT])
+    assert {"Fetch", "OffsetCommit", "JoinGroup", "Heartbeat"} <= apis[CONSUMER_CLIENT]
 
 
 @pytest.mark.servers
@@ -717,6 +723,11 @@ def test_the_proxy_refuses_a_rule_it_cannot_apply(env: LocalEnvironment) -> None
 # -- the wire, by hand -------------------------------------------------------------------------
 
 
+def first_node(env: LocalEnvironment) -> str:
+    """The proxy's listener for node 1 (the bootstrap list names one per node)."""
+    return env.kafka_bootstrap.split(",")[0]
+
+
 @contextmanager
 def raw_connection(address: str) -> Iterator[socket.socket]:
     host, port = address.rsplit(":", 1)
@@ -759,7 +770,7 @@ def test_made_up_responses_keep_their_place_among_the_brokers(env: LocalEnvironm
         LinkRule(Link.CONSUMER_KAFKA, "kafka-error", api_keys=(8,), error_code=NOT_COORDINATOR)
     )
     commits = {9: {"t": [0, 1]}, 2: {"a": [3], "b": [0]}}
-    with raw_connection(env.kafka_bootstrap) as sock:
+    with raw_connection(first_node(env)) as sock:
         sock.sendall(
             api_versions(1, CONSUMER_CLIENT)
             + request_frame(8, 9, 2, CONSUMER_CLIENT, offset_commit_request(9, commits[9]))
@@ -781,20 +792,20 @@ def test_made_up_responses_keep_their_place_among_the_brokers(env: LocalEnvironm
 @pytest.mark.servers
 def test_the_proxy_survives_garbage_and_a_broker_that_is_down(env: LocalEnvironment) -> None:
     for garbage in (struct.pack(">i", -5) + b"junk", struct.pack(">i", 3) + b"\x00\x12\x00"):
-        with raw_connection(env.kafka_bootstrap) as sock:
+        with raw_connection(first_node(env)) as sock:
             sock.sendall(garbage)
             assert closed_by_peer(sock), f"the proxy kept a connection that sent {garbage!r}"
     assert "malformed Kafka frame" in env.log_path("proxy").read_text()
 
-    env.kill_broker()
+    env.kill_broker(broker=1)
     try:
-        with raw_connection(env.kafka_bootstrap) as sock:
+        with raw_connection(first_node(env)) as sock:
             sock.sendall(api_versions(1))
             assert closed_by_peer(sock)  # so the client reconnects, as to a refusing broker
     finally:
-        env.revive(Component.KAFKA)
-    with raw_connection(env.kafka_bootstrap) as sock:
+        env.revive(Component.KAFKA, broker=1)
+    with raw_connection(first_node(env)) as sock:
         sock.sendall(api_versions(1))
         assert struct.unpack(">ih", recv_frame(sock)[4:10]) == (1, 0)
     proxy = {s.name: s for s in env.status().servers}["proxy"]
-    assert proxy.ready and proxy.address == env.kafka_bootstrap
+    assert proxy.ready and proxy.address == first_node(env)
