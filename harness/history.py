@@ -30,6 +30,9 @@ class EventKind(StrEnum):
     ASSIGNED = "assigned"  # partitions assigned to a consumer (offsets: start positions)
     COMMIT = "commit"  # consumer positions committed (offsets: partition -> next offset)
     COMMIT_FAILED = "commit-failed"
+    # A broker's error response to a consumer's group request, read from its client's log after
+    # the run (detail: "NOT_COORDINATOR OffsetCommit"): see harness.pipeline.kafka_log.
+    KAFKA_ERROR = "kafka-error"
     DEAD_LETTER = "dead-letter"  # poison records sent to the dead-letter topic (count)
     CRASH = "crash"  # a crash point fired (detail: the point; fault: the fault's name)
     PAUSED = "paused"  # a consumer froze itself at a point (detail: the point; fault: its name)
@@ -79,9 +82,12 @@ class HistoryWriter:
         self._file: IO[str] = path.open("a", buffering=1)
 
     def record(self, kind: EventKind, **fields: object) -> HistoryEvent:
-        event = HistoryEvent(
-            t=time.time(), kind=kind, source=self.source, variant=self.variant, **fields
-        )  # type: ignore[arg-type]
+        """An event that happens now."""
+        return self.append(kind, t=time.time(), **fields)
+
+    def append(self, kind: EventKind, *, t: float, **fields: object) -> HistoryEvent:
+        """An event that happened at ``t`` (unix seconds), e.g. read from a log afterwards."""
+        event = HistoryEvent(t=t, kind=kind, source=self.source, variant=self.variant, **fields)  # type: ignore[arg-type]
         self._file.write(event.to_json() + "\n")
         return event
 

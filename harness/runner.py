@@ -32,6 +32,7 @@ from harness.history import EventKind, HistoryEvent, HistoryTail, HistoryWriter,
 from harness.kafka import create_topic, delete_topics
 from harness.outcome import Outcome, UnfiredFault, reason_text
 from harness.pipeline.batch import dead_letter_topic
+from harness.pipeline.kafka_log import harvest
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.sink import snapshot
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
@@ -220,6 +221,8 @@ def _lane(
         spark_settings=env.spark.to_json() if runtime == "spark" else "",
         checkpoint=env.spark.checkpoint(f"{run_id}-{slug}") if runtime == "spark" else "",
         trigger_ms=scenario.pipeline.trigger_ms,
+        commit=scenario.pipeline.commit,
+        kafka=scenario.pipeline.kafka,
     )
     config_path = run_dir / "runtime.json"
     config_path.write_text(config.to_json())
@@ -317,6 +320,10 @@ def run_side_by_side(
         producer.stop()
         nemesis.restore()
         stop_all(supervisors)
+    for lane in lanes:
+        if runtime == "listener":  # Spark's Kafka source is no group member
+            for consumer in lane.supervisor.consumers:  # type: ignore[union-attr]
+                harvest(consumer.log, lane.config.history_dir, consumer.name, lane.variant.label)
 
     ledger = LedgerArrays.from_csv(ledger_path)
     seconds = time.monotonic() - started

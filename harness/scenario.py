@@ -23,7 +23,7 @@ import math
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Self
 
@@ -64,6 +64,11 @@ OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
 
 # Fields of the records above that a scenario file does not set directly.
 INTERNAL_FIELDS = {"bursts"}
+COMMIT_MODES = ("sync", "async")
+# Consumer settings the runtimes need as they are (the topic, the group, manual commits).
+RESERVED_KAFKA = frozenset(
+    {"bootstrap.servers", "group.id", "client.id", "enable.auto.commit", "auto.offset.reset"}
+)
 
 
 class ScenarioError(BadInput):
@@ -119,9 +124,21 @@ class PipelineSpec:
     trigger_ms: int = 200  # spark micro-batch interval
     write_retry_s: float = 60.0  # how long a failing sink write is retried
     parallel: bool = True  # variants side by side over one topic, or one at a time
+    commit: str = "sync"  # listener: commit after each batch, waiting (sync) or not (async)
+    # listener: librdkafka settings over the lab's (harness.kafka.consumer_config), e.g.
+    # {session.timeout.ms: 45000} - a production consumer's, not the lab's quick ones
+    kafka: dict[str, Any] = field(default_factory=dict)
 
     def problems(self) -> list[tuple[str, str]]:
         found = []
+        if self.commit not in COMMIT_MODES:
+            found.append(
+                ("commit", f"must be one of {', '.join(COMMIT_MODES)}, got {self.commit!r}")
+            )
+        for key, value in self.kafka.items():
+            if key in RESERVED_KAFKA or not isinstance(value, str | int | float | bool):
+                why = "the lab sets it" if key in RESERVED_KAFKA else "a string, number or boolean"
+                found.append((f"kafka.{key}", f"cannot be set here ({why})"))
         for name in ("batch_size", "consumers", "trigger_ms"):
             if getattr(self, name) < 1:
                 found.append((name, f"must be >= 1, got {getattr(self, name)}"))
@@ -343,7 +360,8 @@ def _dataclass(pr: Problems, where: str, cls: type, raw: Any) -> Any:
     for key, value in mapping.items():
         if key not in known:
             continue
-        default = known[key].default
+        f = known[key]
+        default = f.default_factory() if f.default_factory is not MISSING else f.default
         kind = (int, float) if isinstance(default, float) else type(default)
         values[key] = _typed(pr, f"{where}.{key}", value, kind)
         bad = bad or values[key] is None

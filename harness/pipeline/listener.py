@@ -1,7 +1,13 @@
 """The listener runtime: a confluent-kafka consumer in a group - poll a batch, hand it to the
-variant, commit synchronously - the shape of the seeds' listeners. One process per consumer.
+variant, commit (synchronously, or asynchronously with ``pipeline.commit: async``) - the shape
+of the seeds' listeners. One process per consumer.
 
     python -m harness.pipeline.listener CONFIG.json INDEX
+
+librdkafka's group debug log (``debug=cgrp``) goes to the consumer's log: the coordinator
+errors the brokers answer with (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS...) show only
+there, as librdkafka retries most of them itself; ``harness.pipeline.kafka_log`` reads them
+into the history after the run.
 """
 
 from __future__ import annotations
@@ -9,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from harness.history import EventKind
 from harness.kafka import CONSUMER_CLIENT, consumer_config
@@ -22,16 +28,40 @@ def run(config: RuntimeConfig, index: int) -> None:
     stop = StopFlag()
     handler = BatchHandler(config, source=f"listener-{index}")
     history = handler.history
-    consumer = Consumer(
-        consumer_config(
-            config.bootstrap, config.group, **{"client.id": f"{CONSUMER_CLIENT}-listener-{index}"}
-        )
-    )
 
     # Positions whose commit failed, by partition, with the batch they close. A live consumer
     # commits again with its next batch; when the topic has nothing more to give, it must
     # retry on its own or the group's lag never reaches zero.
     uncommitted: dict[int, tuple[int, int]] = {}
+
+    def answered(offsets: list[TopicPartition], batch_id: int | None, error: str) -> None:
+        """A commit's outcome, in the history and in ``uncommitted``."""
+        if error:
+            # The write is done; only the bookkeeping failed (seed 002). The records will
+            # come again if the partition moves before a later commit succeeds.
+            history.record(EventKind.COMMIT_FAILED, batch=batch_id, detail=error)
+            uncommitted.update({tp.partition: (tp.offset, batch_id or 0) for tp in offsets})
+            return
+        for tp in offsets:
+            uncommitted.pop(tp.partition, None)
+        history.record(
+            EventKind.COMMIT, batch=batch_id, offsets={tp.partition: tp.offset for tp in offsets}
+        )
+
+    def on_commit(err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """An asynchronous commit's answer (``pipeline.commit: async``)."""
+        failed = [tp for tp in partitions if tp.error is not None]
+        error = err if err is not None else failed[0].error if failed else None
+        answered(partitions, None, "" if error is None else str(error))
+
+    settings: dict[str, object] = {
+        "client.id": f"{CONSUMER_CLIENT}-listener-{index}",
+        "debug": "cgrp",
+        **config.kafka,
+    }
+    if config.commit == "async":
+        settings["on_commit"] = on_commit
+    consumer = Consumer(consumer_config(config.bootstrap, config.group, **settings))
 
     def on_assign(c: Consumer, partitions: list[TopicPartition]) -> None:
         uncommitted.clear()  # another member may have moved these partitions on since
@@ -52,22 +82,15 @@ def run(config: RuntimeConfig, index: int) -> None:
         uncommitted.clear()
 
     def commit(c: Consumer, offsets: list[TopicPartition], batch_id: int | None) -> None:
+        if config.commit == "async":
+            c.commit(offsets=offsets, asynchronous=True)  # on_commit records the answer
+            return
         try:
             c.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
-            # The write is done; only the bookkeeping failed (seed 002). The records will
-            # come again if the partition moves before a later commit succeeds.
-            history.record(EventKind.COMMIT_FAILED, batch=batch_id, detail=str(exc))
-            if batch_id is not None:
-                uncommitted.update({tp.partition: (tp.offset, batch_id) for tp in offsets})
+            answered(offsets, batch_id, str(exc))
         else:
-            for tp in offsets:
-                uncommitted.pop(tp.partition, None)
-            history.record(
-                EventKind.COMMIT,
-                batch=batch_id,
-                offsets={tp.partition: tp.offset for tp in offsets},
-            )
+            answered(offsets, batch_id, "")
 
     def retry_uncommitted(c: Consumer) -> None:
         offsets = [TopicPartition(config.topic, p, o) for p, (o, _) in uncommitted.items()]

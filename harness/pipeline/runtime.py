@@ -60,6 +60,8 @@ class RuntimeConfig:
     spark_settings: str = ""  # SparkSettings as JSON (spark only)
     checkpoint: str = ""  # spark only
     trigger_ms: int = 200  # spark only
+    commit: str = "sync"  # listener only: commit and wait, or commit and go on (async)
+    kafka: dict[str, Any] = field(default_factory=dict)  # listener: consumer settings over ours
 
     @property
     def history_dir(self) -> Path:

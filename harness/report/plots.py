@@ -38,6 +38,7 @@ DPI = 110
 COLORS = {"duplicate": "#E69F00", "lost": "#C62828", "stale": "#6A3D9A"}
 NAMES = {"duplicate": "duplicates", "lost": "lost", "stale": "stale"}
 FAIL_COLOR = "#C62828"
+BROKER_ERROR_COLOR = "#6A1B9A"
 WINDOW_COLORS = ("#4C72B0", "#55A868", "#8172B2", "#CCB974", "#64B5CD", "#DD8452")
 # Each anomaly kind has its own lane in a variant's row: a burst of duplicates stays visible
 # next to a loss at the same moment.
@@ -158,6 +159,11 @@ def _timeline_panel(ax: Axes, rows: Sequence[TimelineRow], colors: dict[str, str
             labelled.setdefault((w.name, round(w.start, 1)), w)
             times += [w.start, w.end]
         _draw_steps(ax, row, colors, y - 0.5, y + 0.5)
+        if row.broker_errors:
+            ts = [e.t for e in row.broker_errors]
+            ax.scatter(ts, [y - 0.3] * len(ts), marker="v", s=18, color=BROKER_ERROR_COLOR,
+                       lw=0, alpha=0.7, zorder=3)  # fmt: skip
+            times += ts
         for kind in KINDS:
             ts = row.times(kind)
             if ts:
@@ -299,6 +305,10 @@ def _timeline_legend(rows: Sequence[TimelineRow]) -> list[Line2D | Patch]:
             STEP_HANDLE,
         ),
         (any(r.restarts for r in rows), mark("^", RESTART_COLOR, "consumer restart")),
+        (
+            any(r.broker_errors for r in rows),
+            mark("v", BROKER_ERROR_COLOR, "coordinator error from a broker", 6),
+        ),
         (
             any(r.windows for r in rows),
             Patch(color=WINDOW_COLORS[0], alpha=0.3, label="fault window (named above)"),

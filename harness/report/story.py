@@ -128,6 +128,15 @@ def variant_sentences(v: VariantRun, row: TimelineRow) -> list[str]:
         lines.append(
             f"{label}: no batch in hand from {at(start)} to {at(end)} ({end - start:.1f} s)."
         )
+    if row.broker_errors:
+        counts = Counter(e.error.split()[0] for e in row.broker_errors)
+        which = ", ".join(f"{n} {error}" for error, n in counts.most_common())
+        first, last = row.broker_errors[0].t, row.broker_errors[-1].t
+        lines.append(
+            f"{label}: the brokers answered its consumers' group requests with "
+            f"{len(row.broker_errors)} coordinator errors ({which}), from {at(first)} to "
+            f"{at(last)}."
+        )
     anomalies = [s for kind in _NOUNS for s in anomaly_sentences(row, kind)]
     if anomalies:
         lines += anomalies

@@ -90,6 +90,15 @@ class Step:
 
 
 @dataclass(frozen=True)
+class BrokerError:
+    """A broker's error answer to a consumer's group request (coordinator moves)."""
+
+    t: float
+    consumer: str
+    error: str  # e.g. "NOT_COORDINATOR OffsetCommit"
+
+
+@dataclass(frozen=True)
 class Mark:
     """One anomaly on the timeline."""
 
@@ -110,6 +119,7 @@ class TimelineRow:
     pauses: tuple[Pause, ...]
     steps: tuple[Step, ...]
     idle: tuple[tuple[float, float], ...]  # stretches in which no batch was in hand
+    broker_errors: tuple[BrokerError, ...]
     counts: dict[str, int]  # duplicate/lost/stale as the checker counted them (all of them)
 
     def times(self, kind: str) -> list[float]:
@@ -185,6 +195,12 @@ def fault_windows(
             stop = f.end if f.end is not None else f.start
             found.append(Window(f.name, f.kind, f.start - t0, max(stop, f.start) - t0))
     return tuple(sorted(found, key=lambda w: (w.start, w.name)))
+
+
+def broker_errors(events: Sequence[HistoryEvent], t0: float) -> tuple[BrokerError, ...]:
+    return tuple(
+        BrokerError(e.t - t0, e.source, e.detail) for e in events if e.kind is EventKind.KAFKA_ERROR
+    )
 
 
 def fault_steps(events: Sequence[HistoryEvent], t0: float) -> tuple[Step, ...]:
@@ -292,6 +308,7 @@ def timeline_row(v: VariantRun, t0: float) -> TimelineRow:
         pauses=consumer_pauses(events, t0),
         steps=fault_steps(events, t0),
         idle=tuple(idle_stretches(v, t0, IDLE_S)),
+        broker_errors=broker_errors(events, t0),
         counts={
             "duplicate": v.verdict.duplicates,
             "lost": v.verdict.lost,
