@@ -159,22 +159,28 @@ class StoredRecord:
 
 
 def read_topic(bootstrap: str, topic: str, *, timeout: float = 120.0) -> list[StoredRecord]:
-    """Every record of ``topic`` up to its current end, as the lab's own bookkeeping reads it."""
+    """Every committed record of ``topic`` up to its current end, as the lab's own bookkeeping
+    reads it (read_committed: records of aborted transactions are not returned)."""
     ends = end_offsets(bootstrap, topic)
-    total = sum(ends.values())
     records: list[StoredRecord] = []
-    if total == 0:
+    if sum(ends.values()) == 0:
         return records
-    settings = {"client.id": HARNESS_CLIENT, "log_level": QUIET}
+    settings = {"client.id": HARNESS_CLIENT, "log_level": QUIET, "enable.partition.eof": True}
     consumer = Consumer(consumer_config(bootstrap, "chaoslab-reader", **settings))
     consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+    # A partition is read once the consumer reached its end; the end counts transaction
+    # markers and aborted records, which it never returns, so records cannot be counted.
+    at_end = {p for p, end in ends.items() if end == 0}
 
     def read_all() -> None:
         for m in consumer.consume(num_messages=5000, timeout=0.5):
-            if m.error() is None:
+            error = m.error()
+            if error is None:
                 records.append(StoredRecord(m.partition(), m.offset(), dict(m.headers() or [])))
-        if len(records) < total:
-            raise NotReady(f"read {len(records)} of {total} records")
+            elif error.code() == KafkaError._PARTITION_EOF and m.offset() >= ends[m.partition()]:
+                at_end.add(m.partition())
+        if len(at_end) < len(ends):
+            raise NotReady(f"read {len(records)} records; at the end of {sorted(at_end)}")
 
     try:
         # A stall (offsets without a record) becomes an error at the deadline, not a hang.

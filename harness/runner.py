@@ -120,6 +120,7 @@ class ScenarioResult:
             "scenario": {"name": s.name, "file": s.path, "description": s.description},
             "seed": s.seed,
             "workload": {**asdict(s.workload), "partitions": s.partitions, "rate": s.rate},
+            "producer": asdict(s.producer),
             "backend": self.backend,
             "versions": self.versions,
             "started_at": self.started_at,
@@ -283,6 +284,8 @@ def run_side_by_side(
             rate=scenario.rate,
             stop=stop,
             on_ack=on_ack,
+            spec=scenario.producer,
+            seed=scenario.seed,
         )
     )
     nemesis = Nemesis(

@@ -51,6 +51,7 @@ from harness.pipeline.runtime import RUNTIMES
 from harness.pipeline.variants import make_variant
 from harness.workload.events import Kind
 from harness.workload.generator import Burst, WorkloadSpec
+from harness.workload.producer import ProducerSpec
 
 EXPECTABLE = (
     "duplicates", "duplicated_keys", "lost", "stale", "dead_lettered", "poison_missing",
@@ -175,6 +176,7 @@ class Scenario:
     variants: tuple[VariantSpec, ...]
     faults: tuple[Fault, ...]
     expect: dict[str, tuple[Expectation, ...]]
+    producer: ProducerSpec = field(default_factory=ProducerSpec)
 
     @property
     def crash_plans(self) -> tuple[CrashPlan, ...]:
@@ -272,6 +274,7 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
         if runtime not in RUNTIMES:
             pr.add(f"runtimes[{i}]", f"unknown runtime {runtime!r} ({', '.join(RUNTIMES)})")
     pipeline = _dataclass(pr, "pipeline", PipelineSpec, top.get("pipeline", {}))
+    producer = _dataclass(pr, "producer", ProducerSpec, top.get("producer", {}))
     variants = [
         _variant(pr, f"variants[{i}]", v)
         for i, v in enumerate(
@@ -299,6 +302,7 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
     pr.raise_any()
     assert name is not None and seed is not None and workload is not None
     assert partitions is not None and rate is not None and pipeline is not None
+    assert producer is not None
     return Scenario(
         name=name,
         description=str(top.get("description", "")).strip(),
@@ -312,6 +316,7 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
         variants=tuple(v for v in variants if v is not None),
         faults=tuple(f for f in faults if f is not None),
         expect=expect,
+        producer=producer,
     )
 
 
@@ -483,6 +488,12 @@ def runnable(scenario: Scenario, abilities: BackendAbilities) -> tuple[str, ...]
                 f"there are {scenario.pipeline.consumers} consumer(s) (pipeline.consumers); "
                 f"no consumer {consumer}",
             )
+    if scenario.producer.transactional and "spark" in scenario.runtimes:
+        pr.add(
+            "producer.mode",
+            "the Spark runtime's Kafka source reads uncommitted records: a transactional "
+            "producer is for the listener runtime",
+        )
     check = preflight(scenario)
     for where, problem in check.impossible:
         pr.add(where, problem)

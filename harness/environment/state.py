@@ -127,6 +127,49 @@ def register(env_id: str, directory: Path) -> None:
 
 def unregister(env_id: str) -> None:
     (registry_dir() / f"{env_id}.dir").unlink(missing_ok=True)
+    (reservations_dir() / f"{env_id}.json").unlink(missing_ok=True)
+
+
+# -- port reservations -----------------------------------------------------------------------
+# An environment picks its ports at ``up`` and its servers bind them seconds later (a Kafka
+# node's JVM: up to half a minute). Every environment of this user, whatever its registry
+# (``XDG_RUNTIME_DIR``), reserves them here meanwhile, so that two starting at once never pick
+# the same port.
+
+
+def reservations_dir() -> Path:
+    path = Path(tempfile.gettempdir()) / f"chaoslab-{os.getuid()}-ports"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+@contextmanager
+def ports_locked() -> Iterator[None]:
+    with locked(reservations_dir()):
+        yield
+
+
+def reserved_ports() -> set[int]:
+    """Ports of the environments that hold them (call under ``ports_locked``); reservations of
+    environments that are gone are dropped."""
+    taken: set[int] = set()
+    for entry in reservations_dir().glob("*.json"):
+        try:
+            raw = json.loads(entry.read_text())
+        except (OSError, ValueError):
+            entry.unlink(missing_ok=True)
+            continue
+        found = load(Path(raw["directory"]))
+        if found is None or found.env_id != entry.stem:
+            entry.unlink(missing_ok=True)  # that environment is down
+            continue
+        taken.update(raw["ports"])
+    return taken
+
+
+def reserve_ports(env_id: str, directory: Path, ports: list[int]) -> None:
+    record = {"directory": str(directory.resolve()), "ports": ports}
+    (reservations_dir() / f"{env_id}.json").write_text(json.dumps(record))
 
 
 def registered() -> list[tuple[str, Path]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -14,13 +15,50 @@ from harness.kafka import producer_config
 from harness.workload.events import ChangeEvent
 from harness.workload.ledger import LedgerRow, LedgerWriter
 
+MODES = ("idempotent", "transactional")
+
+
+@dataclass(frozen=True)
+class ProducerSpec:
+    """How the workload is produced. ``idempotent`` (the default): acks=all with idempotence.
+    ``transactional``: Kafka transactions of ``transaction_size`` records, a seeded
+    ``abort_fraction`` of them aborted - seed 002's "Kafka transactional commit": exactly once
+    on the producer side, which read_committed consumers (the lab's) see, aborted ones never."""
+
+    mode: str = "idempotent"
+    transaction_size: int = 50
+    abort_fraction: float = 0.0
+
+    @property
+    def transactional(self) -> bool:
+        return self.mode == "transactional"
+
+    def problems(self) -> list[tuple[str, str]]:
+        found = []
+        if self.mode not in MODES:
+            found.append(("mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}"))
+        if self.transaction_size < 1:
+            found.append(("transaction_size", f"must be >= 1, got {self.transaction_size}"))
+        if not 0 <= self.abort_fraction < 1:
+            found.append(("abort_fraction", f"must be in [0, 1), got {self.abort_fraction}"))
+        if self.abort_fraction and not self.transactional:
+            found.append(("abort_fraction", "only a transactional producer aborts"))
+        return found
+
+
+def aborted_ledger(ledger_path: Path) -> Path:
+    """Where a transactional producer ledgers the records of the transactions it aborted: acked
+    by the brokers, then aborted - no consumer of read_committed may ever see them."""
+    return ledger_path.with_name(ledger_path.stem + ".aborted.csv")
+
 
 @dataclass(frozen=True)
 class ProduceSummary:
     produced: int  # events handed to the client
-    acked: int  # acknowledged by the broker (= ledger rows)
+    acked: int  # acknowledged by the broker (= ledger rows; committed, if transactional)
     failed: int  # delivery failed for good: not in the ledger, not expected anywhere
     seconds: float
+    aborted: int = 0  # acked, then aborted with their transaction (see aborted_ledger)
 
 
 def produce(
@@ -33,43 +71,67 @@ def produce(
     stop: threading.Event | None = None,
     on_progress: Callable[[int], None] | None = None,
     on_ack: Callable[[int], None] | None = None,
+    spec: ProducerSpec = ProducerSpec(),
+    seed: int = 0,
 ) -> ProduceSummary:
     """Send ``events`` in order; ``rate`` caps events per second (0: as fast as possible).
-    ``on_ack`` is called with the number acknowledged so far after each acknowledgement."""
+    ``on_ack`` is called with the number ledgered so far after each acknowledgement (for a
+    transactional producer: after each commit, for the records of that transaction)."""
     started = time.monotonic()
-    produced = acked = failed = 0
-    producer = Producer(producer_config(bootstrap))
+    produced = failed = 0
+    pending: list[LedgerRow] = []  # acked, not ledgered yet (a transaction's, until its end)
+    aborted: list[LedgerRow] = []
+    settings: dict[str, object] = {}
+    if spec.transactional:
+        # At least the producer's message timeout (librdkafka refuses a shorter one).
+        settings = {"transactional.id": f"chaoslab-{topic}", "transaction.timeout.ms": 120_000}
+    producer = Producer(producer_config(bootstrap, **settings))
+    aborts = random.Random(f"{seed}:transactions")
+
+    def delivered(event: ChangeEvent) -> Callable[[KafkaError | None, Message], None]:
+        def callback(err: KafkaError | None, msg: Message) -> None:
+            nonlocal failed
+            if err is not None:
+                failed += 1
+                return
+            # An ack without an offset happens (an idempotent retry the broker had already
+            # stored); the ledger keeps the ack with offset -1.
+            offset = msg.offset()
+            pending.append(
+                LedgerRow(
+                    event.seq, event.event_id, event.order_id, event.version, event.kind,
+                    topic, msg.partition(), offset if offset is not None and offset >= 0 else -1,
+                    time.time(),
+                )
+            )  # fmt: skip
+
+        return callback
 
     with LedgerWriter(ledger_path) as ledger:
+        ledgered = 0
 
-        def delivered(event: ChangeEvent) -> Callable[[KafkaError | None, Message], None]:
-            def callback(err: KafkaError | None, msg: Message) -> None:
-                nonlocal acked, failed
-                if err is not None:
-                    failed += 1
-                    return
-                acked += 1
-                # An ack without an offset happens (an idempotent retry the broker had
-                # already stored); the ledger keeps the ack with offset -1.
-                offset = msg.offset()
-                ledger.append(
-                    LedgerRow(
-                        event.seq,
-                        event.event_id,
-                        event.order_id,
-                        event.version,
-                        event.kind,
-                        topic,
-                        msg.partition(),
-                        offset if offset is not None and offset >= 0 else -1,
-                        time.time(),
-                    )
-                )
+        def keep() -> None:
+            nonlocal ledgered
+            for row in pending:
+                ledger.append(row)
+                ledgered += 1
                 if on_ack is not None:
-                    on_ack(acked)
+                    on_ack(ledgered)
+            pending.clear()
 
-            return callback
+        def end_transaction() -> None:
+            producer.flush()  # every record of it acked first
+            if aborts.random() < spec.abort_fraction:
+                producer.abort_transaction()
+                aborted.extend(pending)
+                pending.clear()
+            else:
+                producer.commit_transaction()
+                keep()
 
+        if spec.transactional:
+            producer.init_transactions()
+            producer.begin_transaction()
         for event in events:
             if stop is not None and stop.is_set():
                 break
@@ -92,9 +154,21 @@ def produce(
                     producer.poll(0.1)
             produced += 1
             producer.poll(0)
+            if not spec.transactional:
+                keep()
+            elif produced % spec.transaction_size == 0:
+                end_transaction()
+                producer.begin_transaction()
             if on_progress is not None and produced % 1000 == 0:
                 on_progress(produced)
+        if spec.transactional:
+            end_transaction()
         while producer.flush(1.0) > 0:
             if stop is not None and stop.is_set():
                 break
-    return ProduceSummary(produced, acked, failed, time.monotonic() - started)
+        keep()
+    if aborted:
+        with LedgerWriter(aborted_ledger(ledger_path)) as out:
+            for row in aborted:
+                out.append(row)
+    return ProduceSummary(produced, ledgered, failed, time.monotonic() - started, len(aborted))

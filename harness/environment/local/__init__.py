@@ -182,18 +182,21 @@ class LocalEnvironment(Environment):
                 shutil.rmtree(self.directory / name, ignore_errors=True)
             shutil.rmtree(self.directory / "logs", ignore_errors=True)
             me = process.handle_of(os.getpid())
-            self._state = state.EnvironmentState(
-                env_id=uuid.uuid4().hex[:12],
-                backend=self.backend,
-                directory=str(self.directory),
-                created_at=time.time(),
-                owner_pid=me.pid,
-                owner_create_time=me.create_time,
-                detached=False,
-                ports=dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES)), strict=True)),
-                options=asdict(self.options),
-            )
-            state.save(self.directory, self._state)
+            with state.ports_locked():
+                ports = free_ports(len(PORT_NAMES), taken=state.reserved_ports())
+                self._state = state.EnvironmentState(
+                    env_id=uuid.uuid4().hex[:12],
+                    backend=self.backend,
+                    directory=str(self.directory),
+                    created_at=time.time(),
+                    owner_pid=me.pid,
+                    owner_create_time=me.create_time,
+                    detached=False,
+                    ports=dict(zip(PORT_NAMES, ports, strict=True)),
+                    options=asdict(self.options),
+                )
+                state.save(self.directory, self._state)
+                state.reserve_ports(self._state.env_id, self.directory, ports)
             state.register(self._state.env_id, self.directory)
 
     def _start_servers(self) -> None:

@@ -1,0 +1,28 @@
+"""An environment's ports: free, outside the kernel's ephemeral range (where clients' outgoing
+connections take theirs), and never another starting environment's."""
+
+from __future__ import annotations
+
+import socket
+
+from harness.environment.ports import LOOPBACK, ephemeral_range, free_ports
+
+
+def test_ports_are_free_distinct_and_outside_the_ephemeral_range() -> None:
+    low, high = ephemeral_range()
+    ports = free_ports(40)
+    assert len(set(ports)) == 40
+    assert all(not low <= p <= high for p in ports)
+    for port in ports[:5]:
+        with socket.socket() as s:
+            s.bind((LOOPBACK, port))  # free indeed
+
+
+def test_taken_and_bound_ports_are_never_picked() -> None:
+    with socket.socket() as busy:
+        busy.bind((LOOPBACK, 0))
+        busy_port = busy.getsockname()[1]
+        first = free_ports(30)
+        again = free_ports(30, taken=set(first))
+        assert not set(first) & set(again)
+        assert busy_port not in first + again
