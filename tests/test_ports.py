@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 
-from harness.environment.ports import LOOPBACK, ephemeral_range, free_ports
+from harness.environment.ports import LOOPBACK, LOWEST, ephemeral_range, free_ports
 
 
 def test_ports_are_free_distinct_and_outside_the_ephemeral_range() -> None:
@@ -19,10 +19,12 @@ def test_ports_are_free_distinct_and_outside_the_ephemeral_range() -> None:
 
 
 def test_taken_and_bound_ports_are_never_picked() -> None:
+    first = free_ports(30)
+    again = free_ports(30, taken=set(first))
+    assert not set(first) & set(again)
+    low, _ = ephemeral_range()
+    bound, *others = free_ports(3)
+    taken = set(range(LOWEST, low)) - {bound, *others}  # only these three to choose from
     with socket.socket() as busy:
-        busy.bind((LOOPBACK, 0))
-        busy_port = busy.getsockname()[1]
-        first = free_ports(30)
-        again = free_ports(30, taken=set(first))
-        assert not set(first) & set(again)
-        assert busy_port not in first + again
+        busy.bind((LOOPBACK, bound))
+        assert sorted(free_ports(2, taken=taken)) == sorted(others)
