@@ -144,6 +144,25 @@ def end_offsets(bootstrap: str, topic: str, *, timeout: float = 30.0) -> dict[in
         return watermarks.read(timeout)
 
 
+def await_group_coordinator(bootstrap: str, *, timeout: float = 120.0) -> None:
+    """Until the cluster answers a consumer group's request. The first one makes Kafka create
+    ``__consumer_offsets`` (measured: 20 s on two cores), which an environment does at start,
+    not in its first run's consumers."""
+    settings = {"client.id": HARNESS_CLIENT, "log_level": QUIET}
+    consumer = Consumer(consumer_config(bootstrap, "chaoslab-warm-up", **settings))
+
+    def answers() -> None:
+        try:
+            consumer.committed([TopicPartition("chaoslab-warm-up", 0)], timeout=5)
+        except KafkaException as exc:
+            raise NotReady(str(exc)) from exc
+
+    try:
+        wait_for(answers, what="the group coordinator", timeout=timeout)
+    finally:
+        consumer.close()
+
+
 def lab_groups(bootstrap: str, *, timeout: float = 10.0) -> list[str]:
     """The consumer groups the cluster knows (the lab's: a run's groups are named after its
     topic), sorted."""

@@ -42,7 +42,7 @@ from harness.environment.ports import free_ports
 from harness.environment.proxy.client import ProxyControl
 from harness.environment.spark import SparkSettings
 from harness.errors import BadInput
-from harness.kafka import lab_groups
+from harness.kafka import await_group_coordinator, lab_groups
 from harness.readiness import DeadlineExceeded, GaveUp, wait_for
 
 # Directories below DIR that belong to one environment's life and are wiped with it.
@@ -222,6 +222,10 @@ class LocalEnvironment(Environment):
         for server in servers.values():
             if server.name not in ("proxy", "spark-master"):
                 self._await_ready(server)
+        started = time.monotonic()
+        await_group_coordinator(self.kafka_bootstrap)
+        self._progress(f"  {'groups':<13} {'__consumer_offsets made':<34} {'':<16} "
+                       f"{time.monotonic() - started:5.1f}s")  # fmt: skip
 
     def _run_preparations(self, servers: Sequence[LocalServer]) -> None:
         """Each server's one-off command (formatting a Kafka node's storage), side by side."""

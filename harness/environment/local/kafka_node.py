@@ -123,6 +123,10 @@ class KafkaNode(LocalServer):
             "default.replication.factor": 3,
             "min.insync.replicas": 2,
             "offsets.topic.replication.factor": 3,
+            # 50 by default: made at the first group's first request, which took 20 s here
+            # (150 replicas on two cores); the lab's few groups need no more than 10.
+            "offsets.topic.num.partitions": 10,
+            "transaction.state.log.num.partitions": 10,
             "transaction.state.log.replication.factor": 3,
             "transaction.state.log.min.isr": 2,
             "group.initial.rebalance.delay.ms": 0,
