@@ -16,6 +16,8 @@ from harness.faults.schedule import describe, plan
 from harness.history import EventKind, read_history
 from harness.kafka import admin
 from harness.scenario import load_scenario
+from harness.workload.ledger import read_ledger
+from harness.workload.producer import aborted_ledger
 from tests.support import SPARK, chaoslab
 
 pytestmark = pytest.mark.servers
@@ -48,6 +50,7 @@ def test_the_library_has_every_scenario_the_issue_names() -> None:
     assert {p.stem for p in LIBRARY} >= {
         "baseline", "cdc-crash-before-ack", "msk-rolling-upgrade", "commit-failure-window",
         "mongo-partition", "concurrent-duplicates", "producer-resend", "poison-records",
+        "commit-failure-storm", "producer-exactly-once",
     }  # fmt: skip
     for path in LIBRARY:
         scenario = load_scenario(path)
@@ -99,9 +102,20 @@ def test_a_library_scenario_holds_its_expectations(
             if variant == "naive":  # each kill after the write re-delivers exactly that batch
                 assert r["duplicates"] == replayed_by_crashes(r) > 0, runtime
                 assert set(r["copies"]) == {"2"}, runtime
-    if name == "msk-rolling-upgrade":
+    if name == "commit-failure-storm":
         naive = rows[("listener", "naive")]
         assert {"2", "3"} <= set(naive["copies"]), naive["copies"]  # seed 002's 2 and 3 copies
+    if name == "producer-exactly-once":
+        # The Kafka side was exactly once: no record of an aborted transaction reached a sink.
+        ledger = Path(rows[("listener", "naive")]["ledger"])
+        aborted = [row.event_id for row in read_ledger(aborted_ledger(ledger))]
+        assert aborted, "the producer aborted no transaction"
+        with MongoClient(scenario_env.mongo_uri) as client:
+            for key, r in rows.items():
+                database = json.loads((Path(r["directory"]) / "runtime.json").read_text())
+                events = client[database["database"]].events
+                found = events.count_documents({"event_id": {"$in": aborted}})
+                assert found == 0, (key, found)
     if name == "concurrent-duplicates":
         assert rows[("listener", "check-then-insert")]["duplicates"] > 0
 
