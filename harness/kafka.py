@@ -108,20 +108,31 @@ class Watermarks:
         self._last: dict[int, int] = {}
 
     def read(self, timeout: float = 30.0) -> dict[int, int]:
-        """Every partition's high watermark; {} when the topic does not exist."""
-        metadata = self._consumer.list_topics(self.topic, timeout=timeout).topics[self.topic]
-        if metadata.error is not None:
-            if metadata.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                return {}
-            raise KafkaException(metadata.error)
-        highs = {
-            p: self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=timeout)[
-                1
-            ]
-            for p in sorted(metadata.partitions)
-        }
+        """Every partition's high watermark; {} when the topic does not exist. Retried until
+        ``timeout`` while a partition has no leader (a node restarting: NOT_LEADER...)."""
+
+        def once() -> dict[int, int]:
+            topics = self._consumer.list_topics(self.topic, timeout=timeout).topics
+            metadata = topics[self.topic]
+            if metadata.error is not None:
+                if metadata.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    return {}
+                raise KafkaException(metadata.error)
+            try:
+                return {p: self._high(p, timeout) for p in sorted(metadata.partitions)}
+            except KafkaException as exc:
+                if exc.args[0].retriable():
+                    raise NotReady(str(exc)) from exc
+                raise
+
+        highs = wait_for(once, what=f"the end offsets of {self.topic}", timeout=timeout)
         self._last.update(highs)
         return highs
+
+    def _high(self, partition: int, timeout: float) -> int:
+        return self._consumer.get_watermark_offsets(
+            TopicPartition(self.topic, partition), timeout=timeout
+        )[1]
 
     @property
     def last(self) -> dict[int, int]:

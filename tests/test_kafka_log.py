@@ -39,3 +39,13 @@ def test_harvest_writes_them_into_the_history(tmp_path: Path) -> None:
     ]
     assert events[0].t == 1795346785.206
     assert harvest(tmp_path / "missing.log", tmp_path / "history", "listener-1", "naive") == 0
+
+
+def test_a_session_time_out_is_one_whatever_its_last_error_was() -> None:
+    line = (
+        "%4|1795346790.779|SESSTMOUT|c#consumer-2| [thrd:main]: Consumer group session timed "
+        "out (in join-state steady) after 10003 ms without a successful response from the "
+        "group coordinator (broker 3, last error was Broker: Not coordinator): revoking "
+        "assignment and rejoining group\n"
+    )
+    assert list(broker_errors([line])) == [BrokerError(1795346790.779, "SESSION_TIMED_OUT", "")]

@@ -22,8 +22,11 @@ from pathlib import Path
 
 from harness.history import EventKind, HistoryWriter
 
-# librdkafka's text of a broker error -> Kafka's name of it (and the client's own timeout).
+# librdkafka's text of a broker error -> Kafka's name of it (and the client's own timeout). In
+# this order: a session time-out's line names the last error too ("last error was Broker: Not
+# coordinator"), and it is the time-out.
 ERRORS = {
+    "Consumer group session timed out": "SESSION_TIMED_OUT",
     "Broker: Not coordinator": "NOT_COORDINATOR",
     "Broker: Coordinator load in progress": "COORDINATOR_LOAD_IN_PROGRESS",
     "Broker: Coordinator not available": "COORDINATOR_NOT_AVAILABLE",
@@ -31,7 +34,6 @@ ERRORS = {
     "Broker: Unknown member": "UNKNOWN_MEMBER_ID",
     "Broker: Specified group generation id is not valid": "ILLEGAL_GENERATION",
     "Broker: Request timed out": "REQUEST_TIMED_OUT",
-    "Consumer group session timed out": "SESSION_TIMED_OUT",
 }
 APIS = ("OffsetCommit", "Heartbeat", "JoinGroup", "SyncGroup", "LeaveGroup", "FindCoordinator")
 _LINE = re.compile(r"^%\d\|(?P<t>\d+\.\d+)\|(?P<fac>[A-Z_]+)\|[^|]*\| (?P<msg>.*)$")
