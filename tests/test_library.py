@@ -102,6 +102,17 @@ def test_a_library_scenario_holds_its_expectations(
             if variant == "naive":  # each kill after the write re-delivers exactly that batch
                 assert r["duplicates"] == replayed_by_crashes(r) > 0, runtime
                 assert set(r["copies"]) == {"2"}, runtime
+    if name == "msk-rolling-upgrade":
+        # Nothing injected: the brokers' own coordinator errors are in the history, and the
+        # listener's session timed out while a node was down.
+        events = read_history(Path(rows[("listener", "naive")]["directory"]) / "history")
+        errors = {e.detail.split()[0] for e in events if e.kind is EventKind.KAFKA_ERROR}
+        assert "SESSION_TIMED_OUT" in errors and errors & {
+            "NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS",
+        }, errors  # fmt: skip
+        downs = [e.detail for e in events if e.kind is EventKind.FAULT_STEP]
+        assert downs == ["node 1 SIGKILL", "node 2 SIGKILL", "node 3 SIGKILL"], downs
+        assert not [r for r in rows.values() if r["unfired"]]
     if name == "commit-failure-storm":
         naive = rows[("listener", "naive")]
         assert {"2", "3"} <= set(naive["copies"]), naive["copies"]  # seed 002's 2 and 3 copies
