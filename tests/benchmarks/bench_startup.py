@@ -48,9 +48,8 @@ def main(rounds: int) -> None:
             print(f"  round {i + 1}: up -> ready {ready:5.2f} s, down {down:5.2f} s", flush=True)
         spark = time_spark(Path(tmp) / "spark")
     print()
-    print(
-        f"up -> ready (3 Kafka nodes registered, a quorum leader, __consumer_offsets made; mongo; proxy), {rounds} rounds:"
-    )
+    print(f"up -> ready, {rounds} rounds (3 Kafka nodes registered with a quorum leader and")
+    print("  __consumer_offsets made; MongoDB; the fault proxy):")
     print(f"  min {min(ups):.2f} s  median {statistics.median(ups):.2f} s  max {max(ups):.2f} s")
     print(f"  goal <= {GOAL_S:.0f} s: {'met' if max(ups) <= GOAL_S else 'NOT met'}")
     print(f"down: median {statistics.median(downs):.2f} s")
