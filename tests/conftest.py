@@ -22,9 +22,9 @@ def lab_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEnvironme
 def scenario_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEnvironment]:
     """A fresh local environment for one test that runs scenarios.
 
-    Not the shared one: the local servers slow down as topics pile up (moto scans every key
-    of the bucket on each LIST, and Tansu lists a partition's segments on each fetch). The
-    resend test took 15 s on a fresh environment and 110 s at the end of the suite.
+    Not the shared one: a scenario's faults restart and kill nodes, its topics and consumer
+    groups stay, and a test that counts what happened (timings, rates, coordinator errors)
+    should not share them with others.
     """
     with LocalEnvironment(tmp_path_factory.mktemp("scenario-env")) as env:
         yield env

@@ -162,7 +162,7 @@ def test_a_terminated_run_stops_its_runtimes_and_servers(tmp_path: Path, sig: in
             return found.env_id, running
 
         env_id, running = wait_for(runtimes_running, what="the run's listeners", timeout=120)
-        assert {"kafka", "mongo", "s3"} <= set(running.values())
+        assert {"kafka-1", "kafka-2", "kafka-3", "mongo", "proxy"} <= set(running.values())
         cli.send_signal(sig)
         assert cli.wait(timeout=90) != 0
     finally:

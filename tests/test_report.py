@@ -151,7 +151,7 @@ def results(run_dir: Path, name: str = "broker-bounce") -> dict[str, Any]:
         "seed": 42,
         "workload": {"events": 1000, "keys": 100, "partitions": 3},
         "backend": "local",
-        "versions": {"python": "3.11.7", "tansu": "v0.6.0"},
+        "versions": {"python": "3.11.7", "kafka": "4.3.1"},
         "started_at": T0,
         "seconds": 31.5,
         "passed": False,
@@ -445,7 +445,7 @@ def test_junit_has_one_failure_for_the_failing_variant(tmp_path: Path) -> None:
     assert "expected lost == 0, got 1" in (failure.text or "")
     assert cases[1].find("failure") is None
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
-    assert props["seed"] == "42" and props["version.tansu"] == "v0.6.0"
+    assert props["seed"] == "42" and props["version.kafka"] == "4.3.1"
 
 
 def test_report_md_has_each_variant_row_and_the_plots(tmp_path: Path) -> None:
@@ -454,7 +454,7 @@ def test_report_md_has_each_variant_row_and_the_plots(tmp_path: Path) -> None:
     assert text.startswith("# broker-bounce: FAIL\n")
     assert "> Rolling broker restarts and one consumer crash." in text
     assert "- **Seed**: 42" in text and "- **Backend**: local" in text
-    assert "python 3.11.7, tansu v0.6.0" in text
+    assert "python 3.11.7, kafka 4.3.1" in text
     assert (
         "| listener | naive | 1000 | 1005 | 5 | 2x: 3, 3x: 1 | 1 | 1 | 0 | 250 | 1/1 | "
         f"**FAIL**: {NAIVE_REASON.replace('|', '')} |"

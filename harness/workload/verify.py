@@ -1,10 +1,9 @@
 """Does the topic hold what the broker acknowledged? The ledger is only ground truth if so.
 
-Tansu can acknowledge records it never stored: its idempotent-producer path advances the
-producer's sequence (in S3's meta.json) before it writes the batch, so a broker stopped in
-between answers the client's retry with DUPLICATE_SEQUENCE_NUMBER, which librdkafka takes as
-"already stored" - an ack with base offset -1 and nothing behind it. Real Kafka keeps that state
-in the log itself. A loss like that is the environment's, not a variant's; this finds it.
+A broker can acknowledge a record it does not keep (the lab's first broker, Tansu, did: an
+idempotent producer's retry was answered "already stored" with nothing behind it; a Kafka
+cluster with acks=all and min.insync.replicas=2 should not, but an unclean leader election
+would). A loss like that is the environment's, not a variant's; this finds it before any verdict.
 """
 
 from __future__ import annotations

@@ -57,6 +57,3 @@ class LocalServer(ABC):
     @abstractmethod
     def probe(self) -> None:
         """Return if the server answers its protocol; raise otherwise. Must be quick."""
-
-    def on_first_ready(self) -> None:  # noqa: B027 - an optional hook
-        """Runs once, after the first start is ready (e.g. create the S3 bucket)."""

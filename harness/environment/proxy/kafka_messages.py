@@ -7,7 +7,8 @@ FindCoordinator, JoinGroup and Heartbeat, in every version listed in ``ERROR_VER
 exactly as a broker that hit the error would (Kafka's ``getErrorResponse`` of each request).
 
 Layouts follow clients/src/main/resources/common/message/*.json in apache/kafka. librdkafka 2.16
-against Tansu 0.6.0 negotiates OffsetCommit v9, FindCoordinator v2, JoinGroup v5, Heartbeat v3.
+against Apache Kafka 4.3.1 negotiates OffsetCommit v9, FindCoordinator v2, JoinGroup v5,
+Heartbeat v3 (the proxy's log says which versions each client uses).
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ FLEXIBLE_FROM = {
     API_VERSIONS: 3,
 }
 
-# The versions the proxy can answer with an error: all that Kafka 3.x/4.0 define. (OffsetCommit
-# v10 replaces topic names by topic ids; Tansu 0.6.0 offers at most v9.)
+# The versions the proxy can answer with an error: all that Kafka 3.x/4.0 define but OffsetCommit
+# v10, which replaces topic names by topic ids (librdkafka 2.16 sends v9 to Kafka 4.3).
 ERROR_VERSIONS = {
     OFFSET_COMMIT: range(0, 10),
     FIND_COORDINATOR: range(0, 7),
