@@ -35,6 +35,7 @@ from harness.faults.kinds import (
     BrokerBounce,
     BrokerKill,
     BrokerPause,
+    BrokerRollingRestart,
     BrokerSelector,
     ConsumerCrash,
     ConsumerKill,
@@ -475,6 +476,10 @@ def runnable(scenario: Scenario, abilities: BackendAbilities) -> tuple[str, ...]
             problem := _selector_problem(fault.broker, scenario, abilities)
         ):
             pr.add(f"{where}.broker", problem)
+        if isinstance(fault, BrokerRollingRestart) and (
+            problem := _selector_problem(fault.start, scenario, abilities)
+        ):
+            pr.add(f"{where}.start", problem)
         if fault.kind in ("network", "commit-failure"):
             needs_proxy = fault.kind == "network" or (
                 "listener" in scenario.runtimes and fault.kind == "commit-failure"

@@ -222,10 +222,12 @@ def test_a_broker_fault_picks_its_node_by_id_role_or_partition(tmp_path: Path) -
             "  - {kind: broker-bounce, at: 2, broker: controller}\n"
             "  - {kind: broker-kill, at: 3, duration: 1, broker: {coordinator-of: naive}}\n"
             "  - {kind: broker-pause, at: 4, duration: 1, broker: {leader-of: 2}}\n"
-            "  - {kind: broker-bounce, at: 5}\n",
+            "  - {kind: broker-bounce, at: 5}\n"
+            "  - {kind: broker-rolling-restart, at: 6, start: {coordinator-of: idempotent}}\n",
         )
     )
-    assert [str(f.broker) for f in s.faults] == [
+    assert str(s.faults[-1].start) == "the coordinator of idempotent"
+    assert [str(f.broker) for f in s.faults[:-1]] == [
         "node 3",
         "the controller",
         "the coordinator of naive",

@@ -144,10 +144,11 @@ class BrokerBounce(Timed):
 
 @dataclass(frozen=True)
 class BrokerRollingRestart(Timed):
-    """``rotations`` restarts, one node at a time, each node in turn (node 1, 2, 3, 1, ...),
-    as a managed service's rolling upgrade: a node is stopped (SIGTERM with a controlled
-    shutdown, or SIGKILL when ``hard``), started again, and the next rotation begins once no
-    partition is under-replicated, plus ``interval`` seconds (seed 002's MSK upgrade)."""
+    """``rotations`` restarts, one node at a time, each node in turn in id order from the one
+    ``start`` picks (node 1 by default: 1, 2, 3, 1, ...), as a managed service's rolling upgrade:
+    a node is stopped (SIGTERM with a controlled shutdown, or SIGKILL when ``hard``), started
+    again, and the next rotation begins once no partition is under-replicated, plus ``interval``
+    seconds (seed 002's MSK upgrade)."""
 
     kind: ClassVar[str] = "broker-rolling-restart"
     name: str
@@ -157,6 +158,7 @@ class BrokerRollingRestart(Timed):
     rotations: int = 3
     interval: float = 0.0
     hard: bool = False
+    start: BrokerSelector = FIRST_NODE
 
     def problems(self) -> list[Problem]:
         found = self.trigger_problems() + _positive("interval", self.interval, allow_zero=True)

@@ -68,6 +68,7 @@ class _Progress:
     last_fired: float | None = None  # monotonic time of the previous step
     reached_at: float | None = None  # when an at_event step's record count was reached
     node: int | None = None  # the Kafka node its broker steps act on, once picked
+    first: int | None = None  # a rolling restart's first node, picked at its first rotation
     checked_at: float = 0.0  # when a waiting step last asked the cluster
     waiting_since: float | None = None
 
@@ -224,7 +225,7 @@ class Nemesis:
                 self.windows.append(WindowRecord(fault.name, fault.kind, start, time.time()))
                 self._record(EventKind.FAULT_END, fault)
             case Action.STOP_BROKER:
-                progress.node = self._node_for(fault, step.rotation)
+                progress.node = self._node_for(progress, step.rotation)
                 how = "SIGKILL" if step.hard else "SIGTERM"
                 self._record(
                     EventKind.FAULT_STEP,
@@ -239,7 +240,7 @@ class Nemesis:
                 self.env.begin_start_broker(progress.node)
                 self._down.discard(progress.node)
             case Action.PAUSE_BROKER:
-                progress.node = self._node_for(fault, step.rotation)
+                progress.node = self._node_for(progress, step.rotation)
                 self.env.pause(Component.KAFKA, broker=progress.node)
                 self._paused.add(progress.node)
             case Action.RESUME_BROKER:
@@ -269,12 +270,15 @@ class Nemesis:
             case _:
                 assert step.action.waits  # its condition came true: nothing to do
 
-    def _node_for(self, fault: Fault, rotation: int) -> int:
-        """A rolling restart's rotation r takes node r (in id order, round and round); the
-        other broker faults pick theirs by their ``broker`` field."""
+    def _node_for(self, progress: _Progress, rotation: int) -> int:
+        """A rolling restart goes round the nodes in id order from the one its ``start`` picks
+        (at its first rotation); the other broker faults pick theirs by ``broker``."""
+        fault = progress.plan.fault
         if isinstance(fault, BrokerRollingRestart):
             nodes = self.env.broker_ids
-            return nodes[rotation % len(nodes)]
+            if progress.first is None:
+                progress.first = self.pick(fault.start)
+            return nodes[(nodes.index(progress.first) + rotation) % len(nodes)]
         assert isinstance(fault, BrokerBounce | BrokerKill | BrokerPause)
         return self.pick(fault.broker)
 
