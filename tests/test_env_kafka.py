@@ -8,7 +8,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -225,72 +227,84 @@ def test_messages_and_committed_offsets_survive_restarts_of_the_whole_cluster(
         assert committed(bootstrap, topic, group) == ends, f"committed offsets lost by {how}"
 
 
-def test_kill_9_of_the_coordinator_while_a_consumer_commits_loses_nothing(
-    lab_env: LocalEnvironment,
-) -> None:
-    bootstrap = lab_env.kafka_bootstrap
-    topic, group = unique("bounce"), unique("group")
+@dataclass
+class Traffic:
+    """A producer and a committing group member at work on a topic of their own."""
+
+    bootstrap: str
+    topic: str
+    group: str
+    producer: BackgroundProducer
+    loop: CommitLoop
+
+    def settle(self) -> tuple[dict[str, tuple[int, int]], dict[int, int]]:
+        """Stop producing, consume and commit to the end; (acked records, end offsets)."""
+        acked = self.producer.finish()
+        ends = end_offsets(self.bootstrap, self.topic)
+        done = lambda: committed(self.bootstrap, self.topic, self.group) == ends  # noqa: E731
+        self.loop.poll_until(done, timeout=120)
+        return acked, ends
+
+
+@contextmanager
+def traffic(env: LocalEnvironment, name: str) -> Iterator[Traffic]:
+    bootstrap = env.kafka_bootstrap
+    topic, group = unique(name), unique("group")
     create_topic(bootstrap, topic, PARTITIONS)
     producer = BackgroundProducer(bootstrap, topic)
     producer.start()
     loop = CommitLoop(bootstrap, topic, group)
     try:
-        loop.poll_until(lambda: len(loop.values) >= 500, timeout=60)
-        coordinator = lab_env.cluster_view().coordinator_of(group)
+        yield Traffic(bootstrap, topic, group, producer, loop)
+    finally:
+        loop.close()
+        producer.stop()
+
+
+def test_kill_9_of_the_coordinator_while_a_consumer_commits_loses_nothing(
+    lab_env: LocalEnvironment,
+) -> None:
+    with traffic(lab_env, "bounce") as t:
+        t.loop.poll_until(lambda: len(t.loop.values) >= 500, timeout=60)
+        coordinator = lab_env.cluster_view().coordinator_of(t.group)
         assert coordinator is not None
         killed = server_handles(lab_env.directory)[f"kafka-{coordinator}"]
         lab_env.kill_broker(broker=coordinator)
         assert not killed.alive()
-        seen_at_kill = len(loop.values)
+        seen_at_kill = len(t.loop.values)
         # The group goes on with the node dead: another broker becomes its coordinator.
-        loop.poll_until(lambda: len(loop.values) >= seen_at_kill + 1500, timeout=120)
-        assert lab_env.cluster_view().coordinator_of(group) not in (coordinator, None)
+        t.loop.poll_until(lambda: len(t.loop.values) >= seen_at_kill + 1500, timeout=120)
+        assert lab_env.cluster_view().coordinator_of(t.group) not in (coordinator, None)
         lab_env.revive(Component.KAFKA, broker=coordinator)
-        acked = producer.finish()
-        ends = end_offsets(bootstrap, topic)
-        loop.poll_until(lambda: committed(bootstrap, topic, group) == ends, timeout=120)
-    finally:
-        loop.close()
-        producer.stop()
+        acked, ends = t.settle()
     assert sum(ends.values()) == len(acked)
     # No acked record lost, and none skipped: each partition was read from offset 0 to its end
     # with no gap - after the kill the group resumed from its committed offsets (at most a
     # batch again, never a jump forward).
-    assert set(loop.values) == set(acked)
-    for partition, offsets in loop.offsets.items():
+    assert set(t.loop.values) == set(acked)
+    for partition, offsets in t.loop.offsets.items():
         assert set(offsets) == set(range(ends[partition])), partition
-    assert committed(bootstrap, topic, group) == ends
+    assert committed(lab_env.kafka_bootstrap, t.topic, t.group) == ends
     wait_for(lambda: fully_replicated(lab_env), what="full replication", timeout=120)
 
 
 def test_a_clean_rolling_restart_under_produce_and_consume_loses_nothing(
     lab_env: LocalEnvironment,
 ) -> None:
-    bootstrap = lab_env.kafka_bootstrap
-    topic, group = unique("rolling"), unique("group")
-    create_topic(bootstrap, topic, PARTITIONS)
-    producer = BackgroundProducer(bootstrap, topic)
-    producer.start()
-    loop = CommitLoop(bootstrap, topic, group)
-    try:
-        loop.poll_until(lambda: len(loop.values) >= 300, timeout=60)
+    with traffic(lab_env, "rolling") as t:
+        t.loop.poll_until(lambda: len(t.loop.values) >= 300, timeout=60)
         for node in lab_env.broker_ids:  # as a managed service upgrades: one node at a time
             before = server_handles(lab_env.directory)[f"kafka-{node}"]
             restart = threading.Thread(target=lab_env.restart_broker, kwargs={"broker": node})
             restart.start()
             while restart.is_alive():  # the application goes on meanwhile
-                loop.poll_until(lambda r=restart: not r.is_alive(), timeout=1)
+                t.loop.poll_until(lambda r=restart: not r.is_alive(), timeout=1)
             restart.join()
             assert not before.alive()
-            loop.poll_until(lambda: is_replicated(lab_env), timeout=120)
-        acked = producer.finish()
-        ends = end_offsets(bootstrap, topic)
-        loop.poll_until(lambda: committed(bootstrap, topic, group) == ends, timeout=120)
-    finally:
-        loop.close()
-        producer.stop()
-    assert set(loop.values) == set(acked)
-    assert sorted(read_back(bootstrap, topic)) == sorted(acked)  # each acked record, once
+            t.loop.poll_until(lambda: is_replicated(lab_env), timeout=120)
+        acked, _ = t.settle()
+    assert set(t.loop.values) == set(acked)
+    assert sorted(read_back(lab_env.kafka_bootstrap, t.topic)) == sorted(acked)  # each once
     view = lab_env.cluster_view()
     assert view.brokers == (1, 2, 3) and view.under_replicated() == []
 
