@@ -39,6 +39,7 @@ LOG4J2 = Path(jars.POMS) / "kafka-log4j2.properties"
 # 16 MiB here: the lab's compacted topics are small.
 HEAP = "256m"
 CLEANER_BUFFER = 16 * 1024 * 1024
+JVM_FLAGS: tuple[str, ...] = ("-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20")
 
 
 def port_names(node: int) -> tuple[str, ...]:
@@ -146,8 +147,8 @@ class KafkaNode(LocalServer):
                 "-c", str(self.config)]  # fmt: skip
 
     def argv(self) -> list[str]:
-        return [java(), f"-Xms{HEAP}", f"-Xmx{HEAP}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-                "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+        return [java(), f"-Xms{HEAP}", f"-Xmx{HEAP}", *JVM_FLAGS, "-XX:+ExitOnOutOfMemoryError",
+                "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={LOG4J2}", f"-Dchaoslab.log={self.log_path}",
                 "-cp", jars.kafka().classpath(), "kafka.Kafka", str(self.config)]  # fmt: skip
 
