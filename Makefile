@@ -44,6 +44,7 @@ test: $(STAMP) jars $(CHROMIUM_STAMP) lint
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy harness tests
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .
@@ -59,4 +60,4 @@ lab: $(STAMP) jars
 	$(BIN)/jupyter lab --ip 127.0.0.1 --notebook-dir notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 clean:
-	rm -rf $(VENV) .chaoslab .pytest_cache .ruff_cache
+	rm -rf $(VENV) .chaoslab .pytest_cache .ruff_cache .mypy_cache

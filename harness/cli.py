@@ -210,7 +210,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     """The lab's main job: the scenario library on a fresh local environment, then the table
     and the report."""
-    defaults = {
+    defaults: dict[str, object] = {
         "scenarios": [],
         "runtime": None,
         "seed": None,

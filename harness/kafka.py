@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness.readiness import NotReady, wait_for
@@ -63,7 +63,7 @@ def consumer_config(bootstrap: str, group: str, **overrides: Any) -> dict[str, A
 
 
 def admin(bootstrap: str) -> AdminClient:
-    settings = {"client.id": HARNESS_CLIENT, "log_level": QUIET}
+    settings: dict[str, str | int] = {"client.id": HARNESS_CLIENT, "log_level": QUIET}
     return AdminClient({**_COMMON, "bootstrap.servers": bootstrap, **settings})
 
 
@@ -181,6 +181,14 @@ def lab_groups(bootstrap: str, *, timeout: float = 10.0) -> list[str]:
     return sorted(g.group_id for g in found.valid)
 
 
+def partition_offset(message: Message) -> tuple[int, int]:
+    """(partition, offset) of a consumed record or a partition-EOF event, which always carry
+    both (confluent_kafka types them Optional for other errors and for produced messages)."""
+    partition, offset = message.partition(), message.offset()
+    assert partition is not None and offset is not None, message
+    return partition, offset
+
+
 @dataclass(frozen=True)
 class StoredRecord:
     partition: int
@@ -206,9 +214,14 @@ def read_topic(bootstrap: str, topic: str, *, timeout: float = 120.0) -> list[St
         for m in consumer.consume(num_messages=5000, timeout=0.5):
             error = m.error()
             if error is None:
-                records.append(StoredRecord(m.partition(), m.offset(), dict(m.headers() or [])))
-            elif error.code() == KafkaError._PARTITION_EOF and m.offset() >= ends[m.partition()]:
-                at_end.add(m.partition())
+                # A consumed record's headers are (name, bytes) pairs; the client's type also
+                # covers what a producer may send (a dict, str values).
+                headers: dict[str, bytes] = dict(m.headers() or [])  # type: ignore[arg-type]
+                records.append(StoredRecord(*partition_offset(m), headers))
+            elif error.code() == KafkaError._PARTITION_EOF:
+                partition, offset = partition_offset(m)
+                if offset >= ends[partition]:
+                    at_end.add(partition)
         if len(at_end) < len(ends):
             raise NotReady(f"read {len(records)} records; at the end of {sorted(at_end)}")
 

@@ -505,7 +505,10 @@ def cmd_repair(args: argparse.Namespace) -> int:
         if not value.strip():
             raise BadInput(f"{option} is empty")
     try:
-        with MongoClient(args.uri, serverSelectionTimeoutMS=10_000, appname="chaoslab-repair") as c:
+        c: MongoClient[dict[str, Any]] = MongoClient(
+            args.uri, serverSelectionTimeoutMS=10_000, appname="chaoslab-repair"
+        )
+        with c:
             report = repair(
                 c[args.db][args.collection],
                 key,

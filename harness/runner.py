@@ -147,7 +147,7 @@ def run_scenario(
     and each run's topics have three replicas of three partitions)."""
     started = time.time()
     out_dir.mkdir(parents=True, exist_ok=True)
-    results = []
+    results: list[VariantResult] = []
     total = len(scenario.runtimes) * len(scenario.variants)
 
     def so_far() -> ScenarioResult:
@@ -204,7 +204,8 @@ def _lane(
     group = f"{topic}.{_slug(variant.label)}"
     database = f"cl_{run_id}_{slug.replace('-', '_')}"[:63]
     create_topic(env.kafka_bootstrap, dead_letter_topic(group), 1)
-    with MongoClient(env.mongo_uri) as client:
+    client: MongoClient[dict[str, Any]] = MongoClient(env.mongo_uri)
+    with client:
         variant.prepare(client[database])
     config = RuntimeConfig(
         runtime=runtime,
@@ -364,7 +365,8 @@ def _judge(
 ) -> VariantResult:
     config = lane.config
     lane.history.record(EventKind.PRODUCED, count=summary.acked)
-    with MongoClient(env.mongo_uri) as client:
+    client: MongoClient[dict[str, Any]] = MongoClient(env.mongo_uri)
+    with client:
         sink = snapshot(
             client[config.database],
             lane.variant,

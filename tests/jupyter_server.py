@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import psutil
 from PIL import Image
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import FloatRect, sync_playwright
 from tornado.websocket import websocket_connect
 
 from harness.environment.ports import free_ports
@@ -241,7 +241,11 @@ def first_output_image(url: str, home: Path, timeout_s: float = 120) -> bytes:
     among the cells' outputs is shown, and return a PNG screenshot of it as displayed."""
     timeout_ms = timeout_s * 1000
     # Chromium writes crash reports and a dconf cache to $HOME's folders otherwise.
-    env = {**os.environ, "XDG_CONFIG_HOME": str(home / "xdg"), "XDG_CACHE_HOME": str(home / "xdg")}
+    env: dict[str, str | float | bool] = {
+        **os.environ,
+        "XDG_CONFIG_HOME": str(home / "xdg"),
+        "XDG_CACHE_HOME": str(home / "xdg"),
+    }
     with sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True, env=env
@@ -262,7 +266,7 @@ def first_output_image(url: str, home: Path, timeout_s: float = 120) -> bytes:
                 " return [r.x, r.y, el.clientWidth, el.clientHeight]}"
             )
             # Clipped to whole pixels: an element screenshot at y=230.125 is one row taller.
-            clip = {"x": round(x), "y": round(y), "width": w, "height": h}
+            clip: FloatRect = {"x": round(x), "y": round(y), "width": w, "height": h}
             return page.screenshot(clip=clip, animations="disabled")
         finally:
             browser.close()

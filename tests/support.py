@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from confluent_kafka import Message
 
 from harness.environment import process, state
 from harness.environment.process import ProcessHandle
@@ -22,6 +23,13 @@ _counter = itertools.count()
 def unique(prefix: str) -> str:
     """A name no other test (or earlier run against the same servers) uses."""
     return f"{prefix}-{uuid.uuid4().hex[:6]}-{next(_counter)}"
+
+
+def value_text(message: Message) -> str:
+    """A consumed record's value, decoded (every record the tests produce has one)."""
+    value = message.value()
+    assert value is not None, message
+    return value.decode()
 
 
 def chaoslab(

@@ -570,7 +570,7 @@ def test_columns_of_different_lengths_are_refused() -> None:
 
 def test_from_lists_names_a_malformed_tuple() -> None:
     with pytest.raises(ValueError, match=r"changes\[1\]: expected a tuple of 3"):
-        SinkSnapshot.from_lists(changes=[(1, 1, 0.0), (1, 2)])
+        SinkSnapshot.from_lists(changes=[(1, 1, 0.0), (1, 2)])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="order 4 appears more than once"):
         SinkSnapshot.from_lists(projection=[(4, 1), (5, 1), (4, 2)])
     with pytest.raises(ValueError, match="stored_offsets"):

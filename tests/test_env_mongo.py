@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from pymongo import ASCENDING, MongoClient, WriteConcern
@@ -15,8 +16,9 @@ pytestmark = pytest.mark.servers
 
 
 @pytest.fixture
-def client(lab_env: LocalEnvironment) -> Iterator[MongoClient]:
-    with MongoClient(lab_env.mongo_uri, heartbeatFrequencyMS=500) as c:
+def client(lab_env: LocalEnvironment) -> Iterator[MongoClient[dict[str, Any]]]:
+    c: MongoClient[dict[str, Any]] = MongoClient(lab_env.mongo_uri, heartbeatFrequencyMS=500)
+    with c:
         yield c
 
 
@@ -62,7 +64,8 @@ def test_committed_transaction_writes_both_collections(client: MongoClient) -> N
 @pytest.mark.parametrize("hard", [True, False], ids=["kill-9", "clean"])
 def test_data_survives_a_restart(lab_env: LocalEnvironment, hard: bool) -> None:
     name = unique("db")
-    with MongoClient(lab_env.mongo_uri) as c:
+    c: MongoClient[dict[str, Any]] = MongoClient(lab_env.mongo_uri)
+    with c:
         orders = c[name].get_collection("orders", write_concern=WriteConcern(w=1, j=True))
         orders.insert_many([{"_id": i, "v": i * i} for i in range(2000)])
     before = server_handles(lab_env.directory)["mongo"]
@@ -70,7 +73,8 @@ def test_data_survives_a_restart(lab_env: LocalEnvironment, hard: bool) -> None:
     lab_env.restart_mongo(hard=hard)
 
     assert not before.alive() and server_handles(lab_env.directory)["mongo"] != before
-    with MongoClient(lab_env.mongo_uri, serverSelectionTimeoutMS=30_000) as c:
+    c = MongoClient(lab_env.mongo_uri, serverSelectionTimeoutMS=30_000)
+    with c:
         docs = list(c[name].orders.find().sort("_id"))
     assert docs == [{"_id": i, "v": i * i} for i in range(2000)]
 

@@ -32,10 +32,11 @@ from harness.kafka import (
     consumer_config,
     create_topic,
     end_offsets,
+    partition_offset,
     producer_config,
 )
 from harness.readiness import NotReady, wait_for
-from tests.support import unique
+from tests.support import unique, value_text
 
 NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS = 16, 14
 OFFSET_COMMIT, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, API_VERSIONS = 8, 10, 11, 12, 18
@@ -506,10 +507,10 @@ def test_5000_messages_pass_through_the_proxy_unchanged(env: LocalEnvironment) -
         assert consume(consumer, 1, 0.5) == []  # and nothing more
         consumer.commit(asynchronous=False)
         brokers = consumer.list_topics(timeout=10).brokers
-    assert sorted(m.value().decode() for m in got) == sorted(values)
+    assert sorted(value_text(m) for m in got) == sorted(values)
     assert all(m.key() == m.value() and m.headers() == [("h", m.value())] for m in got)
     for partition in range(3):
-        offsets = sorted(m.offset() for m in got if m.partition() == partition)
+        offsets = sorted(o for p, o in map(partition_offset, got) if p == partition)
         assert offsets == list(range(len(offsets)))
     assert committed(env, topic, group, 3) == end_offsets(env.kafka_bootstrap, topic)
     # Every connection after bootstrap went through the proxy too: each node advertises its
@@ -541,7 +542,7 @@ def test_a_cut_consumer_link_spares_the_producer(env: LocalEnvironment) -> None:
         assert env.remove_link_rule(rule_id) >= 1
 
         after = consume(consumer, len(during), 30)
-        assert [m.value().decode() for m in after] == during
+        assert [value_text(m) for m in after] == during
 
 
 @contextmanager
@@ -595,7 +596,7 @@ def test_a_reset_closes_the_consumers_connections_and_it_recovers(env: LocalEnvi
         env.remove_link_rule(rule_id)
 
         after = consume(consumer, 10, 30)
-        assert [m.value().decode() for m in after] == [f"during{i}" for i in range(10)]
+        assert [value_text(m) for m in after] == [f"during{i}" for i in range(10)]
 
 
 @pytest.mark.servers
@@ -634,7 +635,7 @@ def test_coordinator_errors_reach_the_consumer_by_name_and_it_recovers(
             assert env.remove_link_rule(rule_id) >= 1
             assert not [line for line in lines if "parse" in line.lower()]
             produce(producer_link, topic, [f"after {name}"])
-            got = [m.value().decode() for m in consume(consumer, 1, 30)]
+            got = [value_text(m) for m in consume(consumer, 1, 30)]
             assert got == [f"after {name}"]
             consumer.commit(asynchronous=False)
 
@@ -657,7 +658,8 @@ def test_a_delay_adds_at_least_its_time_each_way(env: LocalEnvironment) -> None:
     assert kafka_round_trip() >= 2 * 0.250  # the request, then the response, each held 250 ms
     assert env.remove_link_rule(rule_id) >= 2
 
-    with MongoClient(env.mongo_uri_for(Link.CONSUMER_MONGO)) as client:
+    client: MongoClient[dict[str, Any]] = MongoClient(env.mongo_uri_for(Link.CONSUMER_MONGO))
+    with client:
         client.admin.command("ping")
         rule_id = env.add_link_rule(LinkRule(Link.CONSUMER_MONGO, "delay", delay_ms=200))
         started = time.monotonic()
@@ -671,8 +673,9 @@ def test_mongo_through_the_proxy_transactions_and_a_cut(env: LocalEnvironment) -
     assert uri != env.mongo_uri and uri.endswith("/?directConnection=true")
     proxy_port = int(uri.split("//")[1].split("/")[0].split(":")[1])
     name = unique("db")
-    timeouts = {"serverSelectionTimeoutMS": 1000, "socketTimeoutMS": 1000}
-    with MongoClient(uri, connectTimeoutMS=1000, **timeouts) as client:
+    timeouts: dict[str, Any] = {"serverSelectionTimeoutMS": 1000, "socketTimeoutMS": 1000}
+    client: MongoClient[dict[str, Any]] = MongoClient(uri, connectTimeoutMS=1000, **timeouts)
+    with client:
         db = client[name]
         db.create_collection("orders")
         db.create_collection("consumer_offsets")
@@ -683,7 +686,8 @@ def test_mongo_through_the_proxy_transactions_and_a_cut(env: LocalEnvironment) -
                 {"_id": "g@t@0"}, {"$set": {"offset": 4}}, upsert=True, session=session
             )
         assert client.address == ("127.0.0.1", proxy_port)
-        with MongoClient(env.mongo_uri) as direct:
+        direct: MongoClient[dict[str, Any]] = MongoClient(env.mongo_uri)
+        with direct:
             assert direct[name].orders.count_documents({}) == 6
             assert direct[name].consumer_offsets.find_one() == {"_id": "g@t@0", "offset": 4}
 

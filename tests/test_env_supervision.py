@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypedDict
 
 import psutil
 import pytest
@@ -32,7 +33,11 @@ from tests.support import (
 pytestmark = pytest.mark.servers
 
 
-def private_registry(tmp_path: Path) -> dict[str, str]:
+class Registry(TypedDict):
+    XDG_RUNTIME_DIR: str
+
+
+def private_registry(tmp_path: Path) -> Registry:
     return {"XDG_RUNTIME_DIR": str(tmp_path / "registry")}
 
 
@@ -51,7 +56,7 @@ def child_harness(
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, **private_registry(tmp_path)},
+        env=dict(os.environ, **private_registry(tmp_path)),
         preexec_fn=sigint_as_in_a_terminal,  # the SIGINT case relies on Python's handler
     )
     try:

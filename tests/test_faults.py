@@ -10,10 +10,10 @@ from harness.faults.nemesis import Nemesis, Target
 from harness.faults.schedule import Action, describe, plan
 from harness.history import HistoryWriter
 from harness.pipeline.crash import Crasher, CrashPlan, CrashPoint
-from harness.scenario import parse_scenario
+from harness.scenario import Scenario, parse_scenario
 
 
-def scenario(seed: int, faults: list[dict]) -> object:
+def scenario(seed: int, faults: list[dict]) -> Scenario:
     return parse_scenario({"name": "s", "seed": seed, "variants": ["naive"], "faults": faults})
 
 
@@ -32,7 +32,9 @@ def test_the_same_seed_gives_the_same_schedule_and_another_seed_another() -> Non
     assert first == again
     assert first != other
     starts = [p.steps[0] for p in plan(scenario(4, JITTERED).faults, 4)]
-    assert 3 <= starts[0].at <= 7 and 5 <= starts[1].at <= 8
+    bounce_at, network_at = starts[0].at, starts[1].at
+    assert bounce_at is not None and network_at is not None
+    assert 3 <= bounce_at <= 7 and 5 <= network_at <= 8
     assert starts[2].at_event == 400 and 0 <= starts[2].after <= 2
 
 

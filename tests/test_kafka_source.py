@@ -26,6 +26,7 @@ from harness.pipeline.kafka_source import (
     KafkaRange,
     KafkaSourceOptionError,
     KafkaStreamReader,
+    Record,
     fair_share,
     read_range,
 )
@@ -149,6 +150,13 @@ def until_ran(stdout: IO[str]) -> list[str]:
 
 def read_batches(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def key_and_value(record: Record) -> tuple[str, str]:
+    """A record's (key, value), decoded: every record ``produce`` writes has both."""
+    key, value = record[3], record[4]
+    assert key is not None and value is not None, record
+    return key.decode(), value.decode()
 
 
 def produce(
@@ -306,7 +314,7 @@ def test_read_and_planning_ride_out_a_broker_bounce(lab_env: LocalEnvironment) -
         assert not bounce.is_alive()
 
         assert [r[2] for r in got] == list(range(ends[0]))
-        assert {(r[1], r[2]): (r[3].decode(), r[4].decode()) for r in got} == produced
+        assert {(r[1], r[2]): key_and_value(r) for r in got} == produced
         assert sum(as_ints(reader.latestOffset(start, ReadAllAvailable())).values()) == ends[0]
     finally:
         rows.close()

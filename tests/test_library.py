@@ -42,7 +42,9 @@ def replayed_by_crashes(row: dict[str, Any]) -> int:
             if e.kind is EventKind.WRITTEN and e.source == crash.source and e.t <= crash.t
         ]  # fmt: skip
         assert written and written[-1].batch == crash.batch, "crash before the batch was written"
-        total += written[-1].count
+        count = written[-1].count
+        assert count is not None  # a written event always counts its records
+        total += count
     return total
 
 
@@ -124,11 +126,12 @@ def test_a_library_scenario_holds_its_expectations(
         ledger = Path(rows[("listener", "naive")]["ledger"])
         aborted = [row.event_id for row in read_ledger(aborted_ledger(ledger))]
         assert aborted, "the producer aborted no transaction"
-        with MongoClient(scenario_env.mongo_uri) as client:
+        client: MongoClient[dict[str, Any]] = MongoClient(scenario_env.mongo_uri)
+        with client:
             for key, r in rows.items():
                 database = json.loads((Path(r["directory"]) / "runtime.json").read_text())
-                events = client[database["database"]].events
-                found = events.count_documents({"event_id": {"$in": aborted}})
+                sink = client[database["database"]].events
+                found = sink.count_documents({"event_id": {"$in": aborted}})
                 assert found == 0, (key, found)
     if name == "concurrent-duplicates":
         assert rows[("listener", "check-then-insert")]["duplicates"] > 0
@@ -165,7 +168,8 @@ def test_the_matrix_runs_several_scenarios_on_one_environment(
     assert result.stdout.count("deleted the run's") >= 2
     topics = set(admin(scenario_env.kafka_bootstrap).list_topics(timeout=10).topics) - before
     assert not [t for t in topics if t.startswith(("baseline.", "mongo-partition."))]
-    with MongoClient(scenario_env.mongo_uri) as client:
+    client: MongoClient[dict[str, Any]] = MongoClient(scenario_env.mongo_uri)
+    with client:
         for scenario in ("baseline", "mongo-partition"):
             for r in json.loads((out / scenario / "results.json").read_text())["results"]:
                 runtime = json.loads((Path(r["directory"]) / "runtime.json").read_text())

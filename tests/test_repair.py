@@ -28,7 +28,8 @@ T0 = datetime(2024, 3, 1, 12, 0)
 
 @pytest.fixture
 def client(lab_env: LocalEnvironment) -> Iterator[MongoClient[dict[str, Any]]]:
-    with MongoClient(lab_env.mongo_uri, heartbeatFrequencyMS=500) as c:
+    c: MongoClient[dict[str, Any]] = MongoClient(lab_env.mongo_uri, heartbeatFrequencyMS=500)
+    with c:
         yield c
 
 
@@ -44,7 +45,7 @@ def seed_duplicates(coll: Collection[dict[str, Any]], keys: int = 50) -> dict[st
     insertion order, hence the ObjectId order, says nothing about which copy is earliest)."""
     rnd = random.Random(2)
     minutes = rnd.sample(range(100_000), keys * 3)
-    docs = []
+    docs: list[dict[str, Any]] = []
     for i in range(keys):
         for _ in range(3 if i % 5 == 0 else 2 if i % 5 in (1, 2) else 1):
             docs.append(
@@ -370,7 +371,8 @@ def test_failed_replacement_rebuilds_the_old_index(
     app = unique("repair-test")
     db.events.insert_many([{"k": i % 2, "created_at": T0 + timedelta(i)} for i in range(4)])
     db.events.create_index("k", name="by_k")
-    with MongoClient(lab_env.mongo_uri, appname=app) as own:
+    own: MongoClient[dict[str, Any]] = MongoClient(lab_env.mongo_uri, appname=app)
+    with own:
         _fail_next_create_index(client, app)
         try:
             with pytest.raises(LabError, match="the index by_k it replaces was rebuilt"):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.faults.kinds import BrokerBounce, BrokerKill, BrokerPause, BrokerRollingRestart
 from harness.pipeline.crash import CrashPoint
 from harness.scenario import ScenarioError, load_scenario
 from tests.support import chaoslab, processes_started_in
@@ -45,7 +46,9 @@ def test_a_valid_scenario_loads_with_defaults_and_expectations(tmp_path: Path) -
         "broker-rolling-restart#2",
         "producer-resend#3",
     ]
-    assert s.faults[1].hard and s.faults[1].interval == 6
+    rolling = s.faults[1]
+    assert isinstance(rolling, BrokerRollingRestart)
+    assert rolling.hard and rolling.interval == 6
     assert [(b.start, b.end, b.fraction) for b in s.workload.bursts] == [(40, 60, 0.5)]
     naive, dedup = s.variants
     assert sorted(map(str, s.expectations_for(naive, "listener"))) == [
@@ -226,8 +229,12 @@ def test_a_broker_fault_picks_its_node_by_id_role_or_partition(tmp_path: Path) -
             "  - {kind: broker-rolling-restart, at: 6, start: {coordinator-of: idempotent}}\n",
         )
     )
-    assert str(s.faults[-1].start) == "the coordinator of idempotent"
-    assert [str(f.broker) for f in s.faults[:-1]] == [
+    *targeted, rolling = s.faults
+    assert isinstance(rolling, BrokerRollingRestart)
+    assert str(rolling.start) == "the coordinator of idempotent"
+    one_broker = (BrokerBounce, BrokerKill, BrokerPause)
+    assert all(isinstance(f, one_broker) for f in targeted)
+    assert [str(f.broker) for f in targeted if isinstance(f, one_broker)] == [
         "node 3",
         "the controller",
         "the coordinator of naive",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 from bson import Int64
@@ -56,7 +57,8 @@ def increment(txn_number: int) -> SON:
 def test_a_retried_write_is_answered_from_its_record_not_applied_again(
     lab_env: LocalEnvironment,
 ) -> None:
-    with MongoClient(lab_env.mongo_uri) as client:
+    client: MongoClient[dict[str, Any]] = MongoClient(lab_env.mongo_uri)
+    with client:
         db = client[unique("db")]
         with client.start_session() as session:
             first = db.command(increment(1), session=session)

@@ -270,14 +270,14 @@ def _anomalies(
         part = found[kind]
         pick = _earliest(part, n)
         chosen.append((rank, part.order_id[pick], part.version[pick], part.at[pick]))
-    rank = np.concatenate([np.full(len(c[1]), c[0], dtype=np.int8) for c in chosen])
+    ranks = np.concatenate([np.full(len(c[1]), c[0], dtype=np.int8) for c in chosen])
     order_id = np.concatenate([c[1] for c in chosen])
     version = np.concatenate([c[2] for c in chosen])
     at = np.concatenate([c[3] for c in chosen]).astype(np.float64)
-    timeline = np.lexsort((version, order_id, rank, at))
+    timeline = np.lexsort((version, order_id, ranks, at))
     names = _window_names(at[timeline], windows)
     return [
-        Anomaly(_KIND_ORDER[rank[j]], int(order_id[j]), int(version[j]), float(at[j]), name)
+        Anomaly(_KIND_ORDER[ranks[j]], int(order_id[j]), int(version[j]), float(at[j]), name)
         for j, name in zip(timeline, names, strict=True)
     ]
 

@@ -11,9 +11,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from harness.workload.events import Kind
 from harness.workload.ledger import LedgerRow
@@ -83,6 +84,18 @@ class LedgerArrays:
         "offset": np.int64,
         "acked_at": np.float64,
     }
+
+    if TYPE_CHECKING:
+        # The generated __init__ takes anything array-like; __post_init__ makes the arrays.
+        def __init__(
+            self,
+            order_id: ArrayLike,
+            version: ArrayLike,
+            kind: ArrayLike,
+            partition: ArrayLike,
+            offset: ArrayLike,
+            acked_at: ArrayLike,
+        ) -> None: ...
 
     def __post_init__(self) -> None:
         _freeze_columns(self, self._DTYPES)
@@ -168,6 +181,20 @@ class SinkSnapshot:
         "projection": {"projection_order_id": np.int64, "projection_version": np.int64},
         "dead_lettered": {"dead_lettered_partition": np.int32, "dead_lettered_offset": np.int64},
     }
+
+    if TYPE_CHECKING:
+        # The generated __init__ takes anything array-like; __post_init__ makes the arrays.
+        def __init__(
+            self,
+            changes_order_id: ArrayLike,
+            changes_version: ArrayLike,
+            changes_written_at: ArrayLike,
+            projection_order_id: ArrayLike,
+            projection_version: ArrayLike,
+            dead_lettered_partition: ArrayLike,
+            dead_lettered_offset: ArrayLike,
+            stored_offsets: Mapping[int, int] | None = None,
+        ) -> None: ...
 
     def __post_init__(self) -> None:
         for group, dtypes in self._GROUPS.items():

@@ -451,7 +451,7 @@ def _build(cls: type, raw: dict[str, Any], prefix: str) -> Any:
                 problems.append((exc.field, exc.problem))
             except FieldErrors as exc:
                 problems += exc.problems
-        elif f.default is MISSING and f.default_factory is MISSING:  # type: ignore[misc]
+        elif f.default is MISSING and f.default_factory is MISSING:
             problems.append((f"{prefix}{name}", "is required"))
     if problems:
         raise FieldErrors(problems)

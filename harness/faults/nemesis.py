@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import KafkaException
 from pymongo import MongoClient
@@ -323,12 +324,14 @@ class Nemesis:
         if fault.labels:
             data["errorLabels"] = list(fault.labels)
         mode: object = {"times": fault.times} if fault.times else "alwaysOn"
-        with MongoClient(self.env.mongo_uri) as client:
+        client: MongoClient[dict[str, Any]] = MongoClient(self.env.mongo_uri)
+        with client:
             client.admin.command("configureFailPoint", "failCommand", mode=mode, data=data)
         self._failpoint = True
 
     def _failpoint_off(self) -> None:
-        with MongoClient(self.env.mongo_uri) as client:
+        client: MongoClient[dict[str, Any]] = MongoClient(self.env.mongo_uri)
+        with client:
             client.admin.command("configureFailPoint", "failCommand", mode="off")
         self._failpoint = False
 

@@ -23,7 +23,7 @@ End offsets are the partitions' high watermarks (``harness.kafka.Watermarks``).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +32,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from harness.kafka import CONSUMER_CLIENT, Watermarks, consumer_config
+from harness.kafka import CONSUMER_CLIENT, Watermarks, consumer_config, partition_offset
 from harness.readiness import wait_for
 
 if TYPE_CHECKING:
@@ -253,7 +253,7 @@ def read_range(
     *,
     stall_timeout: float = STALL_TIMEOUT_S,
     **consumer_overrides: Any,
-) -> Iterator[Record]:
+) -> Generator[Record, None, None]:
     """Yield the records of ``part`` in offset order, retrying through broker bounces.
 
     Fails if no record arrives for ``stall_timeout`` seconds. The consumer is closed when the
@@ -289,27 +289,31 @@ def _consume_until_end(
         for msg in batch:
             error = msg.error()
             if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF and msg.offset() >= part.end:
+                if (
+                    error.code() == KafkaError._PARTITION_EOF
+                    and partition_offset(msg)[1] >= part.end
+                ):
                     position = part.end  # the range ends in offsets with no record (markers)
                 elif error.code() != KafkaError._PARTITION_EOF:
                     last_error = error  # librdkafka reconnects and refetches on its own
                 continue
             offset = msg.offset()
+            assert offset is not None  # every consumed record has one
             if offset >= part.end:
                 position = part.end
                 break
             if offset >= position:  # below: fetched again after an offset reset
-                yield _record(part, msg)
+                yield _record(part, msg, offset)
                 position = offset + 1
                 deadline = time.monotonic() + stall_timeout
 
 
-def _record(part: KafkaRange, msg: Message) -> Record:
+def _record(part: KafkaRange, msg: Message, offset: int) -> Record:
     kind, ms = msg.timestamp()
     return (
         part.topic,
         part.partition,
-        msg.offset(),
+        offset,
         msg.key(),
         msg.value(),
         None if kind == TIMESTAMP_NOT_AVAILABLE else ms,

@@ -18,7 +18,7 @@ import sys
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from harness.history import EventKind
-from harness.kafka import CONSUMER_CLIENT, consumer_config
+from harness.kafka import CONSUMER_CLIENT, consumer_config, partition_offset
 from harness.pipeline.batch import RawRecord
 from harness.pipeline.crash import CrashPoint
 from harness.pipeline.runtime import BatchHandler, RuntimeConfig, StopFlag
@@ -107,7 +107,7 @@ def run(config: RuntimeConfig, index: int) -> None:
                 if m.error() is not None:
                     history.record(EventKind.POLL_ERROR, detail=str(m.error()))
                     continue
-                raw.append(RawRecord(m.partition(), m.offset(), m.value()))
+                raw.append(RawRecord(*partition_offset(m), m.value()))
             if not raw:
                 if uncommitted:
                     retry_uncommitted(consumer)

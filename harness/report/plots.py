@@ -202,7 +202,7 @@ def _timeline_panel(ax: Axes, rows: Sequence[TimelineRow], colors: dict[str, str
     lo, hi = (min(times), max(times)) if times else (0.0, 1.0)
     pad = max(0.5, 0.03 * (hi - lo))
     ax.set_xlim(lo - pad, hi + pad)
-    for y, kind, ts in marks:
+    for lane, kind, ts in marks:
         # Copies written in one batch fall on one instant: say how many each tick stands for.
         # Ticks closer than a label's width count as one burst, or the label would cover them.
         label_width = _text_width(ax, hi - lo + 2 * pad, f"0000 {NAMES[kind]}", 8)
@@ -212,7 +212,7 @@ def _timeline_panel(ax: Axes, rows: Sequence[TimelineRow], colors: dict[str, str
         for x, text, _ in _place(ax, hi - lo + 2 * pad, texts, 8):
             ax.annotate(
                 text,
-                (x, y),
+                (x, lane),
                 xytext=(5, 0),
                 textcoords="offset points",
                 fontsize=8,
@@ -259,6 +259,7 @@ def _place(
 
 def _text_width(ax: Axes, x_range: float, text: str, size: float) -> float:
     """About how wide ``text`` is in data units, with a little margin."""
+    assert isinstance(ax.figure, Figure)  # the module draws on top-level figures only
     width_px = ax.figure.get_figwidth() * DPI * ax.get_position().width
     return (len(text) * 0.62 * size * DPI / 72 + 8) * x_range / max(width_px, 1.0)
 

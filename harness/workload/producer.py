@@ -97,10 +97,12 @@ def produce(
             # An ack without an offset happens (an idempotent retry the broker had already
             # stored); the ledger keeps the ack with offset -1.
             offset = msg.offset()
+            partition = msg.partition()
+            assert partition is not None  # a delivered record always has its partition
             pending.append(
                 LedgerRow(
                     event.seq, event.event_id, event.order_id, event.version, event.kind,
-                    topic, msg.partition(), offset if offset is not None and offset >= 0 else -1,
+                    topic, partition, offset if offset is not None and offset >= 0 else -1,
                     time.time(),
                 )
             )  # fmt: skip

@@ -18,7 +18,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -87,7 +87,7 @@ def run_query(
     checkpoint: str,
     limit: int | None,
     stop_after: Callable[[int, int], bool],
-) -> tuple[float, dict[str, int], list[dict]]:
+) -> tuple[float, dict[str, int], Sequence[dict]]:
     """Run a query until ``stop_after(rows_seen, batches)``; return its progress reports."""
     seen = {"rows": 0, "batches": 0}
 
@@ -103,7 +103,8 @@ def run_query(
     began = time.monotonic()
     try:
         while not stop_after(seen["rows"], seen["batches"]):
-            if query.awaitTermination(0.1):
+            # pyspark annotates the timeout as int, but takes any positive number of seconds.
+            if query.awaitTermination(0.1):  # type: ignore[arg-type]
                 raise RuntimeError(f"the query ended: {query.exception()}")
             if time.monotonic() - began > 600:
                 raise RuntimeError("the query did not finish within 600 s")
@@ -156,7 +157,7 @@ def report_spark(env: LocalEnvironment, topic: str, records: int) -> None:
     spark.stop()
 
 
-def report_steady(progress: list[dict]) -> None:
+def report_steady(progress: Sequence[dict]) -> None:
     """Throughput of the batches after the first (which pays for starting Python workers)."""
     steady = [p for p in progress if p["numInputRows"] > 0][1:]
     if steady:
@@ -166,7 +167,7 @@ def report_steady(progress: list[dict]) -> None:
         print(f"  after the first batch: {rows:,} records in {seconds:.1f} s = {rate:,.0f}/s")
 
 
-def report_triggers(progress: list[dict]) -> None:
+def report_triggers(progress: Sequence[dict]) -> None:
     # The first trigger pays for starting the query's Python workers: leave it out.
     steady = [p for p in progress if p["numInputRows"] > 0][1:]
     total = [p["durationMs"]["triggerExecution"] for p in steady]

@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from pymongo import MongoClient
 from pymongo.collection import Collection
@@ -32,14 +33,15 @@ def main(writes: int) -> None:
     with (
         tempfile.TemporaryDirectory(prefix="chaoslab-bench-") as tmp,
         LocalEnvironment(Path(tmp) / "env") as env,
-        MongoClient(env.mongo_uri) as client,
     ):
-        events = client.bench.events
-        fresh = rate(events, SAMPLE)
-        print(f"  fresh server: {fresh:6.0f} inserts/s", flush=True)
-        rate(events, writes)
-        later = rate(events, SAMPLE)
-        print(f"  after {writes} more retryable writes: {later:6.0f} inserts/s", flush=True)
+        client: MongoClient[dict[str, Any]] = MongoClient(env.mongo_uri)
+        with client:
+            events = client.bench.events
+            fresh = rate(events, SAMPLE)
+            print(f"  fresh server: {fresh:6.0f} inserts/s", flush=True)
+            rate(events, writes)
+            later = rate(events, SAMPLE)
+            print(f"  after {writes} more retryable writes: {later:6.0f} inserts/s", flush=True)
     print(f"goal: later >= half of fresh: {'met' if later >= fresh / 2 else 'NOT met'}")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from pymongo import MongoClient
 
@@ -57,7 +58,10 @@ class SecantusMongo(LocalServer):
 
     def probe(self) -> None:
         accepts_connections(LOOPBACK, self.port)
-        with MongoClient(self.address, directConnection=True, serverSelectionTimeoutMS=2000) as c:
+        c: MongoClient[dict[str, Any]] = MongoClient(
+            self.address, directConnection=True, serverSelectionTimeoutMS=2000
+        )
+        with c:
             hello = c.admin.command("hello")
         if not hello.get("isWritablePrimary") or hello.get("setName") != REPLICA_SET:
             raise NotReady(f"not a writable primary of {REPLICA_SET}: {hello}")

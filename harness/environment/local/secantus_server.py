@@ -37,7 +37,7 @@ def prune_oldest(self: TransactionRegistry) -> None:
 
 
 def install() -> None:
-    TransactionRegistry._prune_retryable_locked = prune_oldest  # type: ignore[method-assign]
+    TransactionRegistry._prune_retryable_locked = prune_oldest
 
 
 if __name__ == "__main__":

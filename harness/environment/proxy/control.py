@@ -83,10 +83,10 @@ class ControlApi:
             case "DELETE", ["rules"]:
                 return HTTPStatus.OK, {"removed": proxy.clear_rules()}
             case "DELETE", ["rules", rule_id]:
-                rule = next((r for r in proxy.rules if r.id == rule_id), None)
-                if rule is None or not proxy.remove_rule(rule_id):
+                found = next((r for r in proxy.rules if r.id == rule_id), None)
+                if found is None or not proxy.remove_rule(rule_id):
                     raise _HttpError(HTTPStatus.NOT_FOUND, f"no rule {rule_id!r}")
-                return HTTPStatus.OK, {"removed": proxy.rule_json(rule)}
+                return HTTPStatus.OK, {"removed": proxy.rule_json(found)}
         raise _HttpError(HTTPStatus.NOT_FOUND, f"no route {method} {path}")
 
 

@@ -66,6 +66,7 @@ def parse_rule(raw: object, rule_id: str, modes: Mapping[str, str]) -> Rule:
         groups = {name.split("/")[0] for name in modes} | set(modes)
         raise RuleError(f"listener: {listener!r} is not one of {', '.join(sorted(groups))}")
     (mode,) = members
+    assert isinstance(listener, str)  # members is empty otherwise
     action = raw.get("action")
     if action not in ACTIONS:
         raise RuleError(f"action: {action!r} is not one of {', '.join(ACTIONS)}")

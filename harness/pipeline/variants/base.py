@@ -174,14 +174,14 @@ def project(
         # Inside a transaction a refused write aborts the whole transaction, so the guard
         # cannot be a duplicate-key refusal: read the versions first. The transaction's
         # snapshot and write-conflict detection make the read-then-write safe.
-        current = {
+        stored = {
             d["_id"]: d.get("version", -1)
             for d in orders.find({"_id": {"$in": list(newest)}}, {"version": 1}, session=session)
         }
         ops = [
             UpdateOne({"_id": order_id}, {"$set": _projection_doc(r)}, upsert=True)
             for order_id, r in newest.items()
-            if r.event.version > current.get(order_id, -1)
+            if r.event.version > stored.get(order_id, -1)
         ]
         if ops:
             orders.bulk_write(ops, ordered=False, session=session)
