@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from confluent_kafka.admin import AdminClient
 
-from harness.environment.proxy.wire import Malformed, Reader, Writer
+from harness.kafka_wire import Malformed, Reader, Writer
 
 OFFSETS_TOPIC = "__consumer_offsets"
 METADATA_TOPIC = "__cluster_metadata"
@@ -81,7 +81,11 @@ class ClusterView:
 
 
 def cluster_view(bootstrap: str, client_id: str, *, timeout: float = 10.0) -> ClusterView:
-    settings = {"client.id": client_id, "socket.timeout.ms": 5000, "log_level": 3}
+    settings: dict[str, str | int] = {
+        "client.id": client_id,
+        "socket.timeout.ms": 5000,
+        "log_level": 3,
+    }
     admin = AdminClient({"bootstrap.servers": bootstrap, **settings})
     metadata = admin.list_topics(timeout=timeout)
     partitions = {
@@ -92,7 +96,9 @@ def cluster_view(bootstrap: str, client_id: str, *, timeout: float = 10.0) -> Cl
     controller = None
     for broker in sorted(metadata.brokers.values(), key=lambda b: b.id):
         try:
-            controller = quorum_leader(broker.host, broker.port, client_id, timeout=timeout)
+            # confluent_kafka's BrokerMetadata sets `host = None` unannotated, so mypy infers
+            # None for what is always the broker's host name.
+            controller = quorum_leader(broker.host, broker.port, client_id, timeout=timeout)  # type: ignore[arg-type]
             break
         except (OSError, Malformed):
             continue  # that broker is going away: ask the next

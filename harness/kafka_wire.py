@@ -7,6 +7,7 @@ the classic ones an int16 (strings) or int32 (arrays, bytes) length, -1 meaning 
 
 from __future__ import annotations
 
+import builtins
 import struct
 from collections.abc import Callable
 from typing import TypeVar
@@ -104,7 +105,8 @@ class Writer:
     def bytes(self) -> bytes:
         return b"".join(self._parts)
 
-    def raw(self, data: bytes) -> Writer:
+    # ``builtins.bytes``: inside this class ``bytes`` names the method above.
+    def raw(self, data: builtins.bytes) -> Writer:
         self._parts.append(data)
         return self
 

@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 # Popen objects of the children this process spawned, so their exit status is collected
 # (no zombies) when they are stopped from here.
 _children: dict[int, subprocess.Popen[bytes]] = {}
+# Exit statuses collected by ``reap_exited_children`` and not yet asked for with ``exit_code``:
+# a reap for one server (the nemesis waiting for a node to stop) must not lose a consumer's
+# SIGKILL (measured: a crash counted as "exited with status None").
+_reaped: dict[int, int] = {}
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,7 @@ def spawn(
             start_new_session=True,
         )
     _children[proc.pid] = proc
+    _reaped.pop(proc.pid, None)  # a status left by an earlier process with this pid
     return handle_of(proc.pid)
 
 
@@ -220,8 +225,10 @@ def alive(pid: int | None, create_time: float | None) -> bool:
 def reap_exited_children() -> None:
     """Collect the exit status of children that died on their own (a crashed server)."""
     for pid, child in list(_children.items()):
-        if child.poll() is not None:
+        code = child.poll()
+        if code is not None:
             del _children[pid]
+            _reaped[pid] = code
 
 
 def exit_code(handle: ProcessHandle) -> int | None:
@@ -231,6 +238,8 @@ def exit_code(handle: ProcessHandle) -> int | None:
     A killed multi-threaded process shows as a zombie while its other threads are still being
     torn down, and only then can its status be collected: so this waits for it.
     """
+    if handle.pid in _reaped:
+        return _reaped.pop(handle.pid)
     child = _children.get(handle.pid)
     if child is None or handle.alive():
         return None

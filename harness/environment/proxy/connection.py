@@ -24,7 +24,7 @@ from collections import deque
 from harness.environment.proxy import kafka_messages as km
 from harness.environment.proxy.listener import ListenerSpec, ListenerStats
 from harness.environment.proxy.rules import KAFKA, RuleTable
-from harness.environment.proxy.wire import Malformed
+from harness.kafka_wire import Malformed
 
 log = logging.getLogger("chaoslab.proxy")
 
@@ -133,6 +133,7 @@ class Connection:
             if self._reset:  # reset while connecting
                 return
             kafka = self.spec.mode == KAFKA
+            assert self._upstream_writer is not None  # connected above
             readers = {
                 asyncio.create_task(
                     self._read_requests() if kafka else self._read_chunks(self.client_reader)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.environment.proxy.wire import Malformed, Reader, Writer
+from harness.kafka_wire import Malformed, Reader, Writer
 
 PRODUCE = 0
 CONTROLLED_SHUTDOWN = 7
