@@ -21,7 +21,7 @@ from typing import Any
 
 from pymongo import MongoClient
 
-from harness.checker import FaultWindow, LedgerArrays, Verdict, check
+from harness.checker import FaultWindow, LedgerArrays, Verdict, check, load_ledger
 from harness.environment import Environment, Link
 from harness.errors import LabError
 from harness.faults.fired import unfired
@@ -332,7 +332,7 @@ def run_side_by_side(
             for consumer in lane.supervisor.consumers:  # type: ignore[union-attr]
                 harvest(consumer.log, lane.config.history_dir, consumer.name, lane.variant.label)
 
-    ledger = LedgerArrays.from_csv(ledger_path)
+    ledger = load_ledger(ledger_path)
     seconds = time.monotonic() - started
     windows = nemesis.fault_windows()
     applied = tuple(w.to_dict() for w in nemesis.windows) + tuple(
@@ -447,7 +447,7 @@ class _ProducerThread:
 
 
 def _end_offsets_of(ledger_path: Path) -> dict[int, int]:
-    ledger = LedgerArrays.from_csv(ledger_path)
+    ledger = load_ledger(ledger_path)
     ends: dict[int, int] = {}
     for p, o in zip(ledger.partition.tolist(), ledger.offset.tolist(), strict=True):
         ends[p] = max(ends.get(p, 0), o + 1)

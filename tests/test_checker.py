@@ -21,6 +21,7 @@ from harness.checker import (
     SinkSnapshot,
     Verdict,
     check,
+    load_ledger,
 )
 from harness.workload.events import Kind
 from harness.workload.ledger import LedgerRow, LedgerWriter, read_ledger
@@ -429,7 +430,7 @@ def test_from_csv_reads_what_ledger_writer_wrote(tmp_path: Path) -> None:
     path = tmp_path / "ledger.csv"
     write_ledger(path, ledger)
 
-    loaded = LedgerArrays.from_csv(path)
+    loaded = load_ledger(path)
     assert len(loaded) == len(ledger.rows) == 89
     assert_same_arrays(loaded, ledger.arrays())
     assert_same_arrays(loaded, LedgerArrays.from_rows(read_ledger(path)))
@@ -453,7 +454,7 @@ def test_from_csv_ignores_a_torn_last_line(tmp_path: Path, torn: str) -> None:
     with path.open("a") as f:
         f.write(torn)  # the crash came before the line ended
 
-    loaded = LedgerArrays.from_csv(path)
+    loaded = load_ledger(path)
     assert len(loaded) == len(ledger.rows)
     assert_same_arrays(loaded, LedgerArrays.from_rows(read_ledger(path)))
 
@@ -467,7 +468,7 @@ def test_from_csv_skips_lines_of_the_wrong_width_anywhere_like_read_ledger(tmp_p
     lines.insert(20, "9,e-1,2,3,normal,orders,0,5,6.0,extra\r\n")  # too many
     path.write_text("".join(lines))
 
-    loaded = LedgerArrays.from_csv(path)
+    loaded = load_ledger(path)
     assert len(loaded) == len(ledger.rows)
     assert_same_arrays(loaded, LedgerArrays.from_rows(read_ledger(path)))
 
@@ -486,16 +487,16 @@ def test_from_csv_refuses_a_whole_row_it_cannot_read(tmp_path: Path, line: str, 
     with path.open("a") as f:
         f.write(line + "\n")
     with pytest.raises(ValueError, match=error):
-        LedgerArrays.from_csv(path)
+        load_ledger(path)
 
 
 def test_from_csv_of_an_empty_or_header_only_file(tmp_path: Path) -> None:
     empty = tmp_path / "empty.csv"
     empty.touch()
-    assert len(LedgerArrays.from_csv(empty)) == 0
+    assert len(load_ledger(empty)) == 0
     header_only = tmp_path / "header.csv"
     write_ledger(header_only, Ledger())
-    loaded = LedgerArrays.from_csv(header_only)
+    loaded = load_ledger(header_only)
     assert len(loaded) == 0
     assert_same_arrays(loaded, Ledger().arrays())
 
@@ -504,7 +505,7 @@ def test_from_csv_refuses_a_file_that_is_not_a_ledger(tmp_path: Path) -> None:
     path = tmp_path / "other.csv"
     path.write_text("a,b,c\n1,2,3\n")
     with pytest.raises(ValueError, match="is not a ledger"):
-        LedgerArrays.from_csv(path)
+        load_ledger(path)
 
 
 def test_a_ledger_of_several_topics_needs_a_topic(tmp_path: Path) -> None:
@@ -516,11 +517,11 @@ def test_a_ledger_of_several_topics_needs_a_topic(tmp_path: Path) -> None:
         writer.append(other)
 
     with pytest.raises(ValueError, match=r"several topics \['orders', 'other'\]"):
-        LedgerArrays.from_csv(path)
+        load_ledger(path)
     with pytest.raises(ValueError, match="several topics"):
         LedgerArrays.from_rows([*ledger.rows, other])
-    assert len(LedgerArrays.from_csv(path, topic="orders")) == len(ledger.rows)
-    assert len(LedgerArrays.from_csv(path, topic="other")) == 1
+    assert len(load_ledger(path, topic="orders")) == len(ledger.rows)
+    assert len(load_ledger(path, topic="other")) == 1
     assert len(LedgerArrays.from_rows([*ledger.rows, other], topic="other")) == 1
 
 

@@ -2,12 +2,13 @@
 
 Usage::
 
-    ledger = LedgerArrays.from_csv(run_dir / "ledger.csv")
+    ledger = load_ledger(run_dir / "ledger.csv")
     verdict = check(ledger, snapshot, produced=n, windows=[FaultWindow("broker-kill", t0, t1)])
     verdict.to_dict()  # -> results.json
 """
 
 from harness.checker.check import MAX_ORDER_ID, MAX_VERSION, VERSION_BITS, check
+from harness.checker.load import load_ledger
 from harness.checker.model import (
     KIND_CODES,
     KIND_NAMES,
@@ -30,4 +31,5 @@ __all__ = [
     "SinkSnapshot",
     "Verdict",
     "check",
+    "load_ledger",
 ]

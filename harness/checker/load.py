@@ -13,7 +13,7 @@ import pyarrow.csv as pacsv
 
 from harness.workload.ledger import COLUMNS
 
-from .model import KIND_NAMES, require_one_topic
+from .model import KIND_NAMES, LedgerArrays, require_one_topic
 
 # The columns the checker keeps, typed as LedgerArrays wants them.
 _TYPES = {
@@ -27,6 +27,16 @@ _TYPES = {
 }
 # Kind names in code order, so that a name's index in this list is its code.
 _KIND_VALUES = pa.array([KIND_NAMES[code].value for code in sorted(KIND_NAMES)])
+
+
+def load_ledger(path: Path | str, *, topic: str | None = None) -> LedgerArrays:
+    """Load a ledger file written by ``LedgerWriter``, fast (a million rows in ~a second).
+
+    Rows are kept exactly as ``read_ledger`` keeps them: a line without all the columns
+    (such as a torn last line from a crash) is not a row. With ``topic`` only that topic's
+    rows are kept; without it, a ledger holding several topics is refused.
+    """
+    return LedgerArrays(**read_ledger_columns(Path(path), topic=topic))
 
 
 def read_ledger_columns(path: Path, *, topic: str | None = None) -> dict[str, np.ndarray]:

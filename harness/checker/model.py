@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
@@ -125,19 +124,6 @@ class LedgerArrays:
             offset=[row.offset for row in kept],
             acked_at=[row.acked_at for row in kept],
         )
-
-    @classmethod
-    def from_csv(cls, path: Path | str, *, topic: str | None = None) -> Self:
-        """Load a ledger file written by ``LedgerWriter``, fast (a million rows in ~a second).
-
-        Rows are kept exactly as ``read_ledger`` keeps them: a line without all the columns
-        (such as a torn last line from a crash) is not a row. With ``topic`` only that topic's
-        rows are kept; without it, a ledger holding several topics is refused.
-        """
-        from harness.checker.load import read_ledger_columns  # pandas loads only when needed
-
-        columns = read_ledger_columns(Path(path), topic=topic)
-        return cls(**columns)
 
 
 def require_one_topic(topics: set[str]) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.checker.load import read_ledger_columns
 from harness.checker.model import Anomaly, Verdict
 from harness.history import HistoryEvent, read_history
 from harness.outcome import Outcome, UnfiredFault
@@ -189,8 +190,6 @@ def load_run(run_dir: Path) -> Run:
 def read_ack_times(ledger: Path) -> np.ndarray:
     """The acked_at column of a ledger, sorted: all the report plots of it. A ledger the
     checker's loader refuses gives no times (the counts in results.json still stand)."""
-    from harness.checker.load import read_ledger_columns  # pyarrow loads only when needed
-
     try:
         columns = read_ledger_columns(ledger, topic=None)
     except (OSError, ValueError):

@@ -3,7 +3,7 @@
     .venv/bin/python tests/benchmarks/bench_checker.py [ROWS]
 
 Writes a ledger CSV (the format LedgerWriter writes, without its per-row flush), loads it with
-LedgerArrays.from_csv, builds a sink with known losses, duplicates, stale orders and missing
+load_ledger, builds a sink with known losses, duplicates, stale orders and missing
 poison, checks it, and prints the times and memory. Goal: load + check in a few seconds.
 """
 
@@ -19,7 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.checker import KIND_CODES, FaultWindow, LedgerArrays, SinkSnapshot, check
+from harness.checker import (
+    KIND_CODES,
+    FaultWindow,
+    LedgerArrays,
+    SinkSnapshot,
+    check,
+    load_ledger,
+)
 from harness.workload.events import Kind
 from harness.workload.ledger import COLUMNS
 
@@ -120,10 +127,10 @@ def main(rows: int) -> None:
 
         rss = max_rss_mb()
         start = time.perf_counter()
-        ledger = LedgerArrays.from_csv(path)
+        ledger = load_ledger(path)
         load_s = time.perf_counter() - start
         load_rss = max_rss_mb() - rss
-    print(f"load (LedgerArrays.from_csv): {load_s:.2f} s, peak RSS +{load_rss:.0f} MiB")
+    print(f"load (load_ledger): {load_s:.2f} s, peak RSS +{load_rss:.0f} MiB")
 
     sink, built = build_sink(ledger, rng)
     print(f"sink: {len(sink.changes_order_id):,} changes, {len(sink.projection_order_id):,} orders")

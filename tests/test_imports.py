@@ -1,0 +1,156 @@
+"""The harness's import graph has no cycle, and no import inside a function hides one.
+
+Read with the standard library's ``ast``, not by importing: a cycle that works only because of
+the order modules happen to load in is still a cycle. Edges are the module-level imports
+(``if TYPE_CHECKING:`` blocks excluded, they never run) plus, for ``import a.b.c``, the
+packages Python runs on the way (``a``, ``a.b``), except the importer's own ancestors, which
+are already loading when it runs.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = "harness"
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted((ROOT / PACKAGE).rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def targets(importer: str, node: ast.Import | ast.ImportFrom, known: dict[str, Path]) -> set[str]:
+    """The harness modules ``node`` (in module ``importer``) imports."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            package = importer.split(".")
+            if known[importer].name != "__init__.py":
+                package = package[:-1]
+            package = package[: len(package) - (node.level - 1)]
+            base = ".".join([*package, base] if base else package)
+        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+    found = set()
+    for name in names:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        if name and name != importer:
+            found.add(name)
+    return found
+
+
+def module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    found: list[ast.Import | ast.ImportFrom] = []
+    for statement in tree.body:
+        if isinstance(statement, ast.If) and "TYPE_CHECKING" in ast.unparse(statement.test):
+            continue
+        if isinstance(statement, ast.Import | ast.ImportFrom | ast.If | ast.Try):
+            found += [n for n in ast.walk(statement) if isinstance(n, ast.Import | ast.ImportFrom)]
+    return found
+
+
+def graph() -> tuple[dict[str, set[str]], list[str]]:
+    """Module -> the harness modules loading it loads; and the imports made inside functions."""
+    known = modules()
+    edges: dict[str, set[str]] = {}
+    local: list[str] = []
+    for name, path in known.items():
+        tree = ast.parse(path.read_text(), str(path))
+        direct: set[str] = set()
+        for node in module_level_imports(tree):
+            direct |= targets(name, node, known)
+        loaded = set(direct)
+        for target in direct:  # `import a.b.c` runs a/__init__ and a/b/__init__ first
+            parts = target.split(".")
+            for i in range(1, len(parts)):
+                parent = ".".join(parts[:i])
+                if parent in known and not name.startswith(parent + "."):
+                    loaded.add(parent)
+        edges[name] = loaded - {name}
+        for function in ast.walk(tree):
+            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                for node in ast.walk(function):
+                    if isinstance(node, ast.Import | ast.ImportFrom):
+                        for target in targets(name, node, known):
+                            local.append(f"{name}.{function.name} imports {target}")
+    return edges, local
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_harness_has_no_import_cycle() -> None:
+    edges, _ = graph()
+    assert len(edges) > 50  # the whole package was read
+    assert cycles(edges) == []
+
+
+def test_no_harness_module_is_imported_inside_a_function() -> None:
+    # Third-party imports inside functions are fine (pyspark loads only where Spark runs); a
+    # harness one is how a cycle hides.
+    _, local = graph()
+    assert local == []
+
+
+@pytest.mark.parametrize(
+    ("sources", "expected"),
+    [
+        ({"a": "import harness.b\n", "b": "from harness import a\n"}, [["harness.a", "harness.b"]]),
+        ({"a": "import harness.b\n", "b": "x = 1\n"}, []),
+        ({"a": "import harness.b\n", "b": "def f():\n    import harness.a\n"}, []),
+    ],
+)
+def test_the_cycle_finder_finds_a_cycle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sources: dict[str, str], expected: list
+) -> None:
+    package = tmp_path / PACKAGE
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name, text in sources.items():
+        (package / f"{name}.py").write_text(text)
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    edges, local = graph()
+    assert cycles(edges) == expected
+    assert bool(local) == ("def f" in "".join(sources.values()))
