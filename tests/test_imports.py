@@ -79,9 +79,9 @@ def graph() -> tuple[dict[str, set[str]], list[str]]:
         edges[name] = loaded - {name}
         for function in ast.walk(tree):
             if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
-                for node in ast.walk(function):
-                    if isinstance(node, ast.Import | ast.ImportFrom):
-                        for target in targets(name, node, known):
+                for inner in ast.walk(function):
+                    if isinstance(inner, ast.Import | ast.ImportFrom):
+                        for target in targets(name, inner, known):
                             local.append(f"{name}.{function.name} imports {target}")
     return edges, local
 
