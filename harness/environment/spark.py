@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
+from harness.environment.jvm import LIGHT_JVM
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -81,12 +83,6 @@ class SparkSettings:
         return cls(**json.loads(text))
 
 
-# The client JIT only, and a JVM sized for one CPU: the lab's Spark jobs are small, and C2
-# compiling them cost more than it saved. Measured side by side on 2 busy cores (2 rounds):
-# session start 29-32 s -> 9-11 s, six small aggregations 20-23 s -> 6-8 s.
-JVM_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:ActiveProcessorCount=1")
-
-
 def spark_session(
     settings: SparkSettings, app_name: str = "chaoslab", conf: dict[str, str] | None = None
 ) -> SparkSession:
@@ -99,7 +95,7 @@ def spark_session(
     log_file = Path(settings.log_dir) / f"spark-driver-{os.getpid()}.log"
     java_opts = (
         f"-Dlog4j2.configurationFile=file:{settings.log_config} -Dchaoslab.spark.log={log_file} "
-        + " ".join(JVM_FLAGS)
+        + " ".join(LIGHT_JVM)
     )
     options = {
         "spark.pyspark.python": settings.python,

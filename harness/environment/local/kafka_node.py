@@ -26,6 +26,7 @@ from confluent_kafka.admin import AdminClient
 
 from harness import jars
 from harness.environment.base import ServerStartError
+from harness.environment.jvm import LIGHT_JVM
 from harness.environment.local.server import LocalServer, ServerContext
 from harness.environment.ports import LOOPBACK
 from harness.kafka import HARNESS_CLIENT
@@ -39,17 +40,7 @@ LOG4J2 = Path(jars.POMS) / "kafka-log4j2.properties"
 # 16 MiB here: the lab's compacted topics are small.
 HEAP = "256m"
 CLEANER_BUFFER = 16 * 1024 * 1024
-# The client JIT only, and a JVM sized for one CPU (GC and compiler threads): the lab's nodes
-# move a few thousand records a second, and C2 compiling costs more than it ever gains here.
-# Measured side by side on 2 busy cores (3 nodes, 2 rounds, medians; G1 + C2 -> these flags):
-# up -> ready 33.2 -> 19.6 s; CPU-seconds to start 24.5 -> 13.5, in the first 30 s idle
-# 9.2 -> 5.7, to move 20000 records 8.9 -> 4.2 (and the burst took 13.2 -> 6.8 s).
-JVM_FLAGS: tuple[str, ...] = (
-    "-XX:+UseG1GC",
-    "-XX:MaxGCPauseMillis=20",
-    "-XX:TieredStopAtLevel=1",
-    "-XX:ActiveProcessorCount=1",
-)
+JVM_FLAGS: tuple[str, ...] = ("-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", *LIGHT_JVM)
 
 
 def port_names(node: int) -> tuple[str, ...]:
@@ -162,7 +153,7 @@ class KafkaNode(LocalServer):
     def preparation(self) -> list[str]:
         """Format the node's storage for the environment's cluster (once, before its first
         start). With a static quorum (controller.quorum.voters) no other flag is needed."""
-        return [java(), "-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp", jars.kafka().classpath(),
+        return [java(), "-Xmx128m", *LIGHT_JVM, "-cp", jars.kafka().classpath(),
                 "kafka.tools.StorageTool", "format", "-t", cluster_id(self.ctx.env_id),
                 "-c", str(self.config)]  # fmt: skip
 
