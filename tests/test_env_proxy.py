@@ -732,10 +732,14 @@ def first_node(env: LocalEnvironment) -> str:
     return env.kafka_bootstrap.split(",")[0]
 
 
+def host_port(address: str) -> tuple[str, int]:
+    host, port = address.rsplit(":", 1)
+    return host, int(port)
+
+
 @contextmanager
 def raw_connection(address: str) -> Iterator[socket.socket]:
-    host, port = address.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock = socket.create_connection(host_port(address), timeout=10)
     try:
         yield sock
     finally:
@@ -754,6 +758,16 @@ def recv_exactly(sock: socket.socket, size: int) -> bytes:
 def recv_frame(sock: socket.socket) -> bytes:
     head = recv_exactly(sock, 4)
     return head + recv_exactly(sock, struct.unpack(">i", head)[0])
+
+
+def refused(address: str) -> None:
+    """Return if a connection to ``address`` is refused; raise ``NotReady`` if it is taken."""
+    try:
+        with raw_connection(address):
+            pass
+    except ConnectionRefusedError:
+        return
+    raise NotReady(f"{address} accepted a connection")
 
 
 def closed_by_peer(sock: socket.socket) -> bool:
@@ -803,12 +817,19 @@ def test_the_proxy_survives_garbage_and_a_broker_that_is_down(env: LocalEnvironm
 
     env.kill_broker(broker=1)
     try:
+        # The connection that finds the broker gone is closed; the next ones are refused, as
+        # by the dead broker's own port - not accepted and closed, which a client takes for
+        # a live server.
         with raw_connection(first_node(env)) as sock:
             sock.sendall(api_versions(1))
-            assert closed_by_peer(sock)  # so the client reconnects, as to a refusing broker
+            assert closed_by_peer(sock)
+        wait_for(lambda: refused(first_node(env)), what="node 1's listener refusing", timeout=10)
     finally:
         env.revive(Component.KAFKA, broker=1)
-    with raw_connection(first_node(env)) as sock:
+    # The listener takes connections again once node 1 does (it asks every 50 ms).
+    sock = wait_for(lambda: socket.create_connection(host_port(first_node(env)), timeout=10),
+                    what="node 1's listener accepting again", timeout=10)  # fmt: skip
+    with sock:
         sock.sendall(api_versions(1))
         assert struct.unpack(">ih", recv_frame(sock)[4:10]) == (1, 0)
     proxy = {s.name: s for s in env.status().servers}["proxy"]

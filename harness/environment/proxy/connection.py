@@ -107,6 +107,7 @@ class Connection:
         self._upstream_writer: asyncio.StreamWriter | None = None
         self._reset = False
         self._closed = False
+        self.refused = False  # the upstream server refused the connection: it is down
         self._identified = spec.mode != KAFKA
         self.expected = 0
         self.answered = 0
@@ -126,9 +127,10 @@ class Connection:
                     CONNECT_TIMEOUT_S,
                 )
             except (OSError, TimeoutError) as exc:
-                # The server is down (a bounced broker): the client sees its connection close
-                # and reconnects, as it would had the server refused it.
+                # The server is down (a bounced broker): this client sees its connection close
+                # and reconnects; the listener refuses the next ones (see ``ProxyServer``).
                 log.info("%s: upstream %s unreachable (%s)", self.label, self.spec.upstream, exc)
+                self.refused = isinstance(exc, ConnectionRefusedError)
                 return
             if self._reset:  # reset while connecting
                 return

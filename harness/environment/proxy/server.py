@@ -9,11 +9,14 @@ import logging
 from typing import Any
 
 from harness.environment.ports import LOOPBACK
-from harness.environment.proxy.connection import Connection
+from harness.environment.proxy.connection import CONNECT_TIMEOUT_S, Connection
 from harness.environment.proxy.listener import ListenerSpec, ListenerStats
 from harness.environment.proxy.rules import Rule, RuleTable, parse_rule
 
 log = logging.getLogger("chaoslab.proxy")
+
+# How often a listener whose upstream is down asks whether it is back.
+PROBE_INTERVAL_S = 0.05
 
 
 class ProxyServer:
@@ -25,16 +28,14 @@ class ProxyServer:
         self.rules = RuleTable()
         self.stats = {name: ListenerStats() for name in self.specs}
         self.connections: dict[str, set[Connection]] = {name: set() for name in self.specs}
-        self._servers: list[asyncio.Server] = []
+        self._servers: dict[str, asyncio.Server] = {}  # listening now, by listener name
         self._numbers = itertools.count(1)
         self._handlers: set[asyncio.Task[None]] = set()
+        self._probes: dict[str, asyncio.Task[None]] = {}  # listeners whose upstream is down
 
     async def start(self) -> None:
         for spec in self.specs.values():
-            server = await asyncio.start_server(
-                functools.partial(self._accept, spec), LOOPBACK, spec.port
-            )
-            self._servers.append(server)
+            await self._listen(spec)
             log.info(
                 "listener %s (%s) on %s:%d -> %s",
                 spec.name,
@@ -44,9 +45,16 @@ class ProxyServer:
                 spec.upstream,
             )
 
+    async def _listen(self, spec: ListenerSpec) -> None:
+        self._servers[spec.name] = await asyncio.start_server(
+            functools.partial(self._accept, spec), LOOPBACK, spec.port
+        )
+
     async def close(self, timeout: float = 2.0) -> None:
         """Stop accepting, reset every connection, and wait (briefly) for their handlers."""
-        for server in self._servers:
+        for probe in self._probes.values():
+            probe.cancel()
+        for server in self._servers.values():
             server.close()
         for connections in self.connections.values():
             for connection in list(connections):
@@ -67,6 +75,8 @@ class ProxyServer:
         self._handlers.add(handler)
         try:
             await connection.run()
+            if connection.refused:
+                self._refuse_until_up(spec)
         except asyncio.CancelledError:
             # The proxy is shutting down. Ending normally: Python 3.11's stream server logs
             # a cancelled client handler as an error.
@@ -78,6 +88,39 @@ class ProxyServer:
             stats.open -= 1
             self.connections[spec.name].discard(connection)
             self._handlers.discard(handler)
+
+    # -- a server that is down ------------------------------------------------------------------
+
+    def _refuse_until_up(self, spec: ListenerSpec) -> None:
+        """The upstream refused a connection: stop listening, so that clients are refused as
+        the server itself refuses them, until it accepts connections again.
+
+        Why not accept and close at once: a client that connects takes the server for alive.
+        Measured (librdkafka 2.16, a SIGKILLed group coordinator): each accepted connection put
+        the consumer group back in state "up" for a few milliseconds, every 0.1-0.5 s, and a
+        commit sent in such a moment was retried until the new coordinator took it, where
+        against a refused port it waits for a coordinator and fails after session.timeout.ms.
+        """
+        if spec.name in self._probes or spec.name not in self._servers:
+            return
+        self._servers.pop(spec.name).close()
+        log.info("listener %s: upstream %s is down, refusing", spec.name, spec.upstream)
+        self._probes[spec.name] = asyncio.create_task(self._listen_when_up(spec))
+
+    async def _listen_when_up(self, spec: ListenerSpec) -> None:
+        try:
+            while not await _accepts(spec.upstream_host, spec.upstream_port):
+                await asyncio.sleep(PROBE_INTERVAL_S)
+            while True:
+                try:
+                    await self._listen(spec)
+                    break
+                except OSError as exc:  # the port is briefly held elsewhere: ask again
+                    log.warning("listener %s: cannot listen again yet (%s)", spec.name, exc)
+                    await asyncio.sleep(PROBE_INTERVAL_S)
+            log.info("listener %s: upstream %s is back, accepting", spec.name, spec.upstream)
+        finally:
+            self._probes.pop(spec.name, None)
 
     # -- rules ----------------------------------------------------------------------------------
 
@@ -125,3 +168,13 @@ class ProxyServer:
             # Removed rules too: a fault runner reads how often a rule acted after removing it.
             "affected": dict(self.rules.affected),
         }
+
+
+async def _accepts(host: str, port: int) -> bool:
+    """Whether ``host:port`` accepts a TCP connection now (the probe closes it at once)."""
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    return True
