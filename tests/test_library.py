@@ -112,6 +112,8 @@ def test_a_library_scenario_holds_its_expectations(
         assert "SESSION_TIMED_OUT" in errors and errors & {
             "NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS",
         }, errors  # fmt: skip
+        # The duplicates' cause: commits after the write that failed (none is injected here).
+        assert [e for e in events if e.kind is EventKind.COMMIT_FAILED]
         # One node at a time, every node once, in id order from the one it started at (the
         # naive group's coordinator, wherever that was).
         downs = [e.detail for e in events if e.kind is EventKind.FAULT_STEP]

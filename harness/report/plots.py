@@ -39,6 +39,7 @@ COLORS = {"duplicate": "#E69F00", "lost": "#C62828", "stale": "#6A3D9A"}
 NAMES = {"duplicate": "duplicates", "lost": "lost", "stale": "stale"}
 FAIL_COLOR = "#C62828"
 BROKER_ERROR_COLOR = "#6A1B9A"
+COMMIT_FAILED_COLOR = "0.25"
 WINDOW_COLORS = ("#4C72B0", "#55A868", "#8172B2", "#CCB974", "#64B5CD", "#DD8452")
 # Each anomaly kind has its own lane in a variant's row: a burst of duplicates stays visible
 # next to a loss at the same moment.
@@ -163,6 +164,11 @@ def _timeline_panel(ax: Axes, rows: Sequence[TimelineRow], colors: dict[str, str
             ts = [e.t for e in row.broker_errors]
             ax.scatter(ts, [y - 0.3] * len(ts), marker="v", s=18, color=BROKER_ERROR_COLOR,
                        lw=0, alpha=0.7, zorder=3)  # fmt: skip
+            times += ts
+        if row.commit_failures:
+            ts = list(row.commit_failures)
+            ax.scatter(ts, [y + 0.38] * len(ts), marker="x", s=14, color=COMMIT_FAILED_COLOR,
+                       lw=0.9, alpha=0.7, zorder=3)  # fmt: skip
             times += ts
         for kind in KINDS:
             ts = row.times(kind)
@@ -309,6 +315,10 @@ def _timeline_legend(rows: Sequence[TimelineRow]) -> list[Line2D | Patch]:
         (
             any(r.broker_errors for r in rows),
             mark("v", BROKER_ERROR_COLOR, "coordinator error from a broker", 6),
+        ),
+        (
+            any(r.commit_failures for r in rows),
+            mark("x", COMMIT_FAILED_COLOR, "offset commit failed (the consumer's answer)", 6),
         ),
         (
             any(r.windows for r in rows),

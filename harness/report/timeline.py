@@ -120,6 +120,7 @@ class TimelineRow:
     steps: tuple[Step, ...]
     idle: tuple[tuple[float, float], ...]  # stretches in which no batch was in hand
     broker_errors: tuple[BrokerError, ...]
+    commit_failures: tuple[float, ...]  # when a consumer heard that its commit failed
     counts: dict[str, int]  # duplicate/lost/stale as the checker counted them (all of them)
 
     def times(self, kind: str) -> list[float]:
@@ -309,6 +310,7 @@ def timeline_row(v: VariantRun, t0: float) -> TimelineRow:
         steps=fault_steps(events, t0),
         idle=tuple(idle_stretches(v, t0, IDLE_S)),
         broker_errors=broker_errors(events, t0),
+        commit_failures=tuple(e.t - t0 for e in events if e.kind is EventKind.COMMIT_FAILED),
         counts={
             "duplicate": v.verdict.duplicates,
             "lost": v.verdict.lost,
