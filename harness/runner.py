@@ -21,14 +21,21 @@ from typing import Any
 
 from pymongo import MongoClient
 
-from harness.checker import FaultWindow, LedgerArrays, Verdict, check, load_ledger
+from harness.checker import LedgerArrays, Verdict, check, load_ledger
 from harness.environment import Environment, Link
 from harness.errors import LabError
 from harness.faults.fired import unfired
 from harness.faults.kinds import ConsumerCrash, ConsumerKill, ConsumerPause
 from harness.faults.nemesis import Nemesis, Target
 from harness.faults.schedule import plan, plan_has_steps
-from harness.history import EventKind, HistoryEvent, HistoryTail, HistoryWriter, read_history
+from harness.history import (
+    EventKind,
+    HistoryEvent,
+    HistoryTail,
+    HistoryWriter,
+    fault_windows,
+    read_history,
+)
 from harness.kafka import create_topic, delete_topics
 from harness.outcome import Outcome, UnfiredFault, reason_text
 from harness.pipeline.batch import dead_letter_topic
@@ -65,9 +72,7 @@ class VariantResult:
     seconds: float  # the whole variant run
     restarts: int  # consumer processes started again after a crash
     crashes: int  # crash points that fired
-    faults: tuple[
-        dict[str, Any], ...
-    ]  # windows {name, kind, start, end}; crash points {name, kind}
+    faults: tuple[dict[str, Any], ...]  # the untimed ones ({name, kind}): windows are in history
     expectations: tuple[str, ...]
     failures: tuple[str, ...]  # the expectations that did not hold, with the actual values
     directory: str  # the variant's history, logs and runtime configuration
@@ -334,14 +339,12 @@ def run_side_by_side(
 
     ledger = load_ledger(ledger_path)
     seconds = time.monotonic() - started
-    windows = nemesis.fault_windows()
-    applied = tuple(w.to_dict() for w in nemesis.windows) + tuple(
+    # The consumers' own faults (crash points) have no window in the history: named here.
+    untimed = tuple(
         {"name": f.name, "kind": f.kind} for f in scenario.faults if not plan_has_steps(f)
     )
     results = [
-        _judge(
-            env, scenario, lane, ledger, ledger_path, summary, seconds, windows, applied, progress
-        )
+        _judge(env, scenario, lane, ledger, ledger_path, summary, seconds, untimed, progress)
         for lane in lanes
     ]
     if not keep_topics:
@@ -359,8 +362,7 @@ def _judge(
     ledger_path: Path,
     summary: ProduceSummary,
     seconds: float,
-    windows: list[FaultWindow],
-    faults: tuple[dict[str, Any], ...],
+    untimed: tuple[dict[str, Any], ...],
     progress: Progress,
 ) -> VariantResult:
     config = lane.config
@@ -374,12 +376,12 @@ def _judge(
             topic=config.topic,
             group=config.group,
         )
-    verdict = check(ledger, sink, produced=summary.produced, windows=windows)
     lane.history.record(EventKind.RUN_END)
     lane.history.close()
+    events = read_history(config.history_dir)
+    verdict = check(ledger, sink, produced=summary.produced, windows=fault_windows(events))
     expectations = scenario.expectations_for(lane.spec, config.runtime)
     failures = tuple(_failure(e, verdict) for e in expectations if not _holds(e, verdict))
-    events = read_history(config.history_dir)
     result = VariantResult(
         runtime=config.runtime,
         variant=lane.variant.label,
@@ -388,7 +390,7 @@ def _judge(
         seconds=seconds,
         restarts=lane.supervisor.restarts,  # type: ignore[union-attr]
         crashes=lane.supervisor.crashes,  # type: ignore[union-attr]
-        faults=faults,
+        faults=untimed,
         expectations=tuple(str(e) for e in expectations),
         failures=failures,
         directory=str(lane.run_dir),

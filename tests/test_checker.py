@@ -16,13 +16,13 @@ from harness.checker import (
     KIND_CODES,
     MAX_VERSION,
     Anomaly,
-    FaultWindow,
     LedgerArrays,
     SinkSnapshot,
     Verdict,
     check,
     load_ledger,
 )
+from harness.history import FaultWindow
 from harness.workload.events import Kind
 from harness.workload.ledger import LedgerRow, LedgerWriter, read_ledger
 

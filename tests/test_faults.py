@@ -8,7 +8,7 @@ from pathlib import Path
 from harness.faults.kinds import parse_fault
 from harness.faults.nemesis import Nemesis, Target
 from harness.faults.schedule import Action, describe, plan
-from harness.history import HistoryWriter
+from harness.history import HistoryWriter, fault_windows, read_history
 from harness.pipeline.crash import Crasher, CrashPlan, CrashPoint
 from harness.scenario import Scenario, parse_scenario
 
@@ -109,7 +109,9 @@ def test_a_burst_past_a_smaller_workload_ends_when_production_does(tmp_path: Pat
     assert not nemesis.done
     nemesis.tick(1.0, 400, produced_all=True)
     assert nemesis.done
-    assert [(w.name, w.kind) for w in nemesis.windows] == [("poison#1", "poison")]
+    history.close()
+    windows = fault_windows(read_history(tmp_path))  # the window is in the history only
+    assert [(w.name, w.kind, w.open_ended) for w in windows] == [("poison#1", "poison", False)]
 
 
 def firing_batches(plan_: CrashPlan, batch_sizes: list[int], tmp_path: Path) -> list[int]:

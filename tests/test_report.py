@@ -30,8 +30,8 @@ from harness.report.timeline import (
     clusters,
     consumer_deaths,
     consumer_pauses,
-    fault_windows,
     idle_stretches,
+    windows_of,
 )
 from harness.workload.events import Kind
 from harness.workload.ledger import LedgerRow, LedgerWriter
@@ -47,7 +47,13 @@ def ev(t: float, kind: EventKind, source: str, **fields: Any) -> HistoryEvent:
 
 def nemesis_events() -> list[HistoryEvent]:
     return [
-        ev(5.0, EventKind.FAULT_START, "nemesis", fault="broker-rolling-restart#1"),
+        ev(
+            5.0,
+            EventKind.FAULT_START,
+            "nemesis",
+            fault="broker-rolling-restart#1",
+            detail="broker-rolling-restart",
+        ),
         ev(
             6.0,
             EventKind.FAULT_STEP,
@@ -64,10 +70,34 @@ def nemesis_events() -> list[HistoryEvent]:
             count=2,
             detail="node 2 SIGTERM",
         ),
-        ev(12.0, EventKind.FAULT_END, "nemesis", fault="broker-rolling-restart#1"),
-        ev(20.0, EventKind.FAULT_START, "nemesis", fault="producer-resend#1"),
-        ev(20.01, EventKind.FAULT_END, "nemesis", fault="producer-resend#1"),
-        ev(25.0, EventKind.FAULT_START, "nemesis", fault="mongo-partition#1"),  # never ends
+        ev(
+            12.0,
+            EventKind.FAULT_END,
+            "nemesis",
+            fault="broker-rolling-restart#1",
+            detail="broker-rolling-restart",
+        ),
+        ev(
+            20.0,
+            EventKind.FAULT_START,
+            "nemesis",
+            fault="producer-resend#1",
+            detail="producer-resend",
+        ),
+        ev(
+            20.01,
+            EventKind.FAULT_END,
+            "nemesis",
+            fault="producer-resend#1",
+            detail="producer-resend",
+        ),
+        ev(
+            25.0,
+            EventKind.FAULT_START,
+            "nemesis",
+            fault="mongo-partition#1",
+            detail="mongo-partition",
+        ),  # never ends
     ]
 
 
@@ -338,20 +368,19 @@ def test_duplicates_before_any_crash_and_truncated_anomalies() -> None:
     assert "listener/naive: results.json gives times for 3 of the 40 duplicates." in lines
 
 
-def test_fault_windows_from_results_when_the_history_has_none() -> None:
-    faults = [
-        Fault.parse(
-            {"name": "broker-kill#1", "kind": "broker-kill", "start": T0 + 3, "end": T0 + 4}
-        ),
-        Fault.parse({"name": "poison", "kind": "poison"}),  # no times: not a window
+def test_a_window_comes_from_the_history_only() -> None:
+    # results.json of older runs listed windows with times: read as names, never drawn
+    old = Fault.parse({"name": "broker-kill#1", "kind": "broker-kill", "start": T0 + 3})
+    assert (old.name, old.kind) == ("broker-kill#1", "broker-kill")
+    assert windows_of([], T0) == ()
+    events = [
+        ev(3.0, EventKind.FAULT_START, "nemesis", fault="broker-kill#1", detail="broker-kill"),
+        ev(4.0, EventKind.FAULT_END, "nemesis", fault="broker-kill#1", detail="broker-kill"),
     ]
-    (window,) = fault_windows([], faults, T0)
+    (window,) = windows_of(events, T0)
     assert (window.name, window.kind, window.start, window.end) == (
-        "broker-kill#1",
-        "broker-kill",
-        3,
-        4,
-    )
+        "broker-kill#1", "broker-kill", 3.0, 4.0,
+    )  # fmt: skip
 
 
 def test_fault_windows_pair_starts_and_ends_by_name() -> None:
@@ -363,7 +392,7 @@ def test_fault_windows_pair_starts_and_ends_by_name() -> None:
         ev(5.0, EventKind.FAULT_END, "nemesis", fault="b#1"),
         ev(6.0, EventKind.FAULT_START, "nemesis", fault="a#2"),
     ]
-    got = [(w.name, w.start, w.end, w.open_ended) for w in fault_windows(events, [], T0, T0 + 9)]
+    got = [(w.name, w.start, w.end, w.open_ended) for w in windows_of(events, T0, T0 + 9)]
     assert got == [("a#1", 1.0, 3.0, False), ("b#1", 2.0, 5.0, False), ("a#2", 6.0, 9.0, True)]
 
 

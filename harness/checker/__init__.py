@@ -3,7 +3,7 @@
 Usage::
 
     ledger = load_ledger(run_dir / "ledger.csv")
-    verdict = check(ledger, snapshot, produced=n, windows=[FaultWindow("broker-kill", t0, t1)])
+    verdict = check(ledger, snapshot, produced=n, windows=fault_windows(history))
     verdict.to_dict()  # -> results.json
 """
 
@@ -13,7 +13,6 @@ from harness.checker.model import (
     KIND_CODES,
     KIND_NAMES,
     Anomaly,
-    FaultWindow,
     LedgerArrays,
     SinkSnapshot,
     Verdict,
@@ -26,7 +25,6 @@ __all__ = [
     "MAX_VERSION",
     "VERSION_BITS",
     "Anomaly",
-    "FaultWindow",
     "LedgerArrays",
     "SinkSnapshot",
     "Verdict",

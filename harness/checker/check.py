@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness.history import FaultWindow
 from harness.workload.events import Kind
 
-from .model import KIND_CODES, Anomaly, FaultWindow, LedgerArrays, SinkSnapshot, Verdict
+from .model import KIND_CODES, Anomaly, LedgerArrays, SinkSnapshot, Verdict
 
 # A business change is encoded as order_id * 2**VERSION_BITS + version: sorting the codes
 # sorts by order then version, which is what finding "the highest version of an order" needs.

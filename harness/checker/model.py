@@ -7,7 +7,6 @@ arrays are stored as read-only views, so a value that was validated stays valid.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Self
@@ -236,21 +235,6 @@ def _offsets(stored: Mapping[int, int]) -> dict[int, int]:
         return {int(partition): int(offset) for partition, offset in stored.items()}
     except (AttributeError, TypeError, ValueError) as exc:
         raise ValueError(f"stored_offsets: expected {{partition: offset}}: {exc}") from None
-
-
-@dataclass(frozen=True)
-class FaultWindow:
-    """A named interval [start, end] (unix seconds, both inclusive) during which a fault held."""
-
-    name: str
-    start: float
-    end: float
-
-    def __post_init__(self) -> None:
-        if math.isnan(self.start) or math.isnan(self.end) or self.end < self.start:
-            raise ValueError(
-                f"fault window {self.name!r}: needs start <= end, got [{self.start}, {self.end}]"
-            )
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,9 @@ variant's consumers handled their first batch - so that ``at: 5`` means five sec
 pipeline's work whether it took a listener 3 s or a Spark driver 30 s to start - and the
 records acknowledged so far) rather than by a thread of its own, so a fault and
 the supervision of the consumers never race. Every window is recorded in each variant's history
-as FAULT_START / FAULT_END (source ``nemesis``); ``restore`` undoes whatever is still in force.
+as FAULT_START / FAULT_END (source ``nemesis``), and only there: the checker and the report
+derive the windows from it (``harness.history.fault_windows``); ``restore`` undoes whatever is
+still in force.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from typing import Any
 from confluent_kafka import KafkaException
 from pymongo import MongoClient
 
-from harness.checker import FaultWindow
 from harness.environment import Component, Environment, Link, LinkRule
 from harness.errors import LabError
 from harness.faults.kinds import (
@@ -74,17 +75,6 @@ class _Progress:
     waiting_since: float | None = None
 
 
-@dataclass(frozen=True)
-class WindowRecord:
-    name: str
-    kind: str
-    start: float  # unix seconds
-    end: float
-
-    def to_dict(self) -> dict[str, object]:
-        return {"name": self.name, "kind": self.kind, "start": self.start, "end": self.end}
-
-
 @dataclass
 class Nemesis:
     env: Environment
@@ -97,8 +87,7 @@ class Nemesis:
     _down: set[int] = field(default_factory=set, init=False)  # nodes stopped by a fault
     _paused: set[int] = field(default_factory=set, init=False)
     _failpoint: bool = field(default=False, init=False)
-    _opened: dict[str, float] = field(default_factory=dict, init=False)
-    windows: list[WindowRecord] = field(default_factory=list, init=False)
+    _opened: set[str] = field(default_factory=set, init=False)  # windows not ended yet
     _clock_started: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
@@ -207,23 +196,16 @@ class Nemesis:
             raise FaultStuck(f"cannot find {selector} in the cluster now")
         return node
 
-    def fault_windows(self) -> list[FaultWindow]:
-        """The windows for the checker (an unclosed window ends now)."""
-        closed = [FaultWindow(w.name, w.start, w.end) for w in self.windows]
-        now = time.time()
-        return closed + [FaultWindow(name, start, now) for name, start in self._opened.items()]
-
     # -- actions --------------------------------------------------------------------------------
 
     def _take(self, progress: _Progress, step: Step) -> None:
         fault = progress.plan.fault
         match step.action:
             case Action.START:
-                self._opened[fault.name] = time.time()
+                self._opened.add(fault.name)
                 self._record(EventKind.FAULT_START, fault)
             case Action.END:
-                start = self._opened.pop(fault.name, time.time())
-                self.windows.append(WindowRecord(fault.name, fault.kind, start, time.time()))
+                self._opened.discard(fault.name)
                 self._record(EventKind.FAULT_END, fault)
             case Action.STOP_BROKER:
                 progress.node = self._node_for(progress, step.rotation)
@@ -354,7 +336,6 @@ class Nemesis:
             self.env.begin_start_broker(node)
         self._down.clear()
         faults = {p.name: p.fault for p in self.schedule}
-        for name, start in self._opened.items():
-            self.windows.append(WindowRecord(name, faults[name].kind, start, time.time()))
+        for name in sorted(self._opened):
             self._record(EventKind.FAULT_END, faults[name])
         self._opened.clear()

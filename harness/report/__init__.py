@@ -13,7 +13,7 @@ Usage::
 from harness.report.load import Fault, Run, VariantRun, load_run, parse_results
 from harness.report.story import what_happened
 from harness.report.table import render_matrix_table, render_table
-from harness.report.timeline import Timeline, TimelineRow, Window, timeline
+from harness.report.timeline import Timeline, TimelineRow, timeline
 from harness.report.write import Report, write_matrix_report, write_report
 
 __all__ = [
@@ -23,7 +23,6 @@ __all__ = [
     "Timeline",
     "TimelineRow",
     "VariantRun",
-    "Window",
     "load_run",
     "parse_results",
     "render_matrix_table",

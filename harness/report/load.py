@@ -25,35 +25,22 @@ RESULTS = "results.json"
 
 @dataclass(frozen=True)
 class Fault:
-    """A fault the run applied, as results.json names it.
+    """A fault results.json names: one the consumers apply themselves (a crash point), which has
+    no window in the history. Windows come from the history only (``harness.history``).
 
-    results.json holds either ``{"name", "kind", "start", "end"}`` (unix seconds) or, from
-    older runs, a plain description such as ``"crash at after_write_before_commit (batch 3,
-    1x)"``: then only the name is known and ``start``/``end`` are None.
+    Older results.json files also listed windows (``{"name", "kind", "start", "end"}``) or plain
+    descriptions such as ``"crash at after_write_before_commit (batch 3, 1x)"``: read by name.
     """
 
     name: str
     kind: str
-    start: float | None = None
-    end: float | None = None
-
-    @property
-    def timed(self) -> bool:
-        return self.start is not None
 
     @classmethod
     def parse(cls, raw: str | Mapping[str, Any]) -> Fault:
         if isinstance(raw, str):
             return cls(name=raw, kind=fault_kind(raw))
         name = str(raw.get("name", ""))
-        start = raw.get("start")
-        end = raw.get("end")
-        return cls(
-            name=name,
-            kind=str(raw.get("kind") or fault_kind(name)),
-            start=None if start is None else float(start),
-            end=None if end is None else float(end),
-        )
+        return cls(name=name, kind=str(raw.get("kind") or fault_kind(name)))
 
 
 def fault_kind(name: str) -> str:

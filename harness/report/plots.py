@@ -17,12 +17,13 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from harness.history import FaultWindow
+
 from .load import Run
 from .timeline import (
     KINDS,
     Series,
     TimelineRow,
-    Window,
     acked_per_second,
     clusters,
     origin,
@@ -136,7 +137,7 @@ def plot_timeline(run: Run, path: Path) -> Path:
 
 def _timeline_panel(ax: Axes, rows: Sequence[TimelineRow], colors: dict[str, str]) -> None:
     n = len(rows)
-    labelled: dict[tuple[str, float], Window] = {}
+    labelled: dict[tuple[str, float], FaultWindow] = {}
     times: list[float] = []
     marks: list[tuple[float, str, list[float]]] = []
     for i, row in enumerate(rows):
@@ -427,8 +428,8 @@ def _filled_step(ax: Axes, s: Series, color: str) -> None:
     ax.step(t, r, where="post", color=color, lw=1.2)
 
 
-def _distinct_windows(rows: Sequence[TimelineRow]) -> list[Window]:
-    seen: dict[tuple[str, float], Window] = {}
+def _distinct_windows(rows: Sequence[TimelineRow]) -> list[FaultWindow]:
+    seen: dict[tuple[str, float], FaultWindow] = {}
     for row in rows:
         for w in row.windows:
             seen.setdefault((w.name, round(w.start, 1)), w)
@@ -455,7 +456,7 @@ def _draw_steps(
             ax.vlines(s.t, y0, y1, color=color, lw=1.4, linestyles=STEP_STYLE, zorder=2)
 
 
-def _shade(ax: Axes, windows: Sequence[Window], colors: dict[str, str]) -> None:
+def _shade(ax: Axes, windows: Sequence[FaultWindow], colors: dict[str, str]) -> None:
     for w in windows:
         if w.instant:
             ax.axvline(w.start, color=colors[w.kind], lw=2, alpha=0.7)
@@ -463,7 +464,7 @@ def _shade(ax: Axes, windows: Sequence[Window], colors: dict[str, str]) -> None:
             ax.axvspan(w.start, w.end, color=colors[w.kind], alpha=0.2, lw=0)
 
 
-def _label_windows(ax: Axes, windows: Sequence[Window], colors: dict[str, str]) -> None:
+def _label_windows(ax: Axes, windows: Sequence[FaultWindow], colors: dict[str, str]) -> None:
     if len(windows) > MAX_WINDOW_LABELS:
         return
     lo, hi = ax.get_xlim()

@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
+from harness.history import FaultWindow
 from harness.outcome import Outcome
 
 from .load import Run, VariantRun
-from .timeline import Death, Mark, TimelineRow, Window, timeline
+from .timeline import Death, Mark, TimelineRow, timeline
 
 # Faults of one kind applied more often than this are summarised in one sentence.
 MAX_LISTED = 6
@@ -48,7 +49,7 @@ def what_happened(run: Run) -> list[str]:
 def fault_sentences(run: Run, rows: Sequence[TimelineRow]) -> list[str]:
     """The faults applied, once each however many variants' histories hold them."""
     where: dict[tuple[str, float], list[str]] = defaultdict(list)
-    windows: dict[tuple[str, float], Window] = {}
+    windows: dict[tuple[str, float], FaultWindow] = {}
     for row in rows:
         for w in row.windows:
             key = (w.name, round(w.start, 1))
@@ -105,7 +106,7 @@ def fault_sentences(run: Run, rows: Sequence[TimelineRow]) -> list[str]:
     return lines + configured
 
 
-def _describe(w: Window) -> str:
+def _describe(w: FaultWindow) -> str:
     name = w.name if w.name.startswith(w.kind) else f"{w.name} ({w.kind})"
     if w.open_ended:
         return f"{name} from {at(w.start)}, never ended (until {at(w.end)}, the variant's end)"

@@ -1,8 +1,8 @@
 """What goes on the timeline, in seconds since the run started: pure functions of the records.
 
-* fault windows - a FAULT_START .. FAULT_END pair of the same fault (by name); a
-  start that never ended lasts to the variant's end; faults results.json times but the history
-  lacks are added from there;
+* fault windows - a FAULT_START .. FAULT_END pair of the same fault (by name), from the
+  history only (``harness.history.fault_windows``); a start that never ended lasts to the
+  variant's end;
 * consumer deaths - CRASH events (a crash point fired) and consumer exits the supervisor saw
   that no crash point explains; restarts - a consumer's RUNTIME_START after its first;
 * anomalies - each at the time the checker gives it (a duplicate copy when it was written, a
@@ -18,37 +18,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.history import EventKind, HistoryEvent
+from harness.history import EventKind, FaultWindow, HistoryEvent, fault_windows
 
-from .load import Fault, Run, VariantRun, fault_kind
+from .load import Run, VariantRun
 
 KINDS = ("duplicate", "lost", "stale")
-# A fault shorter than this is drawn and described as an instant, not a window.
-INSTANT_S = 0.5
 # A supervisor's "killed by SIGKILL" this soon after a CRASH event is that crash, not another.
 SAME_DEATH_S = 5.0
 # A stretch this long with no batch in hand is shown (and told) as the consumers idling.
 IDLE_S = 3.0
 # Compared by value: pause points are newer than some histories a report may be asked to read.
 PAUSED, RESUMED = "paused", "resumed"
-
-
-@dataclass(frozen=True)
-class Window:
-    """A fault window, in seconds since the run started."""
-
-    name: str
-    kind: str
-    start: float
-    end: float
-    open_ended: bool = False  # no FAULT_END in the history: it lasts to the variant's end
-
-    @property
-    def instant(self) -> bool:
-        return self.end - self.start < INSTANT_S
-
-    def contains(self, t: float) -> bool:
-        return self.start <= t <= self.end
 
 
 @dataclass(frozen=True)
@@ -112,7 +92,7 @@ class TimelineRow:
     label: str  # runtime/variant
     group: str  # variants with one group ran side by side over one topic
     span: tuple[float, float] | None  # the variant's run, start to end
-    windows: tuple[Window, ...]
+    windows: tuple[FaultWindow, ...]
     anomalies: tuple[Mark, ...]
     deaths: tuple[Death, ...]
     restarts: tuple[Restart, ...]
@@ -167,35 +147,12 @@ def variant_span(events: Sequence[HistoryEvent], t0: float) -> tuple[float, floa
     return start - t0, max(end, start) - t0
 
 
-def fault_windows(
-    events: Sequence[HistoryEvent], faults: Sequence[Fault], t0: float, end: float | None = None
-) -> tuple[Window, ...]:
-    """The history's fault windows, plus the timed faults of results.json it does not hold.
-
-    ``end`` (unix seconds) closes a window that never ended; default: the last event.
-    """
-    kinds = {f.name: f.kind for f in faults}
-    if end is None:
-        end = max((e.t for e in events), default=t0)
-    open_at: dict[str, float] = {}
-    found: list[Window] = []
-    for e in sorted(events, key=lambda e: e.t):
-        name = e.fault
-        kind = kinds.get(name) or fault_kind(name)
-        if e.kind is EventKind.FAULT_START:
-            open_at.setdefault(name, e.t)  # a repeated start of an open window is the same one
-        elif e.kind is EventKind.FAULT_END and name in open_at:
-            start = open_at.pop(name)
-            found.append(Window(name, kind, start - t0, e.t - t0))
-    for name, start in open_at.items():
-        kind = kinds.get(name) or fault_kind(name)
-        found.append(Window(name, kind, start - t0, max(end, start) - t0, open_ended=True))
-    named = {w.name for w in found}
-    for f in faults:
-        if f.start is not None and f.name not in named:
-            stop = f.end if f.end is not None else f.start
-            found.append(Window(f.name, f.kind, f.start - t0, max(stop, f.start) - t0))
-    return tuple(sorted(found, key=lambda w: (w.start, w.name)))
+def windows_of(
+    events: Sequence[HistoryEvent], t0: float, end: float | None = None
+) -> tuple[FaultWindow, ...]:
+    """The history's fault windows in seconds since ``t0``; ``end`` (unix seconds) closes a
+    window that never ended (default: the last event)."""
+    return tuple(w.shifted(t0) for w in fault_windows(events, end))
 
 
 def broker_errors(events: Sequence[HistoryEvent], t0: float) -> tuple[BrokerError, ...]:
@@ -284,7 +241,7 @@ def idle_stretches(v: VariantRun, t0: float, at_least: float) -> list[tuple[floa
     return found
 
 
-def anomaly_marks(v: VariantRun, windows: Sequence[Window], t0: float) -> tuple[Mark, ...]:
+def anomaly_marks(v: VariantRun, windows: Sequence[FaultWindow], t0: float) -> tuple[Mark, ...]:
     marks = []
     for a in v.verdict.anomalies:
         t = a.at - t0
@@ -297,7 +254,7 @@ def timeline_row(v: VariantRun, t0: float) -> TimelineRow:
     events = v.events
     span = variant_span(events, t0)
     end = t0 + span[1] if span else None
-    windows = fault_windows(events, v.faults, t0, end)
+    windows = windows_of(events, t0, end)
     return TimelineRow(
         label=v.label,
         group=v.group,

@@ -21,12 +21,12 @@ import numpy as np
 
 from harness.checker import (
     KIND_CODES,
-    FaultWindow,
     LedgerArrays,
     SinkSnapshot,
     check,
     load_ledger,
 )
+from harness.history import FaultWindow
 from harness.workload.events import Kind
 from harness.workload.ledger import COLUMNS
 
