@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -349,8 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(format="chaoslab: %(message)s", level=logging.WARNING)
+    handler: Callable[[argparse.Namespace], int] = args.handler  # set by each subcommand
     try:
-        return args.handler(args)
+        return handler(args)
     except LabError as exc:
         # Bad input is one problem per line (FILE: FIELD: problem), each worth its prefix; a
         # server's error carries the tail of its log, which is left as it is.

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import IO, Self
+from typing import IO, Any, Self
 
 
 class EventKind(StrEnum):
@@ -82,13 +82,13 @@ class HistoryWriter:
         path = directory / f"{source}-{os.getpid()}.jsonl"
         self._file: IO[str] = path.open("a", buffering=1)
 
-    def record(self, kind: EventKind, **fields: object) -> HistoryEvent:
+    def record(self, kind: EventKind, **fields: Any) -> HistoryEvent:
         """An event that happens now."""
         return self.append(kind, t=time.time(), **fields)
 
-    def append(self, kind: EventKind, *, t: float, **fields: object) -> HistoryEvent:
+    def append(self, kind: EventKind, *, t: float, **fields: Any) -> HistoryEvent:
         """An event that happened at ``t`` (unix seconds), e.g. read from a log afterwards."""
-        event = HistoryEvent(t=t, kind=kind, source=self.source, variant=self.variant, **fields)  # type: ignore[arg-type]
+        event = HistoryEvent(t=t, kind=kind, source=self.source, variant=self.variant, **fields)
         self._file.write(event.to_json() + "\n")
         return event
 

@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import (
+    NewTopic,  # where it is defined: confluent_kafka.admin re-exports it implicitly
+)
 
 from harness.readiness import NotReady, wait_for
 

@@ -74,7 +74,7 @@ class Lab:
     ) -> ScenarioResult:
         """Run a scenario, write its report, and return the result."""
         if not isinstance(scenario, Scenario) or overrides:
-            scenario = make_scenario(scenario, **overrides)  # type: ignore[arg-type]
+            scenario = make_scenario(scenario, **overrides)
         for note in runnable(scenario, backend_abilities(self.env.backend)):
             print(f"note: {note}")
         out = self.out_dir / f"{scenario.name}-{time.strftime('%H%M%S')}"
@@ -96,19 +96,21 @@ class Lab:
         """The report's ``timeline``, ``anomalies`` or ``throughput`` plot, for display."""
         from IPython.display import Image
 
-        return Image(filename=str(self.plot_path(result, plot)))
+        return Image(filename=str(self.plot_path(result, plot)))  # type: ignore[no-untyped-call]  # IPython has no annotations
 
     def close(self) -> None:
         if self.owned:
             self.env.stop()
 
 
-def make_scenario(source: str | Path | dict[str, Any], **overrides: Any) -> Scenario:
+def make_scenario(source: Scenario | str | Path | dict[str, Any], **overrides: Any) -> Scenario:
     """A scenario from a library name (``baseline``), a file (``scenarios/baseline.yaml``,
-    found from the project's root wherever the kernel runs) or a dict, with ``events``,
-    ``seed``, ``variants`` and ``runtimes`` overridden if given, and any other top-level field
-    replaced."""
-    if isinstance(source, dict):
+    found from the project's root wherever the kernel runs), a dict or a parsed scenario, with
+    ``events``, ``seed``, ``variants`` and ``runtimes`` overridden if given, and any other
+    top-level field replaced."""
+    if isinstance(source, Scenario):
+        scenario = source
+    elif isinstance(source, dict):
         scenario = parse_scenario(source)
     else:
         scenario = load_scenario(find_scenario(source))

@@ -46,7 +46,7 @@ import argparse
 import math
 import sys
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -582,8 +582,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2), already printed
         return exc.code if isinstance(exc.code, int) else 2
+    handler: Callable[[argparse.Namespace], int] = args.handler  # set by the subcommand
     try:
-        return args.handler(args)
+        return handler(args)
     except LabError as exc:
         print(f"chaoslab: {exc}", file=sys.stderr, flush=True)
         return exc.exit_code

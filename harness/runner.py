@@ -189,13 +189,18 @@ class _Lane:
     config: RuntimeConfig
     config_path: Path
     history: HistoryWriter
+    tail: HistoryTail
     committed: dict[int, int] = field(default_factory=dict)
-    tail: HistoryTail | None = None
-    supervisor: RuntimeSupervisor | None = None  # set once the group's processes are planned
+    planned: RuntimeSupervisor | None = None  # set once the group's processes are planned
 
     @property
     def run_dir(self) -> Path:
         return Path(self.config.run_dir)
+
+    @property
+    def supervisor(self) -> RuntimeSupervisor:
+        assert self.planned is not None, "a lane is used before its processes were planned"
+        return self.planned
 
 
 def _lane(
@@ -235,7 +240,7 @@ def _lane(
     config_path.write_text(config.to_json())
     history = HistoryWriter(config.history_dir, "harness", variant.label)
     history.record(EventKind.RUN_START, detail=f"{runtime} {variant.label} topic {topic}")
-    return _Lane(spec, variant, config, config_path, history, tail=HistoryTail(config.history_dir))
+    return _Lane(spec, variant, config, config_path, history, HistoryTail(config.history_dir))
 
 
 def _supervise(
@@ -256,7 +261,7 @@ def _supervise(
             log_dir=log_dir,
         )
         for lane in group:
-            lane.supervisor = made
+            lane.planned = made
         return made
 
     if runtime == "spark" and not targets_consumers and len(lanes) > 1:
@@ -301,7 +306,7 @@ def run_side_by_side(
         [
             Target(
                 HistoryWriter(lane.config.history_dir, "nemesis", lane.variant.label),
-                lane.supervisor,  # type: ignore[arg-type]
+                lane.supervisor,
                 lane.run_dir,
                 label=lane.variant.label,
                 name=lane.spec.name,
@@ -334,7 +339,7 @@ def run_side_by_side(
     _verify_stored(env.kafka_bootstrap, topic, ledger_path)
     for lane in lanes:
         if runtime == "listener":  # Spark's Kafka source is no group member
-            for consumer in lane.supervisor.consumers:  # type: ignore[union-attr]
+            for consumer in lane.supervisor.consumers:
                 harvest(consumer.log, lane.config.history_dir, consumer.name, lane.variant.label)
 
     ledger = load_ledger(ledger_path)
@@ -388,8 +393,8 @@ def _judge(
         verdict=verdict,
         events_per_s=_throughput(events, summary.acked),
         seconds=seconds,
-        restarts=lane.supervisor.restarts,  # type: ignore[union-attr]
-        crashes=lane.supervisor.crashes,  # type: ignore[union-attr]
+        restarts=lane.supervisor.restarts,
+        crashes=lane.supervisor.crashes,
         faults=untimed,
         expectations=tuple(str(e) for e in expectations),
         failures=failures,
@@ -484,7 +489,7 @@ def _wait_until_consumed(
         for supervisor in supervisors:
             supervisor.check()
         for lane in lanes:
-            for event in lane.tail.new_events():  # type: ignore[union-attr]
+            for event in lane.tail.new_events():
                 if event.kind is EventKind.BATCH:
                     running.add(lane.config.group)
                 if event.kind is EventKind.COMMIT:

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import ConfigResource
+from confluent_kafka.admin._config import (
+    ConfigResource,  # confluent_kafka.admin re-exports it implicitly
+)
 
 from harness.environment import Component, LocalEnvironment
 from harness.environment.local.kafka_node import cluster_id

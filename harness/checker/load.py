@@ -102,4 +102,5 @@ def _columns(table: pa.Table) -> dict[str, np.ndarray]:
 
 
 def _numpy(column: pa.ChunkedArray, dtype: type[np.generic]) -> np.ndarray:
-    return column.to_numpy().astype(dtype, copy=False)
+    values: np.ndarray = column.to_numpy().astype(dtype, copy=False)
+    return values

@@ -123,7 +123,7 @@ def _collect(procs: Iterable[psutil.Process]) -> None:
 
 def _exited(proc: psutil.Process) -> bool:
     try:
-        return proc.status() == psutil.STATUS_ZOMBIE
+        return bool(proc.status() == psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return True
 

@@ -50,6 +50,7 @@ class FieldErrors(ValueError):
 class Timed:
     """Mixin: when a timed fault starts."""
 
+    name: str
     at: float | None
     at_event: int | None
     jitter: float
@@ -426,7 +427,7 @@ def parse_fault(raw: Any, name: str) -> Fault:
     kind = spec.pop("kind", None)
     if kind not in KINDS:
         raise FieldErrors([("kind", f"unknown fault kind {kind!r} (known: {', '.join(KINDS)})")])
-    fault = _build(KINDS[kind], {"name": spec.pop("name", name), **spec}, "")
+    fault: Fault = _build(KINDS[kind], {"name": spec.pop("name", name), **spec}, "")
     problems = fault.problems()
     if problems:
         raise FieldErrors(problems)

@@ -165,10 +165,10 @@ class Nemesis:
         assert node is not None or action is Action.AWAIT_REPLICATED
         try:
             match action:
-                case Action.AWAIT_BROKER_STOPPED:
-                    return self.env.broker_stopped(node)  # type: ignore[arg-type]
-                case Action.AWAIT_BROKER_READY:
-                    return self.env.broker_ready(node)  # type: ignore[arg-type]
+                case Action.AWAIT_BROKER_STOPPED if node is not None:
+                    return self.env.broker_stopped(node)
+                case Action.AWAIT_BROKER_READY if node is not None:
+                    return self.env.broker_ready(node)
                 case Action.AWAIT_REPLICATED:
                     view = self.env.cluster_view()
                     return not view.under_replicated() and len(view.brokers) == len(

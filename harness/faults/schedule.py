@@ -28,6 +28,7 @@ from harness.faults.kinds import (
     MongoFailCommand,
     NetworkFault,
     ProducerBurst,
+    Timed,
 )
 
 
@@ -108,15 +109,15 @@ def describe(schedule: tuple[FaultPlan, ...]) -> str:
     return "\n".join(p.describe() for p in schedule)
 
 
-def _start(fault: Fault, seed: int) -> Step:
-    jitter = getattr(fault, "jitter", 0.0)
-    offset = random.Random(f"{seed}:{fault.name}").uniform(0, jitter) if jitter else 0.0
-    if fault.at_event is not None:  # type: ignore[union-attr]
-        return Step(Action.START, at_event=fault.at_event, after=offset)  # type: ignore[union-attr]
-    return Step(Action.START, at=fault.at + offset)  # type: ignore[union-attr, operator]
+def _start(fault: Timed, seed: int) -> Step:
+    offset = random.Random(f"{seed}:{fault.name}").uniform(0, fault.jitter) if fault.jitter else 0.0
+    if fault.at_event is not None:
+        return Step(Action.START, at_event=fault.at_event, after=offset)
+    assert fault.at is not None  # a parsed fault has exactly one of at and at_event
+    return Step(Action.START, at=fault.at + offset)
 
 
-def _window(fault: Fault, seed: int, on: Action, off: Action, duration: float) -> tuple[Step, ...]:
+def _window(fault: Timed, seed: int, on: Action, off: Action, duration: float) -> tuple[Step, ...]:
     return (_start(fault, seed), Step(on), Step(off, after=duration), Step(Action.END))
 
 

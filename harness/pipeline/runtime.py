@@ -92,7 +92,7 @@ class BatchHandler:
     variant: Variant = field(init=False)
     history: HistoryWriter = field(init=False)
     crasher: Crasher = field(init=False)
-    client: MongoClient = field(init=False)
+    client: MongoClient[dict[str, Any]] = field(init=False)
     batches: int = 0  # batches this process handled (crash plans count these)
     batch_id: int | None = None  # the runtime's id of the batch being handled
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from pymongo.database import Database
 
@@ -14,7 +16,7 @@ CURSOR_BATCH = 10_000
 
 
 def snapshot(
-    db: Database, variant: Variant, *, bootstrap: str, topic: str, group: str
+    db: Database[dict[str, Any]], variant: Variant, *, bootstrap: str, topic: str, group: str
 ) -> SinkSnapshot:
     changes = db.events.find(
         {}, {"_id": 0, "order_id": 1, "version": 1, "_lab.written_at": 1}, batch_size=CURSOR_BATCH

@@ -17,7 +17,14 @@ import sys
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+    StreamingQueryListener,
+)
+from pyspark.sql.streaming.query import StreamingQuery
 
 from harness.environment.spark import SparkSettings, spark_session
 from harness.history import EventKind
@@ -34,12 +41,12 @@ class _Committed(StreamingQueryListener):
     def __init__(self, handlers: dict[str, BatchHandler]) -> None:
         self.handlers = handlers  # by query name
 
-    def onQueryStarted(self, event: object) -> None:
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
         pass
 
-    def onQueryProgress(self, event: object) -> None:
-        progress = event.progress  # type: ignore[attr-defined]
-        handler = self.handlers.get(progress.name)
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
+        progress = event.progress
+        handler = self.handlers.get(progress.name or "")  # every lane names its query
         if handler is None or progress.numInputRows == 0:
             return
         end = json.loads(progress.sources[0].endOffset)
@@ -52,10 +59,10 @@ class _Committed(StreamingQueryListener):
         # batch is named rather than taken from the handler.
         handler.reached(CrashPoint.AFTER_COMMIT, batch_id=progress.batchId)
 
-    def onQueryIdle(self, event: object) -> None:
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
         pass
 
-    def onQueryTerminated(self, event: object) -> None:
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         pass
 
 

@@ -6,6 +6,7 @@ import itertools
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from harness.workload.events import ChangeEvent, Kind, Op, PoisonKind
 
@@ -75,7 +76,7 @@ def generate(spec: WorkloadSpec) -> Iterator[ChangeEvent]:
     rng = random.Random(spec.seed)
     weights = [1.0 / (i**spec.key_skew) for i in range(1, spec.keys + 1)]
     cumulative = list(itertools.accumulate(weights))
-    rows: dict[int, dict | None] = {}  # order_id -> current row (None once deleted)
+    rows: dict[int, dict[str, Any] | None] = {}  # order_id -> current row (None once deleted)
     versions: dict[int, int] = {}
     recent: list[ChangeEvent] = []
 

@@ -266,7 +266,8 @@ class LocalEnvironment(Environment):
 
     def _await_ready(self, server: LocalServer) -> None:
         record = self._st.servers[server.name]
-        handle = process.ProcessHandle(record.pid, record.create_time)  # type: ignore[arg-type]
+        assert record.pid is not None and record.create_time is not None  # _launch set them
+        handle = process.ProcessHandle(record.pid, record.create_time)
 
         def exited() -> str | None:
             return None if handle.alive() else "the process exited"
@@ -513,7 +514,7 @@ def reap_orphans(progress: Progress = _quiet) -> list[int]:
         with _lock_if_exists(directory):
             found = state.load(directory)
             ours = found is not None and found.env_id == env_id
-            if ours and not found.orphaned():  # type: ignore[union-attr]
+            if found is not None and ours and not found.orphaned():
                 continue
             pids = process.reap(env_id)
             if ours:

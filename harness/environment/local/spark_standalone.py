@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from harness.environment.local.server import LocalServer, ServerContext
 from harness.environment.ports import LOOPBACK
@@ -23,9 +24,10 @@ def _spark_env() -> dict[str, str]:
     return {"SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": LOOPBACK}
 
 
-def _master_json(ui_port: int) -> dict:
+def _master_json(ui_port: int) -> dict[str, Any]:
     with urllib.request.urlopen(f"http://{LOOPBACK}:{ui_port}/json/", timeout=2) as response:
-        return json.load(response)
+        master: dict[str, Any] = json.load(response)
+    return master
 
 
 class SparkMaster(LocalServer):

@@ -152,7 +152,9 @@ class Connection:
         finally:
             self._close()
 
-    async def _until_over(self, readers: set[asyncio.Task], drains: set[asyncio.Task]) -> None:
+    async def _until_over(
+        self, readers: set[asyncio.Task[None]], drains: set[asyncio.Task[None]]
+    ) -> None:
         """Wait until a drain finishes (its stream ended) or any task fails."""
         tasks = pending = readers | drains
         try:

@@ -45,8 +45,8 @@ class Key(StrEnum):
 class WriteContext:
     """What a variant may use while writing one batch."""
 
-    client: MongoClient
-    db: Database
+    client: MongoClient[dict[str, Any]]
+    db: Database[dict[str, Any]]
     batch_no: int  # this consumer process's batch counter, for crash plans
     crasher: Crasher | None = None
     batch_id: int | None = None  # the runtime's id of the batch, for the history
@@ -81,12 +81,12 @@ class Variant(ABC):
         """The name plus any option that differs from its default, e.g. dedup-log[key=business]."""
         changed = [
             f"{f.name}={getattr(self, f.name)}"
-            for f in fields(self)  # type: ignore[arg-type]
+            for f in fields(self)  # type: ignore[arg-type]  # every subclass is a dataclass
             if getattr(self, f.name) != f.default
         ]
         return f"{self.name}[{','.join(changed)}]" if changed else self.name
 
-    def prepare(self, db: Database) -> None:
+    def prepare(self, db: Database[dict[str, Any]]) -> None:
         """Create the collections and indexes (before the first batch, once per run)."""
         for name in ("events", "orders"):
             if name not in db.list_collection_names():
@@ -96,12 +96,16 @@ class Variant(ABC):
     def write(self, batch: Batch, ctx: WriteContext) -> None:
         """Make the batch's effects durable in MongoDB. Raising means: not done, redeliver."""
 
-    def resume_positions(self, db: Database, group: str, topic: str) -> dict[int, int]:
+    def resume_positions(
+        self, db: Database[dict[str, Any]], group: str, topic: str
+    ) -> dict[int, int]:
         """Where to start reading each partition, if the variant keeps positions itself
         ({partition: next offset}); empty when Kafka's (or Spark's) own positions rule."""
         return {}
 
-    def stored_offsets(self, db: Database, group: str, topic: str) -> dict[int, int] | None:
+    def stored_offsets(
+        self, db: Database[dict[str, Any]], group: str, topic: str
+    ) -> dict[int, int] | None:
         """Offsets the variant stored in MongoDB (the checker compares them with the ledger)."""
         return None
 
@@ -143,7 +147,7 @@ def _projection_doc(record: Record) -> dict[str, Any]:
 
 
 def project(
-    orders: Collection,
+    orders: Collection[dict[str, Any]],
     records: Sequence[Record],
     *,
     guarded: bool = True,
@@ -198,7 +202,10 @@ def project(
 
 
 def write_ignoring_duplicates(
-    collection: Collection, ops: Sequence[Any], *, session: ClientSession | None = None
+    collection: Collection[dict[str, Any]],
+    ops: Sequence[Any],
+    *,
+    session: ClientSession | None = None,
 ) -> int:
     """Unordered bulk write where a duplicate-key refusal counts as success (seed 002's
     pattern 3). Any other error is raised. Returns how many operations were refused."""

@@ -34,7 +34,7 @@ class CheckThenInsert(Variant):
     def _key(self, doc: dict[str, Any]) -> object:
         return doc["event_id"] if self.key is Key.EVENT_ID else (doc["order_id"], doc["version"])
 
-    def prepare(self, db: Database) -> None:
+    def prepare(self, db: Database[dict[str, Any]]) -> None:
         super().prepare(db)
         # An index to make the check fast - deliberately not unique.
         field = "event_id" if self.key is Key.EVENT_ID else "order_id"

@@ -3,6 +3,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from pymongo import ReturnDocument
 from pymongo.database import Database
@@ -39,7 +40,7 @@ class DedupLog(Variant):
         if self.expiry_s <= 0:
             raise ValueError(f"expiry_s must be > 0, got {self.expiry_s}")
 
-    def prepare(self, db: Database) -> None:
+    def prepare(self, db: Database[dict[str, Any]]) -> None:
         super().prepare(db)
         if LOG not in db.list_collection_names():
             db.create_collection(LOG)
@@ -48,7 +49,7 @@ class DedupLog(Variant):
         event = record.event
         return event.event_id if self.key is Key.EVENT_ID else f"{event.order_id}:{event.version}"
 
-    def _claim(self, db: Database, key: str) -> bool:
+    def _claim(self, db: Database[dict[str, Any]], key: str) -> bool:
         """True when this consumer may process the message, False when it was consumed.
 
         Waits (up to the expiry) while another consumer holds it in CONSUMING.

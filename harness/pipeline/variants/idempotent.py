@@ -36,12 +36,12 @@ class Idempotent(Variant):
     def __post_init__(self) -> None:
         self.key = Key(self.key)
 
-    def prepare(self, db: Database) -> None:
+    def prepare(self, db: Database[dict[str, Any]]) -> None:
         super().prepare(db)
         if self.key is Key.BUSINESS:
             db.events.create_index(SEED_000_KEY, unique=True)
 
-    def _replace(self, doc: dict[str, Any]) -> ReplaceOne:
+    def _replace(self, doc: dict[str, Any]) -> ReplaceOne[dict[str, Any]]:
         if self.key is Key.EVENT_ID:
             return ReplaceOne(
                 {"_id": doc["event_id"]}, {**doc, "_id": doc["event_id"]}, upsert=True

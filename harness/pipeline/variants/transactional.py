@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pymongo import ReplaceOne
 from pymongo.client_session import ClientSession
@@ -41,7 +42,7 @@ class Transactional(Variant):
 
     name = "transactional"
 
-    def prepare(self, db: Database) -> None:
+    def prepare(self, db: Database[dict[str, Any]]) -> None:
         super().prepare(db)
         # Collections must exist before a transaction writes to them.
         if OFFSETS not in db.list_collection_names():
@@ -81,12 +82,16 @@ class Transactional(Variant):
                 write_concern=WriteConcern("majority"),
             )
 
-    def stored_offsets(self, db: Database, group: str, topic: str) -> dict[int, int]:
+    def stored_offsets(
+        self, db: Database[dict[str, Any]], group: str, topic: str
+    ) -> dict[int, int]:
         prefix = f"{group}@{topic}@"
         return {
             int(d["_id"][len(prefix) :]): d["offset"]
             for d in db[OFFSETS].find({"_id": {"$regex": f"^{prefix}"}})
         }
 
-    def resume_positions(self, db: Database, group: str, topic: str) -> dict[int, int]:
+    def resume_positions(
+        self, db: Database[dict[str, Any]], group: str, topic: str
+    ) -> dict[int, int]:
         return {p: offset + 1 for p, offset in self.stored_offsets(db, group, topic).items()}

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pymongo import ASCENDING, InsertOne
 from pymongo.database import Database
@@ -32,7 +33,7 @@ class UniqueIndex(Variant):
     def __post_init__(self) -> None:
         self.key = Key(self.key)
 
-    def prepare(self, db: Database) -> None:
+    def prepare(self, db: Database[dict[str, Any]]) -> None:
         super().prepare(db)
         if self.key is Key.EVENT_ID:
             db.events.create_index([("event_id", ASCENDING)], unique=True)
