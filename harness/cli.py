@@ -26,7 +26,8 @@ from harness.environment.signals import stop_on_termination
 from harness.errors import BadInput, LabError
 from harness.repair import add_repair_parser
 from harness.report import render_matrix_table, render_table, write_matrix_report, write_report
-from harness.runner import ScenarioResult, run_scenario
+from harness.results import RESULTS, ScenarioResult
+from harness.runner import run_scenario
 from harness.scenario import Scenario, backend_abilities, load_scenario, runnable
 
 
@@ -170,7 +171,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     report = write_report(out)
     say("")
     say(render_table(result))
-    say(f"\nreport: {report.markdown}\nresults: {out / 'results.json'}")
+    say(f"\nreport: {report.markdown}\nresults: {out / RESULTS}")
     return 0 if result.passed else 1
 
 
@@ -223,10 +224,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Write (again) the report of a run or matrix directory."""
-    if (args.directory / "results.json").exists():
+    if (args.directory / RESULTS).exists():
         say(f"report: {write_report(args.directory).markdown}")
         return 0
-    runs = sorted(p.parent for p in args.directory.glob("*/results.json"))
+    runs = sorted(p.parent for p in args.directory.glob(f"*/{RESULTS}"))
     if not runs:
         raise BadInput(f"{args.directory} holds no results.json (run chaoslab run or matrix)")
     say(f"report: {write_matrix_report(args.directory, runs).markdown}")

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 from harness.doctor import component_versions
 from harness.environment import Environment, attach, open_environment
 from harness.notebooks import RESULTS, Check
-from harness.outcome import reason_text
 from harness.paths import find_scenario, runs_dir
 from harness.report import write_report
-from harness.runner import ScenarioResult, VariantResult, run_scenario
+from harness.results import ScenarioResult, VariantResult
+from harness.runner import run_scenario
 from harness.scenario import (
     Scenario,
     backend_abilities,
@@ -87,7 +87,7 @@ class Lab:
     def table(self, result: ScenarioResult) -> pd.DataFrame:
         import pandas as pd
 
-        return pd.DataFrame([_row(r) for r in result.results]).set_index(["runtime", "variant"])
+        return pd.DataFrame([_row(r) for r in result.variants]).set_index(["runtime", "variant"])
 
     def plot_path(self, result: ScenarioResult, plot: str) -> Path:
         return _run_dir(result) / PLOTS[plot]
@@ -122,7 +122,8 @@ def make_scenario(source: Scenario | str | Path | dict[str, Any], **overrides: A
 
 
 def _run_dir(result: ScenarioResult) -> Path:
-    return Path(result.results[0].directory).parent
+    assert result.directory is not None, "a result the runner made names its directory"
+    return result.directory
 
 
 def _row(r: VariantResult) -> dict[str, Any]:
@@ -139,17 +140,16 @@ def _row(r: VariantResult) -> dict[str, Any]:
         "dead_lettered": v.dead_lettered,
         "events_per_s": round(r.events_per_s),
         "crashes": r.crashes,
-        "expectation": r.outcome.word
-        + ("" if r.passed else ": " + reason_text(r.failures, r.unfired)),
+        "expectation": r.outcome.word + ("" if r.passed else ": " + r.reason),
     }
 
 
 def verdict(result: ScenarioResult, variant: str, runtime: str = "listener") -> VariantResult:
     """One variant's result (by label or name) from a scenario result."""
-    for r in result.results:
+    for r in result.variants:
         if r.runtime == runtime and (r.variant == variant or r.variant.split("[")[0] == variant):
             return r
-    raise KeyError(f"no {runtime}/{variant} in {[(r.runtime, r.variant) for r in result.results]}")
+    raise KeyError(f"no {runtime}/{variant} in {[(r.runtime, r.variant) for r in result.variants]}")
 
 
 @dataclass
@@ -168,9 +168,9 @@ class Checks:
     def fired(self, result: ScenarioResult) -> bool:
         """Expect that every planned fault of the run fired, in every variant: a count taken
         without its fault says nothing about it."""
-        missed = [f"{r.runtime}/{r.variant}: {u}" for r in result.results for u in r.unfired]
+        missed = [f"{r.runtime}/{r.variant}: {u}" for r in result.variants for u in r.unfired]
         return self.expect(
-            f"{result.scenario.name}: every planned fault fired", not missed, "; ".join(missed)
+            f"{result.name}: every planned fault fired", not missed, "; ".join(missed)
         )
 
     @property

@@ -8,14 +8,13 @@ that crash); then the sink is read back and the checker judges it against the le
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +36,13 @@ from harness.history import (
     read_history,
 )
 from harness.kafka import create_topic, delete_topics
-from harness.outcome import Outcome, UnfiredFault, reason_text
 from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.kafka_log import harvest
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.sink import snapshot
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
 from harness.pipeline.variants import Variant, make_variant
+from harness.results import RESULTS, ScenarioResult, UntimedFault, VariantResult
 from harness.scenario import Expectation, Scenario, VariantSpec
 from harness.workload.generator import generate
 from harness.workload.ledger import read_ledger
@@ -61,81 +60,6 @@ class RunTimeout(LabError):
 class BrokerLostData(LabError):
     """The broker acknowledged records it does not hold: a defect of the environment, not of
     the variant under test, so the run stops instead of reporting losses."""
-
-
-@dataclass(frozen=True)
-class VariantResult:
-    runtime: str
-    variant: str  # the variant's label
-    verdict: Verdict
-    events_per_s: float  # records consumed per second, first batch to last commit
-    seconds: float  # the whole variant run
-    restarts: int  # consumer processes started again after a crash
-    crashes: int  # crash points that fired
-    faults: tuple[dict[str, Any], ...]  # the untimed ones ({name, kind}): windows are in history
-    expectations: tuple[str, ...]
-    failures: tuple[str, ...]  # the expectations that did not hold, with the actual values
-    directory: str  # the variant's history, logs and runtime configuration
-    ledger: str  # the ledger of the topic it consumed (shared by the variants run beside it)
-    unfired: tuple[UnfiredFault, ...] = ()  # planned faults that did not fire in this run
-
-    @property
-    def outcome(self) -> Outcome:
-        return Outcome.of(self.failures, self.unfired)
-
-    @property
-    def passed(self) -> bool:
-        return self.outcome is Outcome.PASS
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "runtime": self.runtime,
-            "variant": self.variant,
-            **self.verdict.to_dict(),
-            "events_per_s": round(self.events_per_s, 1),
-            "seconds": round(self.seconds, 2),
-            "restarts": self.restarts,
-            "crashes": self.crashes,
-            "faults": list(self.faults),
-            "expectations": list(self.expectations),
-            "unfired": [u.to_dict() for u in self.unfired],
-            "expectation": self.outcome.value,
-            "reason": reason_text(self.failures, self.unfired),
-            "directory": self.directory,
-            "ledger": self.ledger,
-        }
-
-
-@dataclass(frozen=True)
-class ScenarioResult:
-    scenario: Scenario
-    backend: str
-    versions: dict[str, str]
-    started_at: float
-    seconds: float
-    results: tuple[VariantResult, ...] = field(default_factory=tuple)
-
-    @property
-    def passed(self) -> bool:
-        return all(r.passed for r in self.results)
-
-    def to_dict(self) -> dict[str, Any]:
-        s = self.scenario
-        return {
-            "scenario": {"name": s.name, "file": s.path, "description": s.description},
-            "seed": s.seed,
-            "workload": {**asdict(s.workload), "partitions": s.partitions, "rate": s.rate},
-            "producer": asdict(s.producer),
-            "backend": self.backend,
-            "versions": self.versions,
-            "started_at": self.started_at,
-            "seconds": round(self.seconds, 2),
-            "passed": self.passed,
-            "results": [r.to_dict() for r in self.results],
-        }
-
-    def write(self, path: Path) -> None:
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
 
 
 def run_scenario(
@@ -156,8 +80,14 @@ def run_scenario(
     total = len(scenario.runtimes) * len(scenario.variants)
 
     def so_far() -> ScenarioResult:
-        return ScenarioResult(
-            scenario, env.backend, versions or {}, started, time.time() - started, tuple(results)
+        return ScenarioResult.of(
+            scenario,
+            env.backend,
+            versions or {},
+            started,
+            time.time() - started,
+            tuple(results),
+            out_dir,
         )
 
     for runtime in scenario.runtimes:
@@ -172,7 +102,7 @@ def run_scenario(
             results.extend(
                 run_side_by_side(env, scenario, runtime, specs, out_dir, progress, keep_topics)
             )
-            so_far().write(out_dir / "results.json")  # a later failure keeps what was measured
+            so_far().write(out_dir / RESULTS)  # a later failure keeps what was measured
     return so_far()
 
 
@@ -345,9 +275,7 @@ def run_side_by_side(
     ledger = load_ledger(ledger_path)
     seconds = time.monotonic() - started
     # The consumers' own faults (crash points) have no window in the history: named here.
-    untimed = tuple(
-        {"name": f.name, "kind": f.kind} for f in scenario.faults if not plan_has_steps(f)
-    )
+    untimed = tuple(UntimedFault(f.name, f.kind) for f in scenario.faults if not plan_has_steps(f))
     results = [
         _judge(env, scenario, lane, ledger, ledger_path, summary, seconds, untimed, progress)
         for lane in lanes
@@ -367,7 +295,7 @@ def _judge(
     ledger_path: Path,
     summary: ProduceSummary,
     seconds: float,
-    untimed: tuple[dict[str, Any], ...],
+    untimed: tuple[UntimedFault, ...],
     progress: Progress,
 ) -> VariantResult:
     config = lane.config
@@ -398,8 +326,8 @@ def _judge(
         faults=untimed,
         expectations=tuple(str(e) for e in expectations),
         failures=failures,
-        directory=str(lane.run_dir),
-        ledger=str(ledger_path),
+        directory=lane.run_dir,
+        ledger=ledger_path,
         unfired=unfired(scenario.faults, events, scenario.workload.events),
     )
     progress(

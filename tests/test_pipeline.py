@@ -14,7 +14,8 @@ import pytest
 from harness.environment import LocalEnvironment, state
 from harness.history import EventKind, read_history
 from harness.readiness import NotReady, wait_for
-from harness.runner import ScenarioResult, VariantResult, run_scenario
+from harness.results import ScenarioResult, VariantResult
+from harness.runner import run_scenario
 from harness.scenario import parse_scenario
 from harness.workload.ledger import read_ledger
 from tests.support import SPARK, processes_of, sigint_as_in_a_terminal
@@ -28,12 +29,13 @@ def run(env: LocalEnvironment, tmp_path: Path, **scenario: Any) -> dict[str, Var
     result: ScenarioResult = run_scenario(
         env, parse_scenario(spec), tmp_path / "run", progress=lambda _m: None
     )
-    return {f"{r.runtime}/{r.variant}": r for r in result.results}
+    return {f"{r.runtime}/{r.variant}": r for r in result.variants}
 
 
 def crashed_batch_size(result: VariantResult) -> int:
     """How many records the variant had written in the batch the crash point interrupted."""
-    events = read_history(Path(result.directory) / "history")
+    assert result.directory is not None
+    events = read_history(result.directory / "history")
     crash = next(e for e in events if e.kind is EventKind.CRASH)
     written = [
         e for e in events
@@ -125,7 +127,8 @@ def test_upstream_resends_need_a_business_key_to_be_deduplicated(
         ],
     )
     by_event_id = results["listener/dedup-log"]
-    ledger = list(read_ledger(Path(by_event_id.ledger)))
+    assert by_event_id.ledger is not None
+    ledger = list(read_ledger(by_event_id.ledger))
     resends = sum(1 for row in ledger if row.kind == "resend")
     assert resends > 40
     # Keyed by event_id, every resend (a new id for an old change) got through as a copy.

@@ -13,9 +13,6 @@ import pytest
 
 from harness.history import EventKind, HistoryEvent, HistoryWriter
 from harness.report import (
-    Run,
-    load_run,
-    parse_results,
     render_matrix_table,
     render_table,
     timeline,
@@ -23,7 +20,6 @@ from harness.report import (
     write_matrix_report,
     write_report,
 )
-from harness.report.load import Fault
 from harness.report.story import fault_sentences
 from harness.report.timeline import (
     Pause,
@@ -33,6 +29,7 @@ from harness.report.timeline import (
     idle_stretches,
     windows_of,
 )
+from harness.results import ScenarioResult, UntimedFault, load
 from harness.workload.events import Kind
 from harness.workload.ledger import LedgerRow, LedgerWriter
 
@@ -227,9 +224,9 @@ def make_run_dir(run_dir: Path, name: str = "broker-bounce") -> Path:
     return run_dir
 
 
-def in_memory_run() -> Run:
+def in_memory_run() -> ScenarioResult:
     """The same run without files: the records the report's pure functions work on."""
-    run = parse_results(results(Path("/nowhere")))
+    run = ScenarioResult.from_json(results(Path("/nowhere")))
     events = {"naive": consumer_events(True), "idempotent": consumer_events(False)}
     return replace(
         run,
@@ -340,7 +337,12 @@ def test_what_happened_without_faults_and_with_old_fault_strings() -> None:
     old = replace(
         bare,
         variants=tuple(
-            replace(v, faults=(Fault.parse("crash at after_write_before_commit (batch 3, 1x)"),))
+            replace(
+                v,
+                faults=(
+                    UntimedFault.from_json("crash at after_write_before_commit (batch 3, 1x)"),
+                ),
+            )
             for v in bare.variants
         ),
     )
@@ -370,7 +372,7 @@ def test_duplicates_before_any_crash_and_truncated_anomalies() -> None:
 
 def test_a_window_comes_from_the_history_only() -> None:
     # results.json of older runs listed windows with times: read as names, never drawn
-    old = Fault.parse({"name": "broker-kill#1", "kind": "broker-kill", "start": T0 + 3})
+    old = UntimedFault.from_json({"name": "broker-kill#1", "kind": "broker-kill", "start": T0 + 3})
     assert (old.name, old.kind) == ("broker-kill#1", "broker-kill")
     assert windows_of([], T0) == ()
     events = [
@@ -431,7 +433,7 @@ def test_write_report_writes_readable_files(tmp_path: Path) -> None:
 
 
 def test_load_run_reads_histories_and_ledger(tmp_path: Path) -> None:
-    run = load_run(make_run_dir(tmp_path / "run"))
+    run = load(make_run_dir(tmp_path / "run"))
     naive, idempotent = run.variants
     assert (run.name, run.seed, run.started_at) == ("broker-bounce", 42, T0)
     assert naive.failures == (
@@ -449,7 +451,7 @@ def test_a_moved_run_directory_still_finds_its_files(tmp_path: Path) -> None:
     run_dir = make_run_dir(tmp_path / "run")
     moved = tmp_path / "downloaded"
     run_dir.rename(moved)  # results.json still names tmp_path/run/...
-    run = load_run(moved)
+    run = load(moved)
     assert run.variants[0].directory == moved / "listener-naive"
     assert run.variants[0].events and len(run.variants[0].acked_at) == 1000
 
@@ -499,11 +501,9 @@ def test_report_md_has_each_variant_row_and_the_plots(tmp_path: Path) -> None:
 def test_render_table(tmp_path: Path) -> None:
     raw = results(tmp_path)
 
-    class ScenarioResultLike:  # what the CLI holds: anything with to_dict()
-        def to_dict(self) -> dict[str, Any]:
-            return raw
-
-    for given in (raw, ScenarioResultLike(), parse_results(raw)):
+    parsed = ScenarioResult.from_json(raw)
+    # What the runner holds renders as what results.json gives back.
+    for given in (parsed, ScenarioResult.from_json(parsed.to_json())):
         lines = render_table(given).splitlines()
         assert lines[0] == "scenario broker-bounce (seed 42, local): 1 of 2 variants FAILED"
         assert lines[1].split() == [
@@ -552,7 +552,7 @@ def test_matrix_report(tmp_path: Path) -> None:
     assert suites[2].get("errors") == "1" and suites[2].find("testcase/error") is not None
     assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("4", "1", "1")
 
-    table = render_matrix_table([load_run(first), load_run(second)]).splitlines()
+    table = render_matrix_table([load(first), load(second)]).splitlines()
     assert table[0] == "cells: duplicates/lost/stale expectation"
     assert table[1].split() == ["scenario", "runtime", "naive", "idempotent"]
     assert table[2].split() == ["broker-bounce", "listener", "5/1/1", "FAIL", "0/0/0", "pass"]
@@ -616,7 +616,7 @@ def test_a_fault_that_did_not_fire_is_its_own_outcome_everywhere(tmp_path: Path)
     )
     raw["passed"] = False
     (run_dir / "results.json").write_text(json.dumps(raw))
-    run = load_run(run_dir)
+    run = load(run_dir)
     idempotent = run.variants[1]
     assert idempotent.outcome.value == "unfired" and not idempotent.passed
     assert [u.name for u in idempotent.unfired] == ["consumer-crash#1"]

@@ -320,3 +320,40 @@ class Verdict:
                 value = [anomaly.to_dict() for anomaly in value]
             out[f.name] = value
         return out
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Verdict:
+        """The inverse of ``to_dict`` (missing counts read as 0; other keys are ignored)."""
+
+        def count(name: str) -> int:
+            return int(raw.get(name) or 0)
+
+        anomalies = [
+            Anomaly(
+                kind=str(a["kind"]),
+                order_id=int(a.get("order_id", 0)),
+                version=int(a.get("version", 0)),
+                at=float(a["at"]),
+                window=a.get("window"),
+            )
+            for a in raw.get("anomalies") or ()
+        ]
+        offsets_consistent = raw.get("offsets_consistent")
+        return cls(
+            produced=count("produced"),
+            acked=count("acked"),
+            expected=count("expected"),
+            in_sink=count("in_sink"),
+            unique_in_sink=count("unique_in_sink"),
+            duplicates=count("duplicates"),
+            duplicated_keys=count("duplicated_keys"),
+            copies={int(n): int(c) for n, c in (raw.get("copies") or {}).items()},
+            lost=count("lost"),
+            phantoms=count("phantoms"),
+            stale=count("stale"),
+            dead_lettered=count("dead_lettered"),
+            poison_missing=count("poison_missing"),
+            offsets_consistent=None if offsets_consistent is None else bool(offsets_consistent),
+            anomalies=anomalies,
+            anomalies_total=int(raw.get("anomalies_total", len(anomalies)) or 0),
+        )

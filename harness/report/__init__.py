@@ -1,5 +1,5 @@
 """The report: a run directory (results.json, histories, ledgers) -> report.md, PNG plots and
-junit.xml; and the terminal tables.
+junit.xml; and the terminal tables. It reads the one results model (``harness.results``).
 
 Usage::
 
@@ -7,24 +7,18 @@ Usage::
 
     report = write_report(Path("runs/baseline-20250101-120000"))
     report.markdown  # runs/.../report.md, with anomalies.png, timeline.png, throughput.png
-    print(render_table(scenario_result))  # a ScenarioResult, a results.json dict or a Run
+    print(render_table(scenario_result))  # a harness.results.ScenarioResult
 """
 
-from harness.report.load import Fault, Run, VariantRun, load_run, parse_results
 from harness.report.story import what_happened
 from harness.report.table import render_matrix_table, render_table
 from harness.report.timeline import Timeline, TimelineRow, timeline
 from harness.report.write import Report, write_matrix_report, write_report
 
 __all__ = [
-    "Fault",
     "Report",
-    "Run",
     "Timeline",
     "TimelineRow",
-    "VariantRun",
-    "load_run",
-    "parse_results",
     "render_matrix_table",
     "render_table",
     "timeline",

@@ -15,8 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.outcome import Outcome
-
-from .load import Run, VariantRun
+from harness.results import ScenarioResult, VariantResult
 
 HOSTNAME = "chaoslab"  # a report is the same wherever it is written
 
@@ -101,7 +100,7 @@ def junit_document(suites: Sequence[ET.Element], name: str = "chaoslab") -> ET.E
 # -- scenario runs ----------------------------------------------------------------------------
 
 
-def _counts(v: VariantRun) -> str:
+def _counts(v: VariantResult) -> str:
     d = v.verdict
     return (
         f"acked={d.acked} in_sink={d.in_sink} duplicates={d.duplicates} "
@@ -112,7 +111,7 @@ def _counts(v: VariantRun) -> str:
     )
 
 
-def variant_case(run: Run, v: VariantRun) -> Case:
+def variant_case(run: ScenarioResult, v: VariantResult) -> Case:
     case = Case(v.label, run.name, v.seconds, out=_counts(v))
     if v.outcome is Outcome.UNFIRED:
         # Not a failure of the variant: the run could not judge it.
@@ -124,7 +123,7 @@ def variant_case(run: Run, v: VariantRun) -> Case:
     return case
 
 
-def testsuite(run: Run, index: int = 0) -> ET.Element:
+def testsuite(run: ScenarioResult, index: int = 0) -> ET.Element:
     cases = [variant_case(run, v) for v in run.variants]
     if run.error:
         # A scenario that left no results must not read as green in CI.
@@ -146,10 +145,10 @@ def testsuite(run: Run, index: int = 0) -> ET.Element:
     )
 
 
-def junit_tree(runs: Sequence[Run], name: str = "chaoslab") -> ET.ElementTree:
+def junit_tree(runs: Sequence[ScenarioResult], name: str = "chaoslab") -> ET.ElementTree:
     return junit_document([testsuite(run, i) for i, run in enumerate(runs)], name)
 
 
-def write_junit(runs: Sequence[Run], path: Path, name: str = "chaoslab") -> Path:
+def write_junit(runs: Sequence[ScenarioResult], path: Path, name: str = "chaoslab") -> Path:
     junit_tree(runs, name).write(path, encoding="utf-8", xml_declaration=True)
     return path

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from .load import Run
+from harness.results import ScenarioResult
+
 from .plots import ANOMALIES_PNG, THROUGHPUT_PNG, TIMELINE_PNG
 from .table import copies_text, dead_lettered_text, matrix, matrix_cell
 
@@ -43,7 +44,7 @@ def _when(unix: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(unix)) if unix else "unknown"
 
 
-def _workload(run: Run) -> str:
+def _workload(run: ScenarioResult) -> str:
     w = run.workload
     shown = [
         f"{w[k]} {label}"
@@ -56,7 +57,7 @@ def _workload(run: Run) -> str:
     return ", ".join(shown) or "not recorded"
 
 
-def scenario_markdown(run: Run, plots: Sequence[str], story: Sequence[str]) -> str:
+def scenario_markdown(run: ScenarioResult, plots: Sequence[str], story: Sequence[str]) -> str:
     """The scenario's report; ``plots`` are image paths relative to the report."""
     verdict = "pass" if run.passed else "FAIL"
     if run.error:
@@ -135,7 +136,7 @@ def scenario_markdown(run: Run, plots: Sequence[str], story: Sequence[str]) -> s
     return "\n".join(lines).rstrip() + "\n"
 
 
-def matrix_markdown(runs: Sequence[Run], links: Sequence[str | None]) -> str:
+def matrix_markdown(runs: Sequence[ScenarioResult], links: Sequence[str | None]) -> str:
     """The scenario x variant table, each scenario linked to its own report."""
     variants, rows = matrix(runs)
     link_of = {id(run): link for run, link in zip(runs, links, strict=True)}

@@ -18,8 +18,8 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from harness.history import FaultWindow
+from harness.results import ScenarioResult
 
-from .load import Run
 from .timeline import (
     KINDS,
     Series,
@@ -69,7 +69,7 @@ def _empty(ax: Axes, text: str) -> None:
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="0.4")
 
 
-def plot_anomalies(run: Run, path: Path) -> Path:
+def plot_anomalies(run: ScenarioResult, path: Path) -> Path:
     """Grouped bars: duplicates, lost, stale for each runtime/variant, pass/FAIL under it."""
     n = len(run.variants)
     fig = _figure(max(7.0, 1.5 * n + 2.5), 5.0)
@@ -109,7 +109,7 @@ def plot_anomalies(run: Run, path: Path) -> Path:
     return _save(fig, path)
 
 
-def plot_timeline(run: Run, path: Path) -> Path:
+def plot_timeline(run: ScenarioResult, path: Path) -> Path:
     """One row per runtime/variant, one panel per side-by-side group, in run order."""
     groups = timeline(run).groups()
     heights = [len(rows) for _, rows in groups] or [1]
@@ -329,7 +329,7 @@ def _timeline_legend(rows: Sequence[TimelineRow]) -> list[Line2D | Patch]:
     return handles + [handle for shown, handle in optional if shown]
 
 
-def plot_throughput(run: Run, path: Path) -> Path:
+def plot_throughput(run: ScenarioResult, path: Path) -> Path:
     """One strip per runtime/variant: records written per second (1-s buckets), on one scale
     so variants compare; above them a strip of the broker's acks. Crashes and fault windows
     are marked on every strip."""
@@ -483,7 +483,7 @@ def _label_windows(ax: Axes, windows: Sequence[FaultWindow], colors: dict[str, s
         )
 
 
-def write_plots(run: Run, directory: Path) -> tuple[Path, ...]:
+def write_plots(run: ScenarioResult, directory: Path) -> tuple[Path, ...]:
     return (
         plot_anomalies(run, directory / ANOMALIES_PNG),
         plot_timeline(run, directory / TIMELINE_PNG),

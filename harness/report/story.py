@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from harness.history import FaultWindow
 from harness.outcome import Outcome
+from harness.results import ScenarioResult, VariantResult
 
-from .load import Run, VariantRun
 from .timeline import Death, Mark, TimelineRow, timeline
 
 # Faults of one kind applied more often than this are summarised in one sentence.
@@ -38,7 +38,7 @@ def during(times: Sequence[float]) -> str:
     return f"at {at(lo)}" if hi - lo < 0.05 else f"between {at(lo)} and {at(hi)}"
 
 
-def what_happened(run: Run) -> list[str]:
+def what_happened(run: ScenarioResult) -> list[str]:
     rows = timeline(run).rows
     lines = fault_sentences(run, rows)
     for v, row in zip(run.variants, rows, strict=True):
@@ -46,7 +46,7 @@ def what_happened(run: Run) -> list[str]:
     return lines
 
 
-def fault_sentences(run: Run, rows: Sequence[TimelineRow]) -> list[str]:
+def fault_sentences(run: ScenarioResult, rows: Sequence[TimelineRow]) -> list[str]:
     """The faults applied, once each however many variants' histories hold them."""
     where: dict[tuple[str, float], list[str]] = defaultdict(list)
     windows: dict[tuple[str, float], FaultWindow] = {}
@@ -115,7 +115,7 @@ def _describe(w: FaultWindow) -> str:
     return f"{name} from {at(w.start)} to {at(w.end)} ({w.end - w.start:.1f} s)"
 
 
-def variant_sentences(v: VariantRun, row: TimelineRow) -> list[str]:
+def variant_sentences(v: VariantResult, row: TimelineRow) -> list[str]:
     label = row.label
     lines = death_sentences(row)
     for p in row.pauses:

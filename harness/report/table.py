@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from .load import Run, VariantRun, as_run, as_runs
+from harness.results import ScenarioResult, VariantResult
 
 # The columns of a variant's row: (header, right-aligned).
 COLUMNS = (
@@ -30,16 +29,16 @@ def copies_text(copies: Mapping[int, int]) -> str:
     return ", ".join(f"{n}x: {count}" for n, count in sorted(copies.items())) or "-"
 
 
-def dead_lettered_text(v: VariantRun) -> str:
+def dead_lettered_text(v: VariantResult) -> str:
     missing = v.verdict.poison_missing
     return f"{v.verdict.dead_lettered}" + (f" ({missing} missing)" if missing else "")
 
 
-def expectation_text(v: VariantRun) -> str:
+def expectation_text(v: VariantResult) -> str:
     return "pass" if v.passed else f"{v.outcome.word}: {v.reason}"
 
 
-def variant_cells(v: VariantRun) -> list[str]:
+def variant_cells(v: VariantResult) -> list[str]:
     d = v.verdict
     return [
         v.runtime,
@@ -70,7 +69,7 @@ def grid(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[b
     return [line(header), *(line(r) for r in rows)]
 
 
-def headline(run: Run) -> str:
+def headline(run: ScenarioResult) -> str:
     if run.error:
         return f"scenario {run.name}: NO RESULTS ({run.error})"
     seed = f"seed {run.seed}" if run.seed is not None else "no seed"
@@ -83,10 +82,8 @@ def headline(run: Run) -> str:
     return f"scenario {run.name} ({seed}{where}): {verdict}"
 
 
-def render_table(results: Run | Mapping[str, Any] | Any) -> str:
-    """The per-variant table printed after a run. ``results``: a `Run`, a results.json
-    mapping, or the runner's ScenarioResult."""
-    run = as_run(results)
+def render_table(run: ScenarioResult) -> str:
+    """The per-variant table printed after a run."""
     header = [name for name, _ in COLUMNS]
     right = [r for _, r in COLUMNS]
     lines = [headline(run)]
@@ -95,12 +92,14 @@ def render_table(results: Run | Mapping[str, Any] | Any) -> str:
     return "\n".join(lines)
 
 
-def matrix(runs: Sequence[Run]) -> tuple[list[str], list[tuple[Run, str, dict[str, VariantRun]]]]:
+def matrix(
+    runs: Sequence[ScenarioResult],
+) -> tuple[list[str], list[tuple[ScenarioResult, str, dict[str, VariantResult]]]]:
     """Variants as columns (in first-seen order) and one row per scenario and runtime."""
     variants: dict[str, None] = {}
-    rows: list[tuple[Run, str, dict[str, VariantRun]]] = []
+    rows: list[tuple[ScenarioResult, str, dict[str, VariantResult]]] = []
     for run in runs:
-        by_runtime: dict[str, dict[str, VariantRun]] = {}
+        by_runtime: dict[str, dict[str, VariantResult]] = {}
         for v in run.variants:
             variants.setdefault(v.variant)
             by_runtime.setdefault(v.runtime, {})[v.variant] = v
@@ -110,7 +109,7 @@ def matrix(runs: Sequence[Run]) -> tuple[list[str], list[tuple[Run, str, dict[st
     return list(variants), rows
 
 
-def matrix_cell(v: VariantRun | None) -> str:
+def matrix_cell(v: VariantResult | None) -> str:
     """``duplicates/lost/stale verdict``, e.g. ``250/0/0 FAIL``."""
     if v is None:
         return "-"
@@ -118,9 +117,8 @@ def matrix_cell(v: VariantRun | None) -> str:
     return f"{d.duplicates}/{d.lost}/{d.stale} {v.outcome.word}"
 
 
-def render_matrix_table(results: Sequence[Run | Mapping[str, Any] | Any]) -> str:
+def render_matrix_table(runs: Sequence[ScenarioResult]) -> str:
     """Scenario x variant: duplicates/lost/stale and the verdict per cell."""
-    runs = as_runs(results)
     variants, rows = matrix(runs)
     header = ["scenario", "runtime", *(variants or ["result"])]
     cells = []
@@ -137,7 +135,7 @@ def render_matrix_table(results: Sequence[Run | Mapping[str, Any] | Any]) -> str
     return "\n".join(lines)
 
 
-def summary_line(runs: Sequence[Run]) -> str:
+def summary_line(runs: Sequence[ScenarioResult]) -> str:
     total = sum(len(run.variants) for run in runs)
     failed = [f"{run.name} {v.label}" for run in runs for v in run.failed]
     missing = [run.name for run in runs if run.error]

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.history import EventKind, FaultWindow, HistoryEvent, fault_windows
-
-from .load import Run, VariantRun
+from harness.results import ScenarioResult, VariantResult
 
 KINDS = ("duplicate", "lost", "stale")
 # A supervisor's "killed by SIGKILL" this soon after a CRASH event is that crash, not another.
@@ -129,7 +128,7 @@ class Series:
     bucket: float = 1.0
 
 
-def origin(run: Run) -> float:
+def origin(run: ScenarioResult) -> float:
     """The run's start in unix seconds: results.json's started_at, else the first event."""
     if run.started_at > 0:
         return run.started_at
@@ -220,7 +219,7 @@ def consumer_pauses(events: Sequence[HistoryEvent], t0: float) -> tuple[Pause, .
     return tuple(sorted(pauses, key=lambda p: p.start))
 
 
-def idle_stretches(v: VariantRun, t0: float, at_least: float) -> list[tuple[float, float]]:
+def idle_stretches(v: VariantResult, t0: float, at_least: float) -> list[tuple[float, float]]:
     """Stretches of at least ``at_least`` seconds, after the variant's first write, in which
     none of its consumers had a batch in hand (a slow write is not idle; a dead consumer is)."""
     in_hand: dict[str, bool] = {}
@@ -241,7 +240,7 @@ def idle_stretches(v: VariantRun, t0: float, at_least: float) -> list[tuple[floa
     return found
 
 
-def anomaly_marks(v: VariantRun, windows: Sequence[FaultWindow], t0: float) -> tuple[Mark, ...]:
+def anomaly_marks(v: VariantResult, windows: Sequence[FaultWindow], t0: float) -> tuple[Mark, ...]:
     marks = []
     for a in v.verdict.anomalies:
         t = a.at - t0
@@ -250,7 +249,7 @@ def anomaly_marks(v: VariantRun, windows: Sequence[FaultWindow], t0: float) -> t
     return tuple(sorted(marks, key=lambda m: m.t))
 
 
-def timeline_row(v: VariantRun, t0: float) -> TimelineRow:
+def timeline_row(v: VariantResult, t0: float) -> TimelineRow:
     events = v.events
     span = variant_span(events, t0)
     end = t0 + span[1] if span else None
@@ -276,7 +275,7 @@ def timeline_row(v: VariantRun, t0: float) -> TimelineRow:
     )
 
 
-def timeline(run: Run) -> Timeline:
+def timeline(run: ScenarioResult) -> Timeline:
     t0 = origin(run)
     return Timeline(tuple(timeline_row(v, t0) for v in run.variants))
 
@@ -311,16 +310,16 @@ def rate(
     return starts, sums / bucket
 
 
-def written_per_second(v: VariantRun, t0: float, bucket: float = 1.0) -> Series:
+def written_per_second(v: VariantResult, t0: float, bucket: float = 1.0) -> Series:
     written = [e for e in v.events if e.kind is EventKind.WRITTEN and e.count]
     t, r = rate((e.t - t0 for e in written), (e.count or 0 for e in written), bucket)
     return Series(v.label, t, r, bucket)
 
 
-def acked_per_second(run: Run, bucket: float = 1.0) -> list[Series]:
+def acked_per_second(run: ScenarioResult, bucket: float = 1.0) -> list[Series]:
     """The broker's acks per second, one series per ledger (side-by-side group)."""
     t0 = origin(run)
-    firsts: dict[str, VariantRun] = {}
+    firsts: dict[str, VariantResult] = {}
     for v in run.variants:
         if len(v.acked_at):
             firsts.setdefault(v.group, v)

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.results import ScenarioResult, load, missing
+
 from .junit import write_junit
-from .load import Run, load_run, missing_run
 from .markdown import matrix_markdown, scenario_markdown
 from .plots import write_plots
 from .story import what_happened
@@ -30,11 +31,11 @@ class Report:
 def write_report(run_dir: Path) -> Report:
     """report.md, the plots and junit.xml for the run in ``run_dir`` (from its results.json,
     histories and ledgers), written into ``run_dir``."""
-    report, _ = _write(load_run(Path(run_dir)))
+    report, _ = _write(load(Path(run_dir)))
     return report
 
 
-def _write(run: Run) -> tuple[Report, Run]:
+def _write(run: ScenarioResult) -> tuple[Report, ScenarioResult]:
     assert run.directory is not None
     directory = run.directory
     plots = write_plots(run, directory) if not run.error else ()
@@ -52,13 +53,13 @@ def write_matrix_report(out_dir: Path, run_dirs: Sequence[Path]) -> Report:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     parts: list[Report] = []
-    runs: list[Run] = []
+    runs: list[ScenarioResult] = []
     links: list[str | None] = []
     for run_dir in map(Path, run_dirs):
         try:
-            run = load_run(run_dir)
+            run = load(run_dir)
         except (FileNotFoundError, ValueError) as exc:  # unreadable results.json included
-            run = missing_run(run_dir, str(exc))
+            run = missing(run_dir, str(exc))
         if run_dir.is_dir():
             part, run = _write(run)
             parts.append(part)
