@@ -39,6 +39,7 @@ from harness.kafka import create_topic, delete_topics
 from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.kafka_log import harvest
 from harness.pipeline.runtime import RuntimeConfig
+from harness.pipeline.runtimes import get_runtime
 from harness.pipeline.sink import snapshot
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
 from harness.pipeline.variants import Variant, make_variant
@@ -160,8 +161,8 @@ def _lane(
         batch_size=scenario.pipeline.batch_size,
         crash_plans=scenario.crash_plans,
         write_retry_s=scenario.pipeline.write_retry_s,
-        spark_settings=env.spark.to_json() if runtime == "spark" else "",
-        checkpoint=env.spark.checkpoint(f"{run_id}-{slug}") if runtime == "spark" else "",
+        spark_settings=env.spark.to_json() if get_runtime(runtime).spark else "",
+        checkpoint=env.spark.checkpoint(f"{run_id}-{slug}") if get_runtime(runtime).spark else "",
         trigger_ms=scenario.pipeline.trigger_ms,
         commit=scenario.pipeline.commit,
         kafka=scenario.pipeline.kafka,
@@ -177,7 +178,8 @@ def _supervise(
     env: Environment, scenario: Scenario, runtime: str, lanes: list[_Lane], out_dir: Path
 ) -> list[RuntimeSupervisor]:
     """Who runs which lane: a listener's consumers are processes of their own; Spark lanes share
-    one driver unless a fault targets a consumer process, which must then be the lane's own."""
+    one driver unless a fault targets a consumer process, which must then be the lane's own
+    (see ``harness.pipeline.runtimes``)."""
     targets_consumers = any(
         isinstance(f, ConsumerCrash | ConsumerPause | ConsumerKill) for f in scenario.faults
     )
@@ -194,7 +196,7 @@ def _supervise(
             lane.planned = made
         return made
 
-    if runtime == "spark" and not targets_consumers and len(lanes) > 1:
+    if not get_runtime(runtime).process_per_consumer and not targets_consumers and len(lanes) > 1:
         return [supervisor(lanes, out_dir / f"{lanes[0].config.topic}.logs")]
     return [supervisor([lane], lane.run_dir / "logs") for lane in lanes]
 
@@ -232,7 +234,7 @@ def run_side_by_side(
     nemesis = Nemesis(
         env,
         plan(scenario.faults, scenario.seed),
-        runtime,
+        get_runtime(runtime),
         [
             Target(
                 HistoryWriter(lane.config.history_dir, "nemesis", lane.variant.label),
@@ -268,7 +270,7 @@ def run_side_by_side(
     # (measured: a bounce planned at +2.5 s started at +5.7 s).
     _verify_stored(env.kafka_bootstrap, topic, ledger_path)
     for lane in lanes:
-        if runtime == "listener":  # Spark's Kafka source is no group member
+        if get_runtime(runtime).group_member:  # its client logs hold the coordinators' errors
             for consumer in lane.supervisor.consumers:
                 harvest(consumer.log, lane.config.history_dir, consumer.name, lane.variant.label)
 

@@ -48,7 +48,7 @@ from harness.faults.kinds import (
     parse_fault,
 )
 from harness.pipeline.crash import CrashPlan, CrashPoint
-from harness.pipeline.runtime import RUNTIMES
+from harness.pipeline.runtimes import CommitFailureVia, get_runtime, names
 from harness.pipeline.variants import make_variant
 from harness.workload.events import Kind
 from harness.workload.generator import Burst, WorkloadSpec
@@ -213,9 +213,9 @@ class Scenario:
                 raise BadInput(f"--events must be >= 0, got {events}")
             new = replace(new, workload=replace(new.workload, events=events))
         if runtimes:
-            unknown = [r for r in runtimes if r not in RUNTIMES]
+            unknown = [r for r in runtimes if r not in names()]
             if unknown:
-                raise BadInput(f"--runtime: unknown {unknown} (choose from {', '.join(RUNTIMES)})")
+                raise BadInput(f"--runtime: unknown {unknown} (choose from {', '.join(names())})")
             new = replace(new, runtimes=tuple(runtimes))
         if variants:
             known = {v.label: v for v in self.variants} | {v.name: v for v in self.variants}
@@ -272,8 +272,8 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
     workload = _dataclass(pr, "workload", WorkloadSpec, {**workload_raw, "seed": seed or 1})
     runtimes = tuple(_typed(pr, "runtimes", top.get("runtimes", ["listener"]), list) or ())
     for i, runtime in enumerate(runtimes):
-        if runtime not in RUNTIMES:
-            pr.add(f"runtimes[{i}]", f"unknown runtime {runtime!r} ({', '.join(RUNTIMES)})")
+        if runtime not in names():
+            pr.add(f"runtimes[{i}]", f"unknown runtime {runtime!r} ({', '.join(names())})")
     pipeline = _dataclass(pr, "pipeline", PipelineSpec, top.get("pipeline", {}))
     producer = _dataclass(pr, "producer", ProducerSpec, top.get("producer", {}))
     variants = [
@@ -481,8 +481,8 @@ def runnable(scenario: Scenario, abilities: BackendAbilities) -> tuple[str, ...]
         ):
             pr.add(f"{where}.start", problem)
         if fault.kind in ("network", "commit-failure"):
-            needs_proxy = fault.kind == "network" or (
-                "listener" in scenario.runtimes and fault.kind == "commit-failure"
+            needs_proxy = fault.kind == "network" or any(
+                get_runtime(r).commit_failure is CommitFailureVia.PROXY for r in scenario.runtimes
             )
             if needs_proxy and not abilities.link_faults:
                 pr.add(where, f"the {abilities.name} backend has no link proxies")
@@ -493,7 +493,9 @@ def runnable(scenario: Scenario, abilities: BackendAbilities) -> tuple[str, ...]
                 f"there are {scenario.pipeline.consumers} consumer(s) (pipeline.consumers); "
                 f"no consumer {consumer}",
             )
-    if scenario.producer.transactional and "spark" in scenario.runtimes:
+    if scenario.producer.transactional and not all(
+        get_runtime(r).read_committed for r in scenario.runtimes
+    ):
         pr.add(
             "producer.mode",
             "the Spark runtime's Kafka source reads uncommitted records: a transactional "

@@ -10,6 +10,7 @@ from harness.faults.nemesis import Nemesis, Target
 from harness.faults.schedule import Action, describe, plan
 from harness.history import HistoryWriter, fault_windows, read_history
 from harness.pipeline.crash import Crasher, CrashPlan, CrashPoint
+from harness.pipeline.runtimes import LISTENER
 from harness.scenario import Scenario, parse_scenario
 
 
@@ -103,7 +104,7 @@ def test_a_burst_past_a_smaller_workload_ends_when_production_does(tmp_path: Pat
     faults = scenario(1, [{"kind": "poison", "start_event": 400, "events": 200, "fraction": 0.3}])
     history = HistoryWriter(tmp_path, "nemesis", "naive")
     # A producer burst touches neither the servers nor the consumers.
-    nemesis = Nemesis(env=None, schedule=plan(faults.faults, 1), runtime="listener",  # type: ignore[arg-type]
+    nemesis = Nemesis(env=None, schedule=plan(faults.faults, 1), runtime=LISTENER,  # type: ignore[arg-type]
                       targets=[Target(history, supervisor=None, run_dir=tmp_path)])  # type: ignore[arg-type]  # fmt: skip
     nemesis.tick(0.5, 400)
     assert not nemesis.done

@@ -3,13 +3,15 @@ CLI, and starts nothing."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from harness.faults.kinds import BrokerBounce, BrokerKill, BrokerPause, BrokerRollingRestart
 from harness.pipeline.crash import CrashPoint
-from harness.scenario import ScenarioError, load_scenario
+from harness.pipeline.runtimes import LISTENER, REGISTRY, get_runtime, names, register
+from harness.scenario import ScenarioError, load_scenario, parse_scenario
 from tests.support import chaoslab, processes_started_in
 
 GOOD = """\
@@ -241,3 +243,20 @@ def test_a_broker_fault_picks_its_node_by_id_role_or_partition(tmp_path: Path) -
         "the leader of partition 2",
         "node 1",
     ]
+
+
+def test_runtimes_are_registered_records() -> None:
+    assert names() == ("listener", "spark")
+    with pytest.raises(ValueError, match=r"unknown runtime 'flink' \(known: listener, spark\)"):
+        get_runtime("flink")
+    with pytest.raises(ValueError, match="registered already"):
+        register(replace(LISTENER))
+    # Registering is all it takes for a scenario to name a runtime.
+    with pytest.raises(ScenarioError, match="unknown runtime 'listener-2'"):
+        parse_scenario({"name": "x", "variants": ["naive"], "runtimes": ["listener-2"]})
+    extra = register(replace(LISTENER, name="listener-2"))
+    try:
+        scenario = parse_scenario({"name": "x", "variants": ["naive"], "runtimes": ["listener-2"]})
+        assert scenario.runtimes == ("listener-2",)
+    finally:
+        del REGISTRY[extra.name]

@@ -41,6 +41,7 @@ from harness.faults.kinds import (
 from harness.faults.schedule import Action, FaultPlan, Step
 from harness.history import EventKind, HistoryWriter
 from harness.pipeline.runtime import CONSUMER_APP, commit_failure_flag
+from harness.pipeline.runtimes import CommitFailureVia, Runtime
 from harness.pipeline.supervisor import RuntimeSupervisor
 
 CHECK_EVERY_S = 0.5  # how often a waiting step asks the cluster (a Metadata request or so)
@@ -79,7 +80,7 @@ class _Progress:
 class Nemesis:
     env: Environment
     schedule: Sequence[FaultPlan]
-    runtime: str  # listener | spark: how a commit failure is made
+    runtime: Runtime  # says how a commit failure reaches its commits
     targets: Sequence[Target]
     topic: str = ""  # the run's topic (leader-of picks among its partitions)
     _progress: list[_Progress] = field(init=False)
@@ -273,7 +274,7 @@ class Nemesis:
 
     def _commit_failure_on(self, fault: CommitFailure) -> None:
         error, apis = fault.error, fault.apis
-        if self.runtime == "spark":
+        if self.runtime.commit_failure is CommitFailureVia.FLAG:
             # Spark's commit is its checkpoint: the runtime fails each batch after the write.
             for target in self.targets:
                 flag = commit_failure_flag(target.run_dir)
@@ -289,7 +290,7 @@ class Nemesis:
         self._rules[fault.name] = self.env.add_link_rule(rule)
 
     def _commit_failure_off(self, name: str) -> None:
-        if self.runtime == "spark":
+        if self.runtime.commit_failure is CommitFailureVia.FLAG:
             for target in self.targets:
                 commit_failure_flag(target.run_dir).unlink(missing_ok=True)
             return

@@ -23,9 +23,9 @@ from pymongo.errors import PyMongoError
 from harness.history import EventKind, HistoryWriter
 from harness.pipeline.batch import Batch, DeadLetters, RawRecord, split
 from harness.pipeline.crash import Crasher, CrashPlan, CrashPoint
+from harness.pipeline.runtimes import CommitFailureVia, get_runtime
 from harness.pipeline.variants import Variant, WriteContext, make_variant
 
-RUNTIMES = ("listener", "spark")
 # The consumers' MongoDB appName: failCommand failpoints are scoped to it, so a fault hits the
 # pipeline under test and not the harness reading the results.
 CONSUMER_APP = "chaoslab-consumer"
@@ -124,7 +124,8 @@ class BatchHandler:
         self.history.record(EventKind.WRITTEN, batch=batch_id, count=len(batch.records))
         self.reached(CrashPoint.AFTER_WRITE_BEFORE_COMMIT)
         flag = commit_failure_flag(self.config.run_dir)
-        if self.config.runtime == "spark" and flag.exists():
+        via = get_runtime(self.config.runtime).commit_failure
+        if via is CommitFailureVia.FLAG and flag.exists():
             self.history.record(EventKind.COMMIT_FAILED, batch=batch_id, detail="injected")
             raise InjectedCommitFailure(f"{InjectedCommitFailure.MARKER} of batch {batch_id}")
         return batch

@@ -22,12 +22,9 @@ from harness.environment.base import tail
 from harness.errors import LabError
 from harness.history import EventKind, HistoryWriter
 from harness.pipeline.runtime import RuntimeConfig
+from harness.pipeline.runtimes import get_runtime
 
 MAX_FAILURES_IN_A_ROW = 3
-RUNTIME_MODULES = {
-    "listener": "harness.pipeline.listener",
-    "spark": "harness.pipeline.spark_runtime",
-}
 
 
 class RuntimeFailed(LabError):
@@ -58,9 +55,10 @@ class Lane:
 class RuntimeSupervisor:
     """The consumer processes of one or more variants.
 
-    A listener variant gets ``consumers`` processes of its own. Spark variants get one driver
-    each - or, given several lanes, one driver running a query per variant (when no fault
-    targets a single consumer process, sharing a JVM spares ~20 CPU-seconds per variant).
+    A runtime with a process per consumer (the listener) gives its variant ``consumers``
+    processes of its own. Otherwise (Spark) a variant gets one driver - or, given several lanes,
+    one driver runs a query per variant (when no fault targets a single consumer process,
+    sharing a JVM spares ~20 CPU-seconds per variant).
     """
 
     def __init__(
@@ -75,12 +73,13 @@ class RuntimeSupervisor:
         self.env = env
         self.lanes = lanes
         self.restart_delay = restart_delay
-        runtime = lanes[0].config.runtime
-        if runtime == "listener" and len(lanes) != 1:
-            raise ValueError("a listener process serves one variant")
-        count = consumers if runtime == "listener" else 1
+        self.runtime = runtime = get_runtime(lanes[0].config.runtime)
+        if runtime.process_per_consumer and len(lanes) != 1:
+            raise ValueError(f"a {runtime.name} process serves one variant")
+        count = consumers if runtime.process_per_consumer else 1
+        name = runtime.name
         self.consumers = [
-            _Consumer(i, f"{runtime}-{i}", log_dir / f"{runtime}-{i}.log") for i in range(count)
+            _Consumer(i, f"{name}-{i}", log_dir / f"{name}-{i}.log") for i in range(count)
         ]
         self.crashes = 0
         pauses = [p.pause_s for lane in lanes for p in lane.config.crash_plans if p.pause_s]
@@ -95,9 +94,9 @@ class RuntimeSupervisor:
             lane.history.record(kind, detail=detail)
 
     def _argv(self, consumer: _Consumer) -> list[str]:
-        module = RUNTIME_MODULES[self.config.runtime]
+        module = self.runtime.module
         paths = [str(lane.config_path) for lane in self.lanes]
-        if self.config.runtime == "listener":
+        if self.runtime.process_per_consumer:
             return [sys.executable, "-m", module, *paths, str(consumer.index)]
         return [sys.executable, "-m", module, *paths]
 

@@ -1,0 +1,83 @@
+"""The runtimes a scenario can run its variants on, as registered records (papermill's
+``engines.py`` registry is the model): everything the harness needs to know about one - how it
+is launched, how many processes a variant gets, how a commit failure reaches it - is said here
+once, and nowhere else compares a runtime's name.
+
+A runtime's own code runs in its processes (``python -m MODULE``); this module names the module
+and never imports it, so the harness does not load pyspark to run listeners.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class CommitFailureVia(StrEnum):
+    """How a ``commit-failure`` fault reaches a runtime's commits."""
+
+    # The fault proxy answers the consumers' OffsetCommit with the scenario's error code (an
+    # emulation of a broker's answer: said so wherever it is reported).
+    PROXY = "proxy"
+    # The runtime fails each batch between the sink write and its commit (Spark's checkpoint)
+    # while the nemesis holds a flag file (``runtime.commit_failure_flag``).
+    FLAG = "flag"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    name: str
+    module: str  # python -m MODULE RUNTIME.JSON... [INDEX]
+    # True: each variant gets ``pipeline.consumers`` processes of its own, each given its index
+    # (a listener container's concurrency). False: one process per variant, or one for several
+    # variants when no fault targets a single consumer process (a Spark driver).
+    process_per_consumer: bool
+    # A member of a Kafka consumer group: its client logs hold the coordinators' errors, which
+    # are harvested into the history after the run.
+    group_member: bool
+    commit_failure: CommitFailureVia
+    spark: bool  # needs the environment's Spark: session settings and a checkpoint directory
+    # Reads only committed records of a transactional producer (isolation.level=read_committed).
+    read_committed: bool
+
+
+LISTENER = Runtime(
+    name="listener",
+    module="harness.pipeline.listener",
+    process_per_consumer=True,
+    group_member=True,
+    commit_failure=CommitFailureVia.PROXY,
+    spark=False,
+    read_committed=True,
+)
+SPARK = Runtime(
+    name="spark",
+    module="harness.pipeline.spark_runtime",
+    process_per_consumer=False,
+    group_member=False,  # its Kafka source assigns partitions and keeps offsets in a checkpoint
+    commit_failure=CommitFailureVia.FLAG,
+    spark=True,
+    read_committed=False,  # see harness.pipeline.kafka_source: ranges end at the high watermark
+)
+
+REGISTRY: dict[str, Runtime] = {r.name: r for r in (LISTENER, SPARK)}
+
+
+def register(runtime: Runtime) -> Runtime:
+    """Add a runtime (a plug-in); its name must be new."""
+    if runtime.name in REGISTRY:
+        raise ValueError(f"a runtime named {runtime.name!r} is registered already")
+    REGISTRY[runtime.name] = runtime
+    return runtime
+
+
+def names() -> tuple[str, ...]:
+    return tuple(REGISTRY)
+
+
+def get_runtime(name: str) -> Runtime:
+    """The registered runtime ``name``; ValueError naming the known ones otherwise."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown runtime {name!r} (known: {', '.join(REGISTRY)})") from None
