@@ -20,6 +20,7 @@ from harness.environment import (
     NoEnvironment,
     attach,
     default_directory,
+    get_backend,
     open_environment,
 )
 from harness.environment.signals import stop_on_termination
@@ -28,7 +29,7 @@ from harness.repair import add_repair_parser
 from harness.report import render_matrix_table, render_table, write_matrix_report, write_report
 from harness.results import RESULTS, ScenarioResult
 from harness.runner import run_scenario
-from harness.scenario import Scenario, backend_abilities, load_scenario, runnable
+from harness.scenario import Scenario, load_scenario, runnable
 
 
 def say(message: str) -> None:
@@ -129,7 +130,7 @@ def _load(args: argparse.Namespace, path: Path) -> Scenario:
         runtimes=_split(args.runtime),
     )
     backend = "local" if args.env is not None else args.backend
-    for note in runnable(scenario, backend_abilities(backend)):
+    for note in runnable(scenario, get_backend(backend).abilities):
         say(f"note: {scenario.path}: {note}")
     return scenario
 

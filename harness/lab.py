@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.doctor import component_versions
-from harness.environment import Environment, attach, open_environment
+from harness.environment import Environment, attach, get_backend, open_environment
 from harness.notebooks import RESULTS, Check
 from harness.paths import find_scenario, runs_dir
 from harness.report import write_report
@@ -28,7 +28,6 @@ from harness.results import ScenarioResult, VariantResult
 from harness.runner import run_scenario
 from harness.scenario import (
     Scenario,
-    backend_abilities,
     load_scenario,
     parse_scenario,
     runnable,
@@ -75,7 +74,7 @@ class Lab:
         """Run a scenario, write its report, and return the result."""
         if not isinstance(scenario, Scenario) or overrides:
             scenario = make_scenario(scenario, **overrides)
-        for note in runnable(scenario, backend_abilities(self.env.backend)):
+        for note in runnable(scenario, get_backend(self.env.backend).abilities):
             print(f"note: {note}")
         out = self.out_dir / f"{scenario.name}-{time.strftime('%H%M%S')}"
         result = run_scenario(

@@ -29,7 +29,7 @@ from typing import Any, Self
 
 import yaml
 
-from harness.environment.local.kafka_node import NODE_IDS
+from harness.environment.backends import BackendAbilities
 from harness.errors import BadInput
 from harness.faults.kinds import (
     BrokerBounce,
@@ -425,23 +425,6 @@ def _bursts(faults: list[Fault]) -> tuple[Burst, ...]:
         for f in faults
         if isinstance(f, ProducerBurst)
     )
-
-
-@dataclass(frozen=True)
-class BackendAbilities:
-    """What a backend can do to its servers, for refusing a scenario before anything starts."""
-
-    name: str
-    nodes: tuple[int, ...]  # the Kafka cluster's node ids
-    link_faults: bool  # a proxy on each link (network faults, Kafka commit errors)
-
-
-def backend_abilities(backend: str) -> BackendAbilities:
-    # The docker backend is not built yet; opening it fails with its own reason first.
-    return {
-        "local": BackendAbilities("local", nodes=NODE_IDS, link_faults=True),
-        "docker": BackendAbilities("docker", nodes=NODE_IDS, link_faults=False),
-    }[backend]
 
 
 def _selector_problem(

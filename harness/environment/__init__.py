@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from harness.environment.backends import BackendAbilities, get_backend, names
 from harness.environment.base import (
     BackendUnavailable,
     Component,
@@ -22,16 +23,15 @@ from harness.environment.base import (
     ServerStartError,
     ServerStatus,
 )
-from harness.environment.docker import docker_engine_problem
 from harness.environment.local import LocalEnvironment, LocalOptions, Progress, reap_orphans
 from harness.environment.spark import SparkSettings, spark_session
-from harness.errors import BadInput
 from harness.paths import project_root
 
-BACKENDS = ("local", "docker")
+BACKENDS = names()
 
 __all__ = [
     "BACKENDS",
+    "BackendAbilities",
     "BackendUnavailable",
     "Component",
     "Environment",
@@ -48,6 +48,7 @@ __all__ = [
     "SparkSettings",
     "attach",
     "default_directory",
+    "get_backend",
     "open_environment",
     "reap_orphans",
     "spark_session",
@@ -69,16 +70,7 @@ def open_environment(
 ) -> Environment:
     """An environment of ``backend`` in ``directory``, not yet started."""
     directory = directory if directory is not None else default_directory()
-    if backend == "local":
-        return LocalEnvironment(directory, options, progress=progress)
-    if backend == "docker":
-        problem = docker_engine_problem()
-        if problem:
-            raise BackendUnavailable(f"the docker backend cannot run here: {problem}")
-        raise BackendUnavailable(
-            "the docker backend is not built yet in this version of chaoslab; use --backend local"
-        )
-    raise BadInput(f"unknown backend {backend!r} (choose from: {', '.join(BACKENDS)})")
+    return get_backend(backend).open(directory, options, progress)
 
 
 def attach(directory: Path | str | None = None, *, progress: Progress | None = None) -> Environment:
