@@ -16,11 +16,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from pymongo import MongoClient
-
-from harness.checker import LedgerArrays, Verdict, check, load_ledger
+from harness.checker import LedgerArrays, check, load_ledger
 from harness.environment import Environment, Link
 from harness.errors import LabError
 from harness.faults.fired import unfired
@@ -40,11 +37,11 @@ from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.kafka_log import harvest
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.runtimes import get_runtime
-from harness.pipeline.sink import snapshot
+from harness.pipeline.sink import prepare_sink, read_sink
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
 from harness.pipeline.variants import Variant, make_variant
 from harness.results import RESULTS, ScenarioResult, UntimedFault, VariantResult
-from harness.scenario import Expectation, Scenario, VariantSpec
+from harness.scenario import Scenario, VariantSpec
 from harness.workload.generator import generate
 from harness.workload.ledger import read_ledger
 from harness.workload.producer import ProduceSummary, produce
@@ -145,9 +142,7 @@ def _lane(
     group = f"{topic}.{_slug(variant.label)}"
     database = f"cl_{run_id}_{slug.replace('-', '_')}"[:63]
     create_topic(env.kafka_bootstrap, dead_letter_topic(group), 1)
-    client: MongoClient[dict[str, Any]] = MongoClient(env.mongo_uri)
-    with client:
-        variant.prepare(client[database])
+    prepare_sink(env.mongo_uri, database, variant)
     config = RuntimeConfig(
         runtime=runtime,
         bootstrap=env.kafka_bootstrap_for(Link.CONSUMER_KAFKA),
@@ -302,21 +297,20 @@ def _judge(
 ) -> VariantResult:
     config = lane.config
     lane.history.record(EventKind.PRODUCED, count=summary.acked)
-    client: MongoClient[dict[str, Any]] = MongoClient(env.mongo_uri)
-    with client:
-        sink = snapshot(
-            client[config.database],
-            lane.variant,
-            bootstrap=env.kafka_bootstrap,
-            topic=config.topic,
-            group=config.group,
-        )
+    sink = read_sink(
+        env.mongo_uri,
+        config.database,
+        lane.variant,
+        bootstrap=env.kafka_bootstrap,
+        topic=config.topic,
+        group=config.group,
+    )
     lane.history.record(EventKind.RUN_END)
     lane.history.close()
     events = read_history(config.history_dir)
     verdict = check(ledger, sink, produced=summary.produced, windows=fault_windows(events))
     expectations = scenario.expectations_for(lane.spec, config.runtime)
-    failures = tuple(_failure(e, verdict) for e in expectations if not _holds(e, verdict))
+    failures = tuple(f for e in expectations if (f := e.failure(verdict)) is not None)
     result = VariantResult(
         runtime=config.runtime,
         variant=lane.variant.label,
@@ -475,14 +469,6 @@ def _verify_stored(bootstrap: str, topic: str, ledger_path: Path) -> None:
             f"(e.g. {examples}); this is a defect of the environment (see "
             "harness/workload/verify.py), so no verdict is given"
         )
-
-
-def _holds(e: Expectation, verdict: Verdict) -> bool:
-    return e.holds(getattr(verdict, e.field))
-
-
-def _failure(e: Expectation, verdict: Verdict) -> str:
-    return f"expected {e}, got {getattr(verdict, e.field)}"
 
 
 def _throughput(history: list[HistoryEvent], records: int) -> float:

@@ -29,6 +29,7 @@ from typing import Any, Self
 
 import yaml
 
+from harness.checker.model import Verdict
 from harness.environment.backends import BackendAbilities
 from harness.errors import BadInput
 from harness.faults.kinds import (
@@ -158,6 +159,11 @@ class Expectation:
 
     def holds(self, actual: int | bool | None) -> bool:
         return actual is not None and OPERATORS[self.op](actual, self.value)
+
+    def failure(self, verdict: Verdict) -> str | None:
+        """None if the verdict meets this expectation; else what was expected and found."""
+        actual = getattr(verdict, self.field)
+        return None if self.holds(actual) else f"expected {self}, got {actual}"
 
     def __str__(self) -> str:
         return f"{self.field} {self.op} {self.value}"

@@ -1,10 +1,13 @@
-"""Reading back what a variant left: the snapshot the checker judges."""
+"""A variant's MongoDB database for a run: made ready before the consumers start
+(``prepare_sink``), and read back afterwards as the snapshot the checker judges
+(``read_sink``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+from pymongo import MongoClient
 from pymongo.database import Database
 
 from harness.checker import SinkSnapshot
@@ -13,6 +16,22 @@ from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.variants import Variant
 
 CURSOR_BATCH = 10_000
+
+
+def prepare_sink(mongo_uri: str, database: str, variant: Variant) -> None:
+    """Whatever ``variant`` needs in its fresh database before the first write (indexes...)."""
+    client: MongoClient[dict[str, Any]] = MongoClient(mongo_uri)
+    with client:
+        variant.prepare(client[database])
+
+
+def read_sink(
+    mongo_uri: str, database: str, variant: Variant, *, bootstrap: str, topic: str, group: str
+) -> SinkSnapshot:
+    """What ``variant`` left in ``database`` and in its dead-letter topic."""
+    client: MongoClient[dict[str, Any]] = MongoClient(mongo_uri)
+    with client:
+        return snapshot(client[database], variant, bootstrap=bootstrap, topic=topic, group=group)
 
 
 def snapshot(
