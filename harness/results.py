@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -19,9 +19,7 @@ from harness.checker.load import read_ledger_columns
 from harness.checker.model import Verdict
 from harness.history import HistoryEvent, read_history
 from harness.outcome import Outcome, UnfiredFault, reason_text
-
-if TYPE_CHECKING:
-    from harness.scenario import Scenario
+from harness.scenario import Scenario
 
 RESULTS = "results.json"
 

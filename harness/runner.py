@@ -36,7 +36,7 @@ from harness.kafka import create_topic, delete_topics
 from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.kafka_log import harvest
 from harness.pipeline.runtime import RuntimeConfig
-from harness.pipeline.runtimes import get_runtime
+from harness.pipeline.runtimes import Runtime, get_runtime
 from harness.pipeline.sink import prepare_sink, read_sink
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
 from harness.pipeline.variants import Variant, make_variant
@@ -132,10 +132,15 @@ class _Lane:
 
 
 def _lane(
-    env: Environment, scenario: Scenario, runtime: str, spec: VariantSpec, topic: str, out_dir: Path
+    env: Environment,
+    scenario: Scenario,
+    runtime: Runtime,
+    spec: VariantSpec,
+    topic: str,
+    out_dir: Path,
 ) -> _Lane:
     variant = make_variant(spec.name, spec.options)
-    slug = f"{runtime}-{_slug(variant.label)}"
+    slug = f"{runtime.name}-{_slug(variant.label)}"
     run_dir = out_dir / slug
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = topic.rsplit(".", 1)[-1]
@@ -144,7 +149,7 @@ def _lane(
     create_topic(env.kafka_bootstrap, dead_letter_topic(group), 1)
     prepare_sink(env.mongo_uri, database, variant)
     config = RuntimeConfig(
-        runtime=runtime,
+        runtime=runtime.name,
         bootstrap=env.kafka_bootstrap_for(Link.CONSUMER_KAFKA),
         mongo_uri=env.mongo_uri_for(Link.CONSUMER_MONGO),
         topic=topic,
@@ -156,8 +161,8 @@ def _lane(
         batch_size=scenario.pipeline.batch_size,
         crash_plans=scenario.crash_plans,
         write_retry_s=scenario.pipeline.write_retry_s,
-        spark_settings=env.spark.to_json() if get_runtime(runtime).spark else "",
-        checkpoint=env.spark.checkpoint(f"{run_id}-{slug}") if get_runtime(runtime).spark else "",
+        spark_settings=env.spark.to_json() if runtime.spark else "",
+        checkpoint=env.spark.checkpoint(f"{run_id}-{slug}") if runtime.spark else "",
         trigger_ms=scenario.pipeline.trigger_ms,
         commit=scenario.pipeline.commit,
         kafka=scenario.pipeline.kafka,
@@ -165,12 +170,12 @@ def _lane(
     config_path = run_dir / "runtime.json"
     config_path.write_text(config.to_json())
     history = HistoryWriter(config.history_dir, "harness", variant.label)
-    history.record(EventKind.RUN_START, detail=f"{runtime} {variant.label} topic {topic}")
+    history.record(EventKind.RUN_START, detail=f"{runtime.name} {variant.label} topic {topic}")
     return _Lane(spec, variant, config, config_path, history, HistoryTail(config.history_dir))
 
 
 def _supervise(
-    env: Environment, scenario: Scenario, runtime: str, lanes: list[_Lane], out_dir: Path
+    env: Environment, scenario: Scenario, runtime: Runtime, lanes: list[_Lane], out_dir: Path
 ) -> list[RuntimeSupervisor]:
     """Who runs which lane: a listener's consumers are processes of their own; Spark lanes share
     one driver unless a fault targets a consumer process, which must then be the lane's own
@@ -191,7 +196,7 @@ def _supervise(
             lane.planned = made
         return made
 
-    if not get_runtime(runtime).process_per_consumer and not targets_consumers and len(lanes) > 1:
+    if not runtime.process_per_consumer and not targets_consumers and len(lanes) > 1:
         return [supervisor(lanes, out_dir / f"{lanes[0].config.topic}.logs")]
     return [supervisor([lane], lane.run_dir / "logs") for lane in lanes]
 
@@ -207,11 +212,12 @@ def run_side_by_side(
 ) -> list[VariantResult]:
     """Run ``specs`` at the same time over one topic that the workload is produced into once."""
     started = time.monotonic()
+    rt = get_runtime(runtime)
     run_id = uuid.uuid4().hex[:6]
     topic = f"{scenario.name}.{runtime}.{run_id}"
     create_topic(env.kafka_bootstrap, topic, scenario.partitions)
-    lanes = [_lane(env, scenario, runtime, spec, topic, out_dir) for spec in specs]
-    supervisors = _supervise(env, scenario, runtime, lanes, out_dir)
+    lanes = [_lane(env, scenario, rt, spec, topic, out_dir) for spec in specs]
+    supervisors = _supervise(env, scenario, rt, lanes, out_dir)
     ledger_path = out_dir / f"{runtime}-{run_id}.ledger.csv"
     producer = _ProducerThread(
         lambda stop, on_ack: produce(
@@ -229,7 +235,7 @@ def run_side_by_side(
     nemesis = Nemesis(
         env,
         plan(scenario.faults, scenario.seed),
-        get_runtime(runtime),
+        rt,
         [
             Target(
                 HistoryWriter(lane.config.history_dir, "nemesis", lane.variant.label),
@@ -265,7 +271,7 @@ def run_side_by_side(
     # (measured: a bounce planned at +2.5 s started at +5.7 s).
     _verify_stored(env.kafka_bootstrap, topic, ledger_path)
     for lane in lanes:
-        if get_runtime(runtime).group_member:  # its client logs hold the coordinators' errors
+        if rt.group_member:  # its client logs hold the coordinators' errors
             for consumer in lane.supervisor.consumers:
                 harvest(consumer.log, lane.config.history_dir, consumer.name, lane.variant.label)
 

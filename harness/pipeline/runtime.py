@@ -93,6 +93,7 @@ class BatchHandler:
     history: HistoryWriter = field(init=False)
     crasher: Crasher = field(init=False)
     client: MongoClient[dict[str, Any]] = field(init=False)
+    commit_failure: CommitFailureVia = field(init=False)  # how this runtime's commits are failed
     batches: int = 0  # batches this process handled (crash plans count these)
     batch_id: int | None = None  # the runtime's id of the batch being handled
 
@@ -104,6 +105,7 @@ class BatchHandler:
         self.client = MongoClient(cfg.mongo_uri, heartbeatFrequencyMS=500, appname=CONSUMER_APP)
         self.db = self.client[cfg.database]
         self._dead_letters = DeadLetters(cfg.bootstrap, cfg.group)
+        self.commit_failure = get_runtime(cfg.runtime).commit_failure
 
     def handle(self, batch_id: int, raw: Iterable[RawRecord]) -> Batch:
         """Dead-letter the poison, then write the rest; returns the batch for committing."""
@@ -124,8 +126,7 @@ class BatchHandler:
         self.history.record(EventKind.WRITTEN, batch=batch_id, count=len(batch.records))
         self.reached(CrashPoint.AFTER_WRITE_BEFORE_COMMIT)
         flag = commit_failure_flag(self.config.run_dir)
-        via = get_runtime(self.config.runtime).commit_failure
-        if via is CommitFailureVia.FLAG and flag.exists():
+        if self.commit_failure is CommitFailureVia.FLAG and flag.exists():
             self.history.record(EventKind.COMMIT_FAILED, batch=batch_id, detail="injected")
             raise InjectedCommitFailure(f"{InjectedCommitFailure.MARKER} of batch {batch_id}")
         return batch
