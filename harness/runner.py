@@ -20,10 +20,10 @@ from pathlib import Path
 from harness.checker import LedgerArrays, check, load_ledger
 from harness.environment import Environment, Link
 from harness.errors import LabError
+from harness.faults.base import Target
 from harness.faults.fired import unfired
-from harness.faults.kinds import ConsumerCrash, ConsumerKill, ConsumerPause
-from harness.faults.nemesis import Nemesis, Target
-from harness.faults.schedule import plan, plan_has_steps
+from harness.faults.nemesis import Nemesis
+from harness.faults.schedule import plan
 from harness.history import (
     EventKind,
     HistoryEvent,
@@ -180,9 +180,7 @@ def _supervise(
     """Who runs which lane: a listener's consumers are processes of their own; Spark lanes share
     one driver unless a fault targets a consumer process, which must then be the lane's own
     (see ``harness.pipeline.runtimes``)."""
-    targets_consumers = any(
-        isinstance(f, ConsumerCrash | ConsumerPause | ConsumerKill) for f in scenario.faults
-    )
+    targets_consumers = any(f.targets_consumers for f in scenario.faults)
 
     def supervisor(group: list[_Lane], log_dir: Path) -> RuntimeSupervisor:
         made = RuntimeSupervisor(
@@ -232,9 +230,10 @@ def run_side_by_side(
             seed=scenario.seed,
         )
     )
+    schedule = plan(scenario.faults, scenario.seed)
     nemesis = Nemesis(
         env,
-        plan(scenario.faults, scenario.seed),
+        schedule,
         rt,
         [
             Target(
@@ -278,7 +277,7 @@ def run_side_by_side(
     ledger = load_ledger(ledger_path)
     seconds = time.monotonic() - started
     # The consumers' own faults (crash points) have no window in the history: named here.
-    untimed = tuple(UntimedFault(f.name, f.kind) for f in scenario.faults if not plan_has_steps(f))
+    untimed = tuple(UntimedFault(p.name, p.fault.kind) for p in schedule if not p.steps)
     results = [
         _judge(env, scenario, lane, ledger, ledger_path, summary, seconds, untimed, progress)
         for lane in lanes

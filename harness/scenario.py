@@ -19,7 +19,6 @@ Every problem is reported as ``FILE: FIELD: what is wrong``, before anything sta
 
 from __future__ import annotations
 
-import math
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -32,26 +31,11 @@ import yaml
 from harness.checker.model import Verdict
 from harness.environment.backends import BackendAbilities
 from harness.errors import BadInput
-from harness.faults.kinds import (
-    BrokerBounce,
-    BrokerKill,
-    BrokerPause,
-    BrokerRollingRestart,
-    BrokerSelector,
-    ConsumerCrash,
-    ConsumerKill,
-    ConsumerPause,
-    Fault,
-    FieldErrors,
-    Pick,
-    PoisonBurst,
-    ProducerBurst,
-    parse_fault,
-)
-from harness.pipeline.crash import CrashPlan, CrashPoint
-from harness.pipeline.runtimes import CommitFailureVia, get_runtime, names
+from harness.faults.base import Fault, FieldErrors, Setting
+from harness.faults.kinds import parse_fault
+from harness.pipeline.crash import CrashPlan
+from harness.pipeline.runtimes import get_runtime, names
 from harness.pipeline.variants import make_variant
-from harness.workload.events import Kind
 from harness.workload.generator import Burst, WorkloadSpec
 from harness.workload.producer import ProducerSpec
 
@@ -188,8 +172,18 @@ class Scenario:
     @property
     def crash_plans(self) -> tuple[CrashPlan, ...]:
         """The consumer crashes and pauses, armed inside each runtime."""
-        return tuple(
-            f.plan(self.seed) for f in self.faults if isinstance(f, ConsumerCrash | ConsumerPause)
+        return tuple(p for f in self.faults if (p := f.crash_plan(self.seed)) is not None)
+
+    @property
+    def setting(self) -> Setting:
+        """What its faults are checked against before a run."""
+        return Setting(
+            events=self.workload.events,
+            batch_size=self.pipeline.batch_size,
+            consumers=self.pipeline.consumers,
+            partitions=self.partitions,
+            variants=frozenset({v.name for v in self.variants} | {v.label for v in self.variants}),
+            commit_failure=frozenset(get_runtime(r).commit_failure for r in self.runtimes),
         )
 
     def expectations_for(self, variant: VariantSpec, runtime: str) -> list[Expectation]:
@@ -421,67 +415,17 @@ def _fault(pr: Problems, index: int, raw: Any) -> Fault | None:
 
 
 def _bursts(faults: list[Fault]) -> tuple[Burst, ...]:
-    return tuple(
-        Burst(
-            Kind.POISON if isinstance(f, PoisonBurst) else Kind.RESEND,
-            f.start_event,
-            f.start_event + f.events,
-            f.fraction,
-        )
-        for f in faults
-        if isinstance(f, ProducerBurst)
-    )
-
-
-def _selector_problem(
-    selector: BrokerSelector, scenario: Scenario, abilities: BackendAbilities
-) -> str:
-    match selector.pick:
-        case Pick.NODE if selector.node not in abilities.nodes:
-            nodes = ", ".join(map(str, abilities.nodes))
-            return (
-                f"the {abilities.name} backend's Kafka nodes are {nodes}; "
-                f"there is no node {selector.node}"
-            )
-        case Pick.COORDINATOR_OF:
-            names = {v.name for v in scenario.variants} | {v.label for v in scenario.variants}
-            if selector.variant not in names:
-                return f"coordinator-of: no variant {selector.variant!r} (have: {sorted(names)})"
-        case Pick.LEADER_OF if selector.partition >= scenario.partitions:
-            return (
-                f"leader-of: the topic has {scenario.partitions} partition(s); "
-                f"there is no partition {selector.partition}"
-            )
-    return ""
+    return tuple(b for f in faults if (b := f.burst()) is not None)
 
 
 def runnable(scenario: Scenario, abilities: BackendAbilities) -> tuple[str, ...]:
     """Raise ScenarioError naming every fault this backend (or the pipeline) cannot perform,
     and every fault the workload cannot reach; return notes on faults it may not reach."""
     pr = Problems(scenario.path)
+    setting = scenario.setting
     for i, fault in enumerate(scenario.faults):
-        where = f"faults[{i}]"
-        if isinstance(fault, BrokerBounce | BrokerKill | BrokerPause) and (
-            problem := _selector_problem(fault.broker, scenario, abilities)
-        ):
-            pr.add(f"{where}.broker", problem)
-        if isinstance(fault, BrokerRollingRestart) and (
-            problem := _selector_problem(fault.start, scenario, abilities)
-        ):
-            pr.add(f"{where}.start", problem)
-        if fault.kind in ("network", "commit-failure"):
-            needs_proxy = fault.kind == "network" or any(
-                get_runtime(r).commit_failure is CommitFailureVia.PROXY for r in scenario.runtimes
-            )
-            if needs_proxy and not abilities.link_faults:
-                pr.add(where, f"the {abilities.name} backend has no link proxies")
-        consumer = getattr(fault, "consumer", None)
-        if isinstance(fault, ConsumerKill) and (consumer or 0) >= scenario.pipeline.consumers:
-            pr.add(
-                f"{where}.consumer",
-                f"there are {scenario.pipeline.consumers} consumer(s) (pipeline.consumers); "
-                f"no consumer {consumer}",
-            )
+        for at, problem in fault.refusals(setting, abilities):
+            pr.add(f"faults[{i}].{at}" if at else f"faults[{i}]", problem)
     if scenario.producer.transactional and not all(
         get_runtime(r).read_committed for r in scenario.runtimes
     ):
@@ -511,62 +455,14 @@ def preflight(scenario: Scenario) -> Preflight:
     fewer than they need."""
     impossible: list[tuple[str, str]] = []
     doubtful: list[str] = []
+    setting = scenario.setting
     for i, fault in enumerate(scenario.faults):
-        cannot, may_not = _reach(fault, scenario)
+        cannot, may_not = fault.reach(setting)
         if cannot:
             impossible.append((f"faults[{i}]", f"{fault.name} {cannot}"))
         elif may_not:
             doubtful.append(f"{fault.name} {may_not}")
     return Preflight(tuple(impossible), tuple(doubtful))
-
-
-def _reach(fault: Fault, scenario: Scenario) -> tuple[str, str]:
-    """(why ``fault`` cannot fire, why it may not): '' where it will."""
-    events, batch_size = scenario.workload.events, scenario.pipeline.batch_size
-    readers = max(1, min(scenario.pipeline.consumers, scenario.partitions))
-    per_consumer = math.ceil(events / readers)
-    full_batches = math.ceil(per_consumer / batch_size)
-    match fault:
-        case ConsumerCrash() | ConsumerPause():
-            if fault.point is CrashPoint.MID_WRITE and fault.after_docs > batch_size:
-                return (
-                    f"waits for {fault.after_docs} documents of one batch, and no batch holds "
-                    f"more than pipeline.batch_size ({batch_size})",
-                    "",
-                )
-            if fault.point is CrashPoint.MID_WRITE and fault.after_docs > per_consumer:
-                return (
-                    f"waits for {fault.after_docs} documents of one batch, and a consumer gets "
-                    f"at most {per_consumer} of the {events} events",
-                    "",
-                )
-            if getattr(fault, "probability", None) is not None:
-                return "", ""  # any batch may draw it
-            if fault.at_batch > per_consumer:
-                return (
-                    f"is planned at batch {fault.at_batch}, and a consumer gets at most "
-                    f"{per_consumer} of the {events} events",
-                    "",
-                )
-            if fault.at_batch > full_batches:
-                return "", (
-                    f"is planned at batch {fault.at_batch}, but a consumer may read its "
-                    f"{per_consumer} records in {full_batches} batch(es) of up to {batch_size}; "
-                    f"give at least {fault.at_batch * batch_size * readers} events, or a smaller "
-                    "pipeline.batch_size"
-                )
-        case ProducerBurst():
-            if fault.start_event >= events:
-                return f"starts at event {fault.start_event} of a workload of {events} events", ""
-        case _:
-            at_event = getattr(fault, "at_event", None)
-            if at_event is not None and at_event > events:
-                return (
-                    f"starts once {at_event} records were acknowledged, and the workload has "
-                    f"{events}",
-                    "",
-                )
-    return "", ""
 
 
 _EXPRESSION = re.compile(r"^\s*(==|!=|>=|<=|>|<)?\s*(-?\d+)\s*$")

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.faults.base import END, START, Target
+from harness.faults.families.broker import Do
+from harness.faults.families.mongo import OFF as FAILPOINT_OFF
+from harness.faults.families.mongo import ON as FAILPOINT_ON
 from harness.faults.kinds import parse_fault
-from harness.faults.nemesis import Nemesis, Target
-from harness.faults.schedule import Action, describe, plan
+from harness.faults.nemesis import Nemesis
+from harness.faults.schedule import describe, plan
 from harness.history import HistoryWriter, fault_windows, read_history
 from harness.pipeline.crash import Crasher, CrashPlan, CrashPoint
 from harness.pipeline.runtimes import LISTENER
@@ -42,12 +46,12 @@ def test_the_same_seed_gives_the_same_schedule_and_another_seed_another() -> Non
 def test_without_jitter_the_schedule_is_the_file() -> None:
     steps = plan(scenario(1, [{"kind": "broker-bounce", "at": 3}]).faults, 99)[0].steps
     assert [(s.action, s.at, s.after) for s in steps] == [
-        (Action.START, 3, 0),
-        (Action.STOP_BROKER, None, 0),
-        (Action.AWAIT_BROKER_STOPPED, None, 0),
-        (Action.START_BROKER, None, 0),
-        (Action.AWAIT_BROKER_READY, None, 0),
-        (Action.END, None, 0),
+        (START, 3, 0),
+        (Do.STOP, None, 0),
+        (Do.AWAIT_STOPPED, None, 0),
+        (Do.START, None, 0),
+        (Do.AWAIT_READY, None, 0),
+        (END, None, 0),
     ]
 
 
@@ -56,7 +60,7 @@ def test_a_rolling_restart_takes_one_node_at_a_time_and_waits_for_full_replicati
         {"kind": "broker-rolling-restart", "at": 4, "rotations": 2, "interval": 6}, "rr"
     )
     steps = plan((fault,), 1)[0].steps
-    assert [(s.action.value, s.after, s.rotation) for s in steps] == [
+    assert [(s.action, s.after, s.rotation) for s in steps] == [
         ("start", 0, 0),
         ("stop-broker", 0, 0),
         ("await-broker-stopped", 0, 0),
@@ -70,7 +74,7 @@ def test_a_rolling_restart_takes_one_node_at_a_time_and_waits_for_full_replicati
         ("await-replicated", 0, 1),
         ("end", 0, 0),
     ]
-    assert [s.action.waits for s in steps].count(True) == 6
+    assert [s.waits for s in steps].count(True) == 6
     assert not any(s.hard for s in steps)
 
 
@@ -87,13 +91,13 @@ def test_windows_open_and_close_around_their_action() -> None:
     ).faults  # fmt: skip
     kill, failpoint, poison, crash = plan(faults, 1)
     assert [s.action for s in kill.steps] == [
-        Action.START, Action.STOP_BROKER, Action.AWAIT_BROKER_STOPPED, Action.START_BROKER,
-        Action.AWAIT_BROKER_READY, Action.END
+        START, Do.STOP, Do.AWAIT_STOPPED, Do.START,
+        Do.AWAIT_READY, END
     ]  # fmt: skip
     assert kill.steps[1].hard and kill.steps[3].after == 3  # down for its duration
-    assert [s.action for s in failpoint.steps][1:3] == [Action.FAILPOINT_ON, Action.FAILPOINT_OFF]
+    assert [s.action for s in failpoint.steps][1:3] == [FAILPOINT_ON, FAILPOINT_OFF]
     assert [(s.action, s.at_event) for s in poison.steps] == [
-        (Action.START, 100), (Action.END, 150)
+        (START, 100), (END, 150)
     ]  # fmt: skip
     assert crash.steps == ()  # armed inside the runtime instead
 

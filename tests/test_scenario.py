@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.faults.kinds import BrokerBounce, BrokerKill, BrokerPause, BrokerRollingRestart
+from harness.faults.families.broker import (
+    BrokerBounce,
+    BrokerKill,
+    BrokerPause,
+    BrokerRollingRestart,
+)
 from harness.pipeline.crash import CrashPoint
 from harness.pipeline.runtimes import LISTENER, REGISTRY, get_runtime, names, register
 from harness.scenario import ScenarioError, load_scenario, parse_scenario

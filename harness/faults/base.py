@@ -1,0 +1,310 @@
+"""What every fault family is made of (Jepsen's ``nemesis/combined.clj`` packages are the model:
+one family keeps its record, its schedule and its action together, in one module of
+``harness.faults.families``).
+
+A family's record is a frozen dataclass parsed from a scenario's YAML. It says
+
+* ``problems()`` - what is wrong with its own fields;
+* ``steps(seed)`` - the steps the nemesis takes, a pure function of the seed (``()`` for a
+  fault armed inside the runtime, or one the workload carries);
+* ``actor(context)`` - who takes those steps on an environment during one run, and undoes what
+  is still in force when the run ends;
+* ``refusals`` and ``reach`` - before anything starts: what the backend or the pipeline cannot
+  do for it, and whether the workload reaches it;
+* ``why_unfired`` - after the run, from one variant's history: why it did not fire.
+
+Everything else in the lab asks these of a fault and never asks which family it is.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from harness.environment import Environment, LinkRule
+from harness.environment.backends import BackendAbilities
+from harness.errors import LabError
+from harness.history import EventKind, HistoryEvent, HistoryWriter
+from harness.pipeline.crash import CrashPlan
+from harness.pipeline.runtimes import CommitFailureVia, Runtime
+from harness.pipeline.supervisor import RuntimeSupervisor
+from harness.workload.generator import Burst
+
+# (field relative to the fault, what is wrong with it)
+Problem = tuple[str, str]
+
+START = "start"  # a fault's window opens (recorded in the history)
+END = "end"  # and closes
+
+
+class FieldError(ValueError):
+    """A fault's field is wrong: ``field`` names it relative to the fault."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}" if field else problem)
+        self.field = field
+        self.problem = problem
+
+
+class FieldErrors(ValueError):
+    """Every problem of one fault entry, so that a user fixes them in one go."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("; ".join(f"{f}: {p}" if f else p for f, p in problems))
+        self.problems = problems
+
+
+class FaultStuck(LabError):
+    """A waiting step of a fault never came true (a node that did not come back)."""
+
+
+def needs_link_proxies(backend: BackendAbilities) -> list[Problem]:
+    """The refusal of a fault that acts through the environment's fault proxy."""
+    return [] if backend.link_faults else [("", f"the {backend.name} backend has no link proxies")]
+
+
+def positive(name: str, value: float, *, allow_zero: bool = False) -> list[Problem]:
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        return [(name, f"must be {bound}, got {value}")]
+    return []
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a fault's plan. ``action`` is START, END or one of the family's own."""
+
+    action: str
+    at: float | None = None  # seconds after the run started (first step only)
+    at_event: int | None = None  # acknowledged records (first step, or a producer burst's end)
+    after: float = 0.0  # seconds after the previous step of the same fault (at least)
+    rotation: int = 0  # which rotation of a rolling restart
+    hard: bool = False  # a broker stop: SIGKILL instead of SIGTERM
+    waits: bool = False  # due only once the actor says its condition holds (a node is back)
+
+    def describe(self) -> str:
+        when = (
+            f"at {self.at:.2f}s"
+            if self.at is not None
+            else f"at event {self.at_event}"
+            if self.at_event is not None
+            else f"+{self.after:.2f}s"
+        )
+        suffix = f" (rotation {self.rotation + 1})" if self.rotation else ""
+        return f"{when} {self.action}{suffix}"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One variant's consumers, as the faults see them."""
+
+    history: HistoryWriter  # source "nemesis", in the variant's history directory
+    supervisor: RuntimeSupervisor
+    run_dir: Path
+    label: str = ""  # the variant's label and name (coordinator-of: names either)
+    name: str = ""
+    group: str = ""  # its consumer group
+
+
+@dataclass(frozen=True)
+class Context:
+    """What an actor may act on during one run: the environment, the consumers of every
+    variant running side by side, their runtime and their topic."""
+
+    env: Environment
+    runtime: Runtime
+    targets: Sequence[Target]
+    topic: str = ""
+
+    def record(
+        self, kind: EventKind, fault: Fault, count: int | None = None, detail: str = ""
+    ) -> None:
+        """An event of ``fault`` in every variant's history."""
+        for target in self.targets:
+            target.history.record(kind, fault=fault.name, detail=detail or fault.kind, count=count)
+
+
+class Actor:
+    """Takes a fault's own steps (not START and END) during one run. This one has none."""
+
+    def take(self, step: Step) -> None:
+        raise ValueError(f"no action {step.action!r} here")
+
+    def holds(self, step: Step) -> bool:
+        """Whether a waiting step's condition is true now (asked again at the next tick if
+        not; a transient error of the cluster counts as not yet)."""
+        return True
+
+    def undo(self) -> None:
+        """Undo whatever is still in force (the run ended, or failed, inside its window),
+        without waiting for the servers."""
+
+    @property
+    def about(self) -> str:
+        """What it acts on, for an error message (``node 2``)."""
+        return ""
+
+
+@dataclass
+class LinkRuleActor(Actor):
+    """Puts a link rule in force between the steps ``on`` and ``off``."""
+
+    context: Context
+    rule: LinkRule
+    on: str
+    off: str
+    rule_id: str | None = None
+
+    def take(self, step: Step) -> None:
+        if step.action == self.on:
+            self.rule_id = self.context.env.add_link_rule(self.rule)
+        elif step.action == self.off:
+            self.undo()
+        else:
+            super().take(step)
+
+    def undo(self) -> None:
+        if self.rule_id is not None:
+            self.context.env.remove_link_rule(self.rule_id)
+            self.rule_id = None
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What a fault is checked against before a run: the scenario's workload and pipeline."""
+
+    events: int
+    batch_size: int
+    consumers: int
+    partitions: int
+    variants: frozenset[str]  # names and labels
+    commit_failure: frozenset[CommitFailureVia]  # how the scenario's runtimes fail commits
+
+    @property
+    def per_consumer(self) -> int:
+        """The most records one consumer gets."""
+        readers = max(1, min(self.consumers, self.partitions))
+        return math.ceil(self.events / readers)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One variant's history, as a fault asks whether it fired."""
+
+    events: Sequence[HistoryEvent]
+    workload_events: int
+    caught_up: float  # when the variant had consumed everything (inf if never)
+    clock: float | None  # when the fault schedule started
+
+    def since(self, t: float) -> str:
+        return f"+{t - self.clock:.1f}s" if self.clock is not None else f"at {t:.1f}"
+
+
+class Fault(ABC):
+    """A fault of a scenario: the base of every family's record."""
+
+    kind: ClassVar[str]
+    # Needs each variant's own consumer processes (it kills or freezes one of them).
+    targets_consumers: ClassVar[bool] = False
+    name: str
+
+    def problems(self) -> list[Problem]:
+        return []
+
+    @abstractmethod
+    def steps(self, seed: int) -> tuple[Step, ...]:
+        """The nemesis's steps, a pure function of the seed."""
+
+    def actor(self, context: Context) -> Actor:
+        return Actor()
+
+    def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
+        """Why this backend or pipeline cannot perform it ([] if it can)."""
+        return []
+
+    def reach(self, setting: Setting) -> tuple[str, str]:
+        """(why the workload cannot reach it, why it may not): '' where it will."""
+        return "", ""
+
+    def why_unfired(self, seen: Seen) -> str:
+        """Why it did not fire in a run ('' if it did): a window fired if it opened before the
+        variant had consumed everything - later, it hit nothing."""
+        starts = [
+            e.t for e in seen.events if e.kind is EventKind.FAULT_START and e.fault == self.name
+        ]
+        if starts and min(starts) <= seen.caught_up:
+            return ""
+        done = f" (the variant had consumed everything at {seen.since(seen.caught_up)})"
+        if not starts:
+            return "it was due after the run's work was done" + (
+                done if seen.caught_up < math.inf else ""
+            )
+        return f"it started at {seen.since(min(starts))}, after the work was done{done}"
+
+    def crash_plan(self, seed: int) -> CrashPlan | None:
+        """A crash or pause armed inside the runtime, if it is one."""
+        return None
+
+    def burst(self) -> Burst | None:
+        """A window of the workload's own records, if it is one."""
+        return None
+
+    @classmethod
+    @abstractmethod
+    def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
+        """A scenario entry for one such fault (without ``kind``)."""
+
+
+class Timed(Fault):
+    """A fault that starts ``at`` seconds into the run, or once ``at_event`` records were
+    acknowledged, plus a seeded ``jitter``."""
+
+    at: float | None
+    at_event: int | None
+    jitter: float
+
+    def trigger_problems(self) -> list[Problem]:
+        if (self.at is None) == (self.at_event is None):
+            return [("at", "give exactly one of 'at' (seconds) or 'at_event' (records)")]
+        found = []
+        if self.at is not None and self.at < 0:
+            found.append(("at", f"must be >= 0, got {self.at}"))
+        if self.at_event is not None and self.at_event < 0:
+            found.append(("at_event", f"must be >= 0, got {self.at_event}"))
+        return found + positive("jitter", self.jitter, allow_zero=True)
+
+    def problems(self) -> list[Problem]:
+        return self.trigger_problems()
+
+    def opening(self, seed: int) -> Step:
+        """The first step: its window opens."""
+        offset = (
+            random.Random(f"{seed}:{self.name}").uniform(0, self.jitter) if self.jitter else 0.0
+        )
+        if self.at_event is not None:
+            return Step(START, at_event=self.at_event, after=offset)
+        assert self.at is not None  # a parsed fault has exactly one of at and at_event
+        return Step(START, at=self.at + offset)
+
+    def window(self, seed: int, on: str, off: str, duration: float) -> tuple[Step, ...]:
+        """Start; ``on``; ``off`` ``duration`` seconds later; end."""
+        return (self.opening(seed), Step(on), Step(off, after=duration), Step(END))
+
+    def reach(self, setting: Setting) -> tuple[str, str]:
+        if self.at_event is not None and self.at_event > setting.events:
+            return (
+                f"starts once {self.at_event} records were acknowledged, and the workload has "
+                f"{setting.events}",
+                "",
+            )
+        return "", ""
+
+    @staticmethod
+    def when(at: float, at_event: int | None) -> dict[str, Any]:
+        """The trigger of an example entry."""
+        return {"at": at} if at_event is None else {"at_event": at_event}

@@ -1,0 +1,354 @@
+"""Faults on Kafka nodes: bounce, kill, pause one node, and a rolling restart of them all.
+
+A node is picked when the fault acts (the controller and the coordinators move), by
+``broker`` (or a rolling restart's ``start``). A stop or a start returns at once: the node takes
+3-8 s to stop cleanly and 8-29 s to start here, and the consumers' supervision goes on
+meanwhile; the steps after it wait until the cluster says it is so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from confluent_kafka import KafkaException
+
+from harness.environment import Component
+from harness.environment.backends import BackendAbilities
+from harness.faults.base import (
+    END,
+    Actor,
+    Context,
+    FaultStuck,
+    FieldError,
+    Problem,
+    Setting,
+    Step,
+    Timed,
+    positive,
+)
+from harness.history import EventKind
+
+
+class Pick(StrEnum):
+    """How a broker fault picks its Kafka node."""
+
+    NODE = "node"  # a node id
+    CONTROLLER = "controller"  # the KRaft quorum's leader
+    COORDINATOR_OF = "coordinator-of"  # the group coordinator of a variant's consumer group
+    LEADER_OF = "leader-of"  # the leader of a partition of the run's topic
+
+
+@dataclass(frozen=True)
+class BrokerSelector:
+    """Which Kafka node a broker fault acts on, decided when it acts. In a scenario:
+    ``broker: 2``, ``broker: controller``, ``broker: {coordinator-of: naive}`` (a variant's
+    label or name) or ``broker: {leader-of: 0}`` (a partition of the run's topic)."""
+
+    pick: Pick = Pick.NODE
+    node: int = 1
+    variant: str = ""  # coordinator-of
+    partition: int = 0  # leader-of
+
+    @classmethod
+    def parse(cls, raw: Any) -> BrokerSelector:
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            return cls(Pick.NODE, node=raw)
+        if raw == Pick.CONTROLLER.value:
+            return cls(Pick.CONTROLLER)
+        if isinstance(raw, dict) and len(raw) == 1:
+            ((key, value),) = raw.items()
+            if key == Pick.COORDINATOR_OF.value and isinstance(value, str) and value:
+                return cls(Pick.COORDINATOR_OF, variant=value)
+            if key == Pick.LEADER_OF.value and isinstance(value, int) and value >= 0:
+                return cls(Pick.LEADER_OF, partition=value)
+        raise FieldError(
+            "",
+            f"expected a node id, 'controller', {{coordinator-of: VARIANT}} or "
+            f"{{leader-of: PARTITION}}, got {raw!r}",
+        )
+
+    def __str__(self) -> str:
+        match self.pick:
+            case Pick.NODE:
+                return f"node {self.node}"
+            case Pick.CONTROLLER:
+                return "the controller"
+            case Pick.COORDINATOR_OF:
+                return f"the coordinator of {self.variant}"
+        return f"the leader of partition {self.partition}"
+
+    def refusal(self, setting: Setting, backend: BackendAbilities) -> str:
+        """Why the scenario or the backend has no such node ('' if it may)."""
+        match self.pick:
+            case Pick.NODE if self.node not in backend.nodes:
+                nodes = ", ".join(map(str, backend.nodes))
+                return (
+                    f"the {backend.name} backend's Kafka nodes are {nodes}; "
+                    f"there is no node {self.node}"
+                )
+            case Pick.COORDINATOR_OF if self.variant not in setting.variants:
+                return (
+                    f"coordinator-of: no variant {self.variant!r} "
+                    f"(have: {sorted(setting.variants)})"
+                )
+            case Pick.LEADER_OF if self.partition >= setting.partitions:
+                return (
+                    f"leader-of: the topic has {setting.partitions} partition(s); "
+                    f"there is no partition {self.partition}"
+                )
+        return ""
+
+    def node_in(self, context: Context) -> int:
+        """The node this names, now."""
+        if self.pick is Pick.NODE:
+            return self.node
+        view = context.env.cluster_view()
+        node: int | None
+        match self.pick:
+            case Pick.CONTROLLER:
+                node = view.controller
+            case Pick.COORDINATOR_OF:
+                targets = context.targets
+                groups = [t.group for t in targets if self.variant in (t.label, t.name)]
+                node = view.coordinator_of(groups[0]) if groups else None
+            case Pick.LEADER_OF:
+                node = view.leader_of(context.topic, self.partition)
+        if node is None:
+            raise FaultStuck(f"cannot find {self} in the cluster now")
+        return node
+
+
+FIRST_NODE = BrokerSelector()
+
+
+class Do(StrEnum):
+    STOP = "stop-broker"  # SIGTERM (SIGKILL when hard) to a Kafka node
+    AWAIT_STOPPED = "await-broker-stopped"
+    START = "start-broker"
+    AWAIT_READY = "await-broker-ready"  # a registered, unfenced broker again
+    AWAIT_REPLICATED = "await-replicated"  # no partition under-replicated
+    PAUSE = "pause-broker"
+    RESUME = "resume-broker"
+
+
+def _restart(hard: bool, rotation: int = 0, down_for: float = 0.0) -> tuple[Step, ...]:
+    """One node stopped, then started again once it is gone (``down_for`` seconds later)."""
+    return (
+        Step(Do.STOP, rotation=rotation, hard=hard),
+        Step(Do.AWAIT_STOPPED, rotation=rotation, waits=True),
+        Step(Do.START, rotation=rotation, after=down_for),
+        Step(Do.AWAIT_READY, rotation=rotation, waits=True),
+    )
+
+
+@dataclass
+class _NodeActor(Actor):
+    """Stops, starts, pauses and resumes the node ``pick`` chooses for each rotation."""
+
+    fault: Timed
+    context: Context
+    selector: BrokerSelector
+    rotate: bool = False  # a rolling restart: rotation r acts on the r-th node after the first
+    node: int | None = None
+    first: int | None = None
+    down: set[int] = field(default_factory=set)
+    paused: set[int] = field(default_factory=set)
+
+    @property
+    def about(self) -> str:
+        return f"node {self.node}"
+
+    def _pick(self, rotation: int) -> int:
+        if not self.rotate:
+            return self.selector.node_in(self.context)
+        nodes = self.context.env.broker_ids
+        if self.first is None:
+            self.first = self.selector.node_in(self.context)
+        return nodes[(nodes.index(self.first) + rotation) % len(nodes)]
+
+    def take(self, step: Step) -> None:
+        env = self.context.env
+        match step.action:
+            case Do.STOP:
+                self.node = self._pick(step.rotation)
+                how = "SIGKILL" if step.hard else "SIGTERM"
+                self.context.record(
+                    EventKind.FAULT_STEP,
+                    self.fault,
+                    count=step.rotation + 1,
+                    detail=f"node {self.node} {how}",
+                )
+                env.begin_stop_broker(self.node, hard=step.hard)
+                self.down.add(self.node)
+            case Do.START:
+                assert self.node is not None
+                env.begin_start_broker(self.node)
+                self.down.discard(self.node)
+            case Do.PAUSE:
+                self.node = self._pick(step.rotation)
+                env.pause(Component.KAFKA, broker=self.node)
+                self.paused.add(self.node)
+            case Do.RESUME:
+                assert self.node is not None
+                env.resume(Component.KAFKA, broker=self.node)
+                self.paused.discard(self.node)
+            case _ if step.waits:
+                pass  # its condition came true: nothing to do
+            case _:
+                super().take(step)
+
+    def holds(self, step: Step) -> bool:
+        env = self.context.env
+        try:
+            match step.action:
+                case Do.AWAIT_STOPPED if self.node is not None:
+                    return env.broker_stopped(self.node)
+                case Do.AWAIT_READY if self.node is not None:
+                    return env.broker_ready(self.node)
+                case Do.AWAIT_REPLICATED:
+                    view = env.cluster_view()
+                    return not view.under_replicated() and len(view.brokers) == len(env.broker_ids)
+        except (KafkaException, OSError):
+            return False  # the cluster is busy: ask again
+        raise ValueError(f"{step.action} is not a waiting step of {self.fault.name}")
+
+    def undo(self) -> None:
+        env = self.context.env
+        for node in sorted(self.paused):
+            env.resume(Component.KAFKA, broker=node)
+        self.paused.clear()
+        for node in sorted(self.down):
+            if not env.broker_stopped(node):
+                env.kill(Component.KAFKA, broker=node)  # a stop still under way
+            env.begin_start_broker(node)
+        self.down.clear()
+
+
+class _OneNode(Timed):
+    """A fault on the one node ``broker`` picks."""
+
+    broker: BrokerSelector
+
+    def actor(self, context: Context) -> Actor:
+        return _NodeActor(self, context, self.broker)
+
+    def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
+        problem = self.broker.refusal(setting, backend)
+        return [("broker", problem)] if problem else []
+
+
+@dataclass(frozen=True)
+class BrokerBounce(_OneNode):
+    """Stop a Kafka node (SIGTERM: a controlled shutdown; SIGKILL when ``hard``), then start it
+    again as soon as it is gone; the window ends once it is a registered broker again."""
+
+    kind: ClassVar[str] = "broker-bounce"
+    name: str
+    at: float | None = None
+    at_event: int | None = None
+    jitter: float = 0.0  # seconds added to the start, drawn from the seed
+    hard: bool = False
+    broker: BrokerSelector = FIRST_NODE
+
+    def steps(self, seed: int) -> tuple[Step, ...]:
+        return (self.opening(seed), *_restart(self.hard), Step(END))
+
+    @classmethod
+    def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
+        return {**cls.when(at, at_event), "hard": True}
+
+
+@dataclass(frozen=True)
+class BrokerKill(_OneNode):
+    """kill -9 a Kafka node and leave it down for ``duration`` seconds, then start it again;
+    the window ends once it is a registered broker again."""
+
+    kind: ClassVar[str] = "broker-kill"
+    name: str
+    duration: float
+    at: float | None = None
+    at_event: int | None = None
+    jitter: float = 0.0  # seconds added to the start, drawn from the seed
+    broker: BrokerSelector = FIRST_NODE
+
+    def problems(self) -> list[Problem]:
+        return self.trigger_problems() + positive("duration", self.duration)
+
+    def steps(self, seed: int) -> tuple[Step, ...]:
+        return (self.opening(seed), *_restart(True, down_for=self.duration), Step(END))
+
+    @classmethod
+    def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
+        return {**cls.when(at, at_event), "duration": duration}
+
+
+@dataclass(frozen=True)
+class BrokerPause(_OneNode):
+    """SIGSTOP a Kafka node for ``duration`` seconds: connections open, nothing answers."""
+
+    kind: ClassVar[str] = "broker-pause"
+    name: str
+    duration: float
+    at: float | None = None
+    at_event: int | None = None
+    jitter: float = 0.0  # seconds added to the start, drawn from the seed
+    broker: BrokerSelector = FIRST_NODE
+
+    def problems(self) -> list[Problem]:
+        return self.trigger_problems() + positive("duration", self.duration)
+
+    def steps(self, seed: int) -> tuple[Step, ...]:
+        return self.window(seed, Do.PAUSE, Do.RESUME, self.duration)
+
+    @classmethod
+    def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
+        return {**cls.when(at, at_event), "duration": duration}
+
+
+@dataclass(frozen=True)
+class BrokerRollingRestart(Timed):
+    """``rotations`` restarts, one node at a time, each node in turn in id order from the one
+    ``start`` picks (node 1 by default: 1, 2, 3, 1, ...), as a managed service's rolling upgrade:
+    a node is stopped (SIGTERM with a controlled shutdown, or SIGKILL when ``hard``), started
+    again, and the next rotation begins once no partition is under-replicated, plus ``interval``
+    seconds (seed 002's MSK upgrade)."""
+
+    kind: ClassVar[str] = "broker-rolling-restart"
+    name: str
+    at: float | None = None
+    at_event: int | None = None
+    jitter: float = 0.0  # seconds added to the start, drawn from the seed
+    rotations: int = 3
+    interval: float = 0.0
+    hard: bool = False
+    start: BrokerSelector = FIRST_NODE
+
+    def problems(self) -> list[Problem]:
+        found = self.trigger_problems() + positive("interval", self.interval, allow_zero=True)
+        if self.rotations < 1:
+            found.append(("rotations", f"must be >= 1, got {self.rotations}"))
+        return found
+
+    def steps(self, seed: int) -> tuple[Step, ...]:
+        """Rotation r restarts one node; the next begins once every partition is fully
+        replicated again, plus ``interval`` seconds."""
+        steps = [self.opening(seed)]
+        for r in range(self.rotations):
+            first, *rest = _restart(self.hard, rotation=r)
+            steps.append(replace(first, after=self.interval) if r else first)
+            steps += [*rest, Step(Do.AWAIT_REPLICATED, rotation=r, waits=True)]
+        steps.append(Step(END))
+        return tuple(steps)
+
+    def actor(self, context: Context) -> Actor:
+        return _NodeActor(self, context, self.start, rotate=True)
+
+    def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
+        problem = self.start.refusal(setting, backend)
+        return [("start", problem)] if problem else []
+
+    @classmethod
+    def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
+        return {**cls.when(at, at_event), "rotations": 3}

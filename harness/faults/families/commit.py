@@ -1,0 +1,117 @@
+"""Commits that fail after the sink was written (seed 002: coordinator moves made commits fail).
+
+How it reaches the commits is the runtime's to say (``harness.pipeline.runtimes``): for a
+listener the fault proxy answers the consumers' OffsetCommit (and the other ``apis``) with
+``error`` - an emulation of the broker's answer, seen by the real client; for Spark, whose
+commit is its checkpoint, the runtime fails each batch between the write and the commit while
+a flag file is there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from harness.environment import Link, LinkRule
+from harness.environment.backends import BackendAbilities
+from harness.faults.base import (
+    Actor,
+    Context,
+    LinkRuleActor,
+    Problem,
+    Setting,
+    Step,
+    Timed,
+    needs_link_proxies,
+    positive,
+)
+from harness.pipeline.runtime import commit_failure_flag
+from harness.pipeline.runtimes import CommitFailureVia
+
+# Kafka's error codes and API keys the fault speaks (seed 002's log lines).
+KAFKA_ERRORS = {
+    "REQUEST_TIMED_OUT": 7,
+    "COORDINATOR_LOAD_IN_PROGRESS": 14,
+    "COORDINATOR_NOT_AVAILABLE": 15,
+    "NOT_COORDINATOR": 16,
+}
+KAFKA_APIS = {"OffsetCommit": 8, "FindCoordinator": 10, "JoinGroup": 11, "Heartbeat": 12}
+ON, OFF = "commit-failure-on", "commit-failure-off"
+
+
+@dataclass
+class _Flagger(Actor):
+    """Spark's way: a flag file in each variant's run directory while the fault lasts."""
+
+    error: str
+    context: Context
+
+    def take(self, step: Step) -> None:
+        if step.action == ON:
+            for target in self.context.targets:
+                flag = commit_failure_flag(target.run_dir)
+                flag.parent.mkdir(parents=True, exist_ok=True)
+                flag.write_text(self.error)
+        elif step.action == OFF:
+            self.undo()
+        else:
+            super().take(step)
+
+    def undo(self) -> None:
+        for target in self.context.targets:
+            commit_failure_flag(target.run_dir).unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class CommitFailure(Timed):
+    """Commits fail for ``duration`` seconds after the sink was written. Listener: the proxy
+    answers the consumers' ``apis`` requests with ``error`` (the real error, seen by the real
+    client). Spark: the batch fails between foreachBatch's write and the checkpoint commit."""
+
+    kind: ClassVar[str] = "commit-failure"
+    name: str
+    duration: float
+    at: float | None = None
+    at_event: int | None = None
+    jitter: float = 0.0  # seconds added to the start, drawn from the seed
+    error: str = "NOT_COORDINATOR"
+    apis: tuple[str, ...] = field(default=("OffsetCommit",))
+
+    def problems(self) -> list[Problem]:
+        found = self.trigger_problems() + positive("duration", self.duration)
+        if self.error not in KAFKA_ERRORS:
+            found.append(
+                ("error", f"unknown Kafka error {self.error!r} ({', '.join(KAFKA_ERRORS)})")
+            )
+        if not self.apis:
+            found.append(("apis", "name at least one API"))
+        found += [
+            ("apis", f"unknown Kafka API {api!r} ({', '.join(KAFKA_APIS)})")
+            for api in self.apis
+            if api not in KAFKA_APIS
+        ]
+        return found
+
+    def steps(self, seed: int) -> tuple[Step, ...]:
+        return self.window(seed, ON, OFF, self.duration)
+
+    def actor(self, context: Context) -> Actor:
+        if context.runtime.commit_failure is CommitFailureVia.FLAG:
+            return _Flagger(self.error, context)
+        rule = LinkRule(
+            Link.CONSUMER_KAFKA,
+            "kafka-error",
+            api_keys=tuple(KAFKA_APIS[a] for a in self.apis),
+            error_code=KAFKA_ERRORS[self.error],
+        )
+        return LinkRuleActor(context, rule, ON, OFF)
+
+    def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
+        if CommitFailureVia.PROXY in setting.commit_failure:
+            return needs_link_proxies(backend)
+        return []
+
+    @classmethod
+    def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
+        return {**cls.when(at, at_event), "duration": duration,
+                "apis": ["OffsetCommit", "Heartbeat"]}  # fmt: skip

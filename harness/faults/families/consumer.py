@@ -1,0 +1,219 @@
+"""Faults on the consumers: a crash or a freeze at a named crash point, armed inside the
+runtime (``harness.pipeline.crash``), and a kill at a time, by the nemesis."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from harness.environment.backends import BackendAbilities
+from harness.faults.base import (
+    END,
+    Actor,
+    Context,
+    Fault,
+    Problem,
+    Seen,
+    Setting,
+    Step,
+    Timed,
+    positive,
+)
+from harness.history import EventKind
+from harness.pipeline.crash import CrashPlan, CrashPoint
+
+
+class _AtPoint(Fault):
+    """Armed inside the runtime at a crash point: the nemesis has no steps for it, and the
+    history has no window (its CRASH / PAUSED events say where it struck)."""
+
+    targets_consumers: ClassVar[bool] = True
+    point: CrashPoint
+    at_batch: int
+    after_docs: int
+
+    def steps(self, seed: int) -> tuple[Step, ...]:
+        return ()
+
+    def reach(self, setting: Setting) -> tuple[str, str]:
+        batch_size, events, per_consumer = setting.batch_size, setting.events, setting.per_consumer
+        if self.point is CrashPoint.MID_WRITE and self.after_docs > batch_size:
+            return (
+                f"waits for {self.after_docs} documents of one batch, and no batch holds "
+                f"more than pipeline.batch_size ({batch_size})",
+                "",
+            )
+        if self.point is CrashPoint.MID_WRITE and self.after_docs > per_consumer:
+            return (
+                f"waits for {self.after_docs} documents of one batch, and a consumer gets "
+                f"at most {per_consumer} of the {events} events",
+                "",
+            )
+        if self.at_any_batch:
+            return "", ""
+        if self.at_batch > per_consumer:
+            return (
+                f"is planned at batch {self.at_batch}, and a consumer gets at most "
+                f"{per_consumer} of the {events} events",
+                "",
+            )
+        full_batches = math.ceil(per_consumer / batch_size)
+        if self.at_batch > full_batches:
+            readers = max(1, min(setting.consumers, setting.partitions))
+            return "", (
+                f"is planned at batch {self.at_batch}, but a consumer may read its "
+                f"{per_consumer} records in {full_batches} batch(es) of up to {batch_size}; "
+                f"give at least {self.at_batch * batch_size * readers} events, or a smaller "
+                "pipeline.batch_size"
+            )
+        return "", ""
+
+    @property
+    def at_any_batch(self) -> bool:
+        """Any batch may draw it (a seeded probability)."""
+        return False
+
+    def why_unfired(self, seen: Seen) -> str:
+        kinds = (EventKind.CRASH, EventKind.PAUSED)
+        if any(e.kind in kinds and e.fault == self.name for e in seen.events):
+            return ""
+        batches = Counter(e.source for e in seen.events if e.kind is EventKind.BATCH)
+        most = max(batches.values(), default=0)
+        where = f"{self.point.value} of batch {self.at_batch}"
+        if self.point is CrashPoint.MID_WRITE:
+            where += f" after {self.after_docs} documents"
+        return f"its point ({where}) was never reached: a consumer handled at most {most} batches"
+
+
+@dataclass(frozen=True)
+class ConsumerCrash(_AtPoint):
+    """SIGKILL a consumer at a named crash point: once, every Nth batch, or with a seeded
+    probability. The runtime is restarted after ``restart_after`` seconds."""
+
+    kind: ClassVar[str] = "consumer-crash"
+    name: str
+    point: CrashPoint
+    at_batch: int = 1
+    every: int | None = None
+    probability: float | None = None
+    times: int = 1
+    after_docs: int = 1
+    restart_after: float | None = None  # default: the pipeline's restart_delay_s
+
+    def crash_plan(self, seed: int) -> CrashPlan:
+        return CrashPlan(
+            self.point,
+            at_batch=self.at_batch,
+            every=self.every,
+            probability=self.probability,
+            seed=seed,
+            times=self.times,
+            after_docs=self.after_docs,
+            name=self.name,
+        )
+
+    @property
+    def at_any_batch(self) -> bool:
+        return self.probability is not None
+
+    def problems(self) -> list[Problem]:
+        found = self.crash_plan(0).problems()
+        if self.restart_after is not None:
+            found += positive("restart_after", self.restart_after, allow_zero=True)
+        return found
+
+    @classmethod
+    def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
+        return {"point": "after_write_before_commit", "at_batch": 2}
+
+
+@dataclass(frozen=True)
+class ConsumerPause(_AtPoint):
+    """SIGSTOP a consumer at a named point for ``duration`` seconds - a stalled (zombie) consumer
+    whose partitions move on while it is frozen, then it wakes and finishes its batch."""
+
+    kind: ClassVar[str] = "consumer-pause"
+    name: str
+    point: CrashPoint
+    duration: float
+    at_batch: int = 1
+    after_docs: int = 1
+    times: int = 1
+
+    def crash_plan(self, seed: int) -> CrashPlan:
+        return CrashPlan(
+            self.point,
+            at_batch=self.at_batch,
+            seed=seed,
+            times=self.times,
+            after_docs=self.after_docs,
+            pause_s=self.duration,
+            name=self.name,
+        )
+
+    def problems(self) -> list[Problem]:
+        # crash_plan() reports a bad duration too (as pause_s): once is enough.
+        return positive("duration", self.duration) + [
+            p for p in self.crash_plan(0).problems() if p[0] != "duration"
+        ]
+
+    @classmethod
+    def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
+        return {"point": "mid_write", "after_docs": 10, "at_batch": 2, "duration": duration}
+
+
+KILL = "kill-consumers"
+
+
+@dataclass
+class _Killer(Actor):
+    fault: ConsumerKill
+    context: Context
+
+    def take(self, step: Step) -> None:
+        if step.action != KILL:
+            super().take(step)
+        for target in self.context.targets:
+            target.supervisor.kill(self.fault.consumer)
+
+
+@dataclass(frozen=True)
+class ConsumerKill(Timed):
+    """SIGKILL the consumers (all, or the one at index ``consumer``) at a time."""
+
+    kind: ClassVar[str] = "consumer-kill"
+    targets_consumers: ClassVar[bool] = True
+    name: str
+    at: float | None = None
+    at_event: int | None = None
+    jitter: float = 0.0  # seconds added to the start, drawn from the seed
+    consumer: int | None = None
+
+    def problems(self) -> list[Problem]:
+        found = self.trigger_problems()
+        if self.consumer is not None and self.consumer < 0:
+            found.append(("consumer", f"must be >= 0, got {self.consumer}"))
+        return found
+
+    def steps(self, seed: int) -> tuple[Step, ...]:
+        return (self.opening(seed), Step(KILL), Step(END))
+
+    def actor(self, context: Context) -> Actor:
+        return _Killer(self, context)
+
+    def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
+        if (self.consumer or 0) < setting.consumers:
+            return []
+        return [
+            (
+                "consumer",
+                f"there are {setting.consumers} consumer(s) (pipeline.consumers); "
+                f"no consumer {self.consumer}",
+            )
+        ]
+
+    @classmethod
+    def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
+        return cls.when(at, at_event)

@@ -1,0 +1,86 @@
+"""MongoDB's own fault: a ``failCommand`` failpoint for the consumers' commands."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pymongo import MongoClient
+
+from harness.faults.base import Actor, Context, Problem, Step, Timed, positive
+from harness.pipeline.runtime import CONSUMER_APP
+
+ON, OFF = "failpoint-on", "failpoint-off"
+
+
+@dataclass
+class _Failpoint(Actor):
+    fault: MongoFailCommand
+    context: Context
+    on: bool = False
+
+    def _configure(self, mode: object, data: dict[str, object] | None = None) -> None:
+        client: MongoClient[dict[str, Any]] = MongoClient(self.context.env.mongo_uri)
+        with client:
+            command: dict[str, Any] = {"configureFailPoint": "failCommand", "mode": mode}
+            if data is not None:
+                command["data"] = data
+            client.admin.command(command)
+
+    def take(self, step: Step) -> None:
+        if step.action == ON:
+            fault = self.fault
+            data: dict[str, object] = {
+                "failCommands": list(fault.commands),
+                "errorCode": fault.error_code,
+                "appName": CONSUMER_APP,  # the consumers only, not the harness's own reads
+            }
+            if fault.labels:
+                data["errorLabels"] = list(fault.labels)
+            self._configure({"times": fault.times} if fault.times else "alwaysOn", data)
+            self.on = True
+        elif step.action == OFF:
+            self.undo()
+        else:
+            super().take(step)
+
+    def undo(self) -> None:
+        if self.on:
+            self._configure("off")
+            self.on = False
+
+
+@dataclass(frozen=True)
+class MongoFailCommand(Timed):
+    """A ``failCommand`` failpoint for the consumers' MongoDB commands, for ``duration`` seconds
+    (or for its first ``times`` matching commands, whichever ends first)."""
+
+    kind: ClassVar[str] = "mongo-failcommand"
+    name: str
+    commands: tuple[str, ...]
+    error_code: int
+    duration: float
+    at: float | None = None
+    at_event: int | None = None
+    jitter: float = 0.0  # seconds added to the start, drawn from the seed
+    labels: tuple[str, ...] = ()
+    times: int | None = None
+
+    def problems(self) -> list[Problem]:
+        found = self.trigger_problems() + positive("duration", self.duration)
+        if not self.commands:
+            found.append(("commands", "name at least one command, e.g. [commitTransaction]"))
+        if self.times is not None and self.times < 1:
+            found.append(("times", f"must be >= 1, got {self.times}"))
+        return found
+
+    def steps(self, seed: int) -> tuple[Step, ...]:
+        return self.window(seed, ON, OFF, self.duration)
+
+    def actor(self, context: Context) -> Actor:
+        return _Failpoint(self, context)
+
+    @classmethod
+    def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
+        return {**cls.when(at, at_event), "duration": duration,
+                "commands": ["insert", "update"], "error_code": 10107}  # fmt: skip

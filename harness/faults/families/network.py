@@ -1,0 +1,65 @@
+"""Network faults on one link, through the environment's fault proxy: cut, reset or delay."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from harness.environment import Link, LinkRule
+from harness.environment.backends import BackendAbilities
+from harness.faults.base import (
+    Actor,
+    Context,
+    LinkRuleActor,
+    Problem,
+    Setting,
+    Step,
+    Timed,
+    needs_link_proxies,
+    positive,
+)
+
+ON, OFF = "link-fault-on", "link-fault-off"
+
+
+class NetworkAction(StrEnum):
+    CUT = "cut"  # nothing gets through either way; connections stay open
+    RESET = "reset"  # connections are closed, new ones too
+    DELAY = "delay"  # delay_ms added each way
+
+
+@dataclass(frozen=True)
+class NetworkFault(Timed):
+    """Cut, reset or delay one link for ``duration`` seconds, through the environment's proxy."""
+
+    kind: ClassVar[str] = "network"
+    name: str
+    link: Link
+    action: NetworkAction
+    duration: float
+    at: float | None = None
+    at_event: int | None = None
+    jitter: float = 0.0  # seconds added to the start, drawn from the seed
+    delay_ms: int = 0
+
+    def problems(self) -> list[Problem]:
+        found = self.trigger_problems() + positive("duration", self.duration)
+        if self.action is NetworkAction.DELAY:
+            found += positive("delay_ms", self.delay_ms)
+        return found
+
+    def steps(self, seed: int) -> tuple[Step, ...]:
+        return self.window(seed, ON, OFF, self.duration)
+
+    def actor(self, context: Context) -> Actor:
+        rule = LinkRule(self.link, self.action.value, delay_ms=self.delay_ms)
+        return LinkRuleActor(context, rule, ON, OFF)
+
+    def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
+        return needs_link_proxies(backend)
+
+    @classmethod
+    def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
+        return {**cls.when(at, at_event), "duration": duration, "link": "consumer-mongo",
+                "action": "cut"}  # fmt: skip

@@ -1,0 +1,83 @@
+"""Faults the workload carries: a window of its records gets extra resends (an upstream retry
+storm) or poison records (a bad deploy). The generator writes them (``Burst``); the nemesis only
+marks the window in the history, by record counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from harness.faults.base import END, START, Fault, Problem, Seen, Setting, Step, positive
+from harness.workload.events import Kind
+from harness.workload.generator import Burst
+
+
+class _Burst(Fault):
+    record_kind: ClassVar[Kind]
+    start_event: int
+    events: int
+    fraction: float
+
+    def problems(self) -> list[Problem]:
+        found = positive("start_event", self.start_event, allow_zero=True)
+        found += positive("events", self.events)
+        if not 0 < self.fraction < 1:
+            found.append(("fraction", f"must be in (0, 1), got {self.fraction}"))
+        return found
+
+    def steps(self, seed: int) -> tuple[Step, ...]:
+        return (
+            Step(START, at_event=self.start_event),
+            Step(END, at_event=self.start_event + self.events),
+        )
+
+    def burst(self) -> Burst:
+        return Burst(
+            self.record_kind, self.start_event, self.start_event + self.events, self.fraction
+        )
+
+    def reach(self, setting: Setting) -> tuple[str, str]:
+        if self.start_event >= setting.events:
+            return (
+                f"starts at event {self.start_event} of a workload of {setting.events} events",
+                "",
+            )
+        return "", ""
+
+    def why_unfired(self, seen: Seen) -> str:
+        if seen.workload_events > self.start_event:
+            return ""
+        return (
+            f"the workload has {seen.workload_events} events and the burst starts at event "
+            f"{self.start_event}"
+        )
+
+    @classmethod
+    def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
+        return {"start_event": 100, "events": 200, "fraction": 0.2}
+
+
+@dataclass(frozen=True)
+class ProducerResend(_Burst):
+    """Records ``start_event <= seq < start_event + events`` of the workload get ``fraction``
+    more resends (an upstream retry storm)."""
+
+    kind: ClassVar[str] = "producer-resend"
+    record_kind: ClassVar[Kind] = Kind.RESEND
+    name: str
+    start_event: int
+    events: int
+    fraction: float
+
+
+@dataclass(frozen=True)
+class PoisonBurst(_Burst):
+    """A ``fraction`` of records ``start_event <= seq < start_event + events`` are poison
+    (unparseable: a bad deploy)."""
+
+    kind: ClassVar[str] = "poison"
+    record_kind: ClassVar[Kind] = Kind.POISON
+    name: str
+    start_event: int
+    events: int
+    fraction: float
