@@ -658,6 +658,16 @@ def test_a_delay_adds_at_least_its_time_each_way(env: LocalEnvironment) -> None:
     rule_id = env.add_link_rule(LinkRule(Link.PRODUCER_KAFKA, "delay", delay_ms=250))
     assert kafka_round_trip() >= 2 * 0.250  # the request, then the response, each held 250 ms
     assert env.remove_link_rule(rule_id) >= 2
+    # On one node's link only: the partition's leader is slow, another node is not.
+    leader = env.cluster_view().leader_of(topic, 0)
+    assert leader is not None
+    other = next(n for n in env.broker_ids if n != leader)
+    rule_id = env.add_link_rule(LinkRule(Link.PRODUCER_KAFKA, "delay", delay_ms=250, broker=other))
+    kafka_round_trip()
+    assert env.remove_link_rule(rule_id) == 0  # nothing went to that node, nothing was held
+    rule_id = env.add_link_rule(LinkRule(Link.PRODUCER_KAFKA, "delay", delay_ms=250, broker=leader))
+    assert kafka_round_trip() >= 2 * 0.250
+    assert env.remove_link_rule(rule_id) >= 2
 
     client: MongoClient[dict[str, Any]] = MongoClient(env.mongo_uri_for(Link.CONSUMER_MONGO))
     with client:
@@ -714,6 +724,8 @@ def test_link_rules_are_checked_before_anything_is_touched() -> None:
         LinkRule(Link.CONSUMER_KAFKA, "kafka-error", api_keys=(3,), error_code=NOT_COORDINATOR)
     with pytest.raises(LinkRuleRefused, match="unknown link fault"):
         LinkRule(Link.PRODUCER_KAFKA, "drop")
+    with pytest.raises(LinkRuleRefused, match="broker is for Kafka links"):
+        LinkRule(Link.CONSUMER_MONGO, "delay", delay_ms=5, broker=1)
 
 
 @pytest.mark.servers

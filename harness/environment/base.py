@@ -60,6 +60,8 @@ class LinkRule:
     * ``delay``: ``delay_ms`` is added to everything sent, each way.
     * ``kafka-error`` (Kafka links only): requests of ``api_keys`` are answered with
       ``error_code`` (e.g. 16 NOT_COORDINATOR) instead of reaching the broker.
+
+    ``broker`` (Kafka links only) narrows the rule to the link's connections to that node.
     """
 
     link: Link
@@ -67,6 +69,7 @@ class LinkRule:
     delay_ms: int = 0
     api_keys: tuple[int, ...] = ()
     error_code: int = 0
+    broker: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.link, Link):
@@ -75,6 +78,8 @@ class LinkRule:
             raise LinkRuleRefused(
                 f"unknown link fault {self.action!r} (choose from: {', '.join(LINK_ACTIONS)})"
             )
+        if self.broker is not None and self.link not in KAFKA_LINKS:
+            raise LinkRuleRefused(f"broker is for Kafka links; {self.link} is a MongoDB link")
         if self.action == "delay" and self.delay_ms <= 0:
             raise LinkRuleRefused(f"a delay needs delay_ms > 0, got {self.delay_ms}")
         if self.action != "delay" and self.delay_ms:

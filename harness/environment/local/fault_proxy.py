@@ -73,6 +73,8 @@ class FaultProxy(LocalServer):
 
     def add_rule(self, rule: LinkRule) -> str:
         listener, clients = link_target(rule.link)
+        if rule.broker is not None:
+            listener = f"{listener}/{rule.broker}"  # that node's listener only
         return self.control().add_rule(
             listener,
             rule.action,
