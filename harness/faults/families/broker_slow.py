@@ -1,0 +1,95 @@
+"""A slow Kafka node: ``delay_ms`` added each way to every client's connections to the one node
+``broker`` picks, for ``duration`` seconds, through the environment's fault proxy (the node's
+own replication traffic is not delayed: it does not pass the proxy). Its partitions' leaders
+answer late; the other nodes answer as before - a node on a bad disk or a noisy host."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from harness.environment import Link, LinkRule
+from harness.environment.backends import BackendAbilities
+from harness.faults.base import (
+    Actor,
+    Context,
+    Problem,
+    Setting,
+    Step,
+    Timed,
+    needs_link_proxies,
+    positive,
+)
+from harness.faults.families.broker import FIRST_NODE, BrokerSelector
+from harness.history import EventKind
+
+ON, OFF = "slow-broker-on", "slow-broker-off"
+KAFKA_LINKS = (Link.CONSUMER_KAFKA, Link.PRODUCER_KAFKA)
+
+
+@dataclass
+class _Slower(Actor):
+    fault: BrokerSlow
+    context: Context
+    node: int | None = None
+    rules: list[str] = field(default_factory=list)
+
+    @property
+    def about(self) -> str:
+        return f"node {self.node}"
+
+    def take(self, step: Step) -> None:
+        if step.action == ON:
+            self.node = self.fault.broker.node_in(self.context)
+            detail = f"node {self.node} +{self.fault.delay_ms} ms"
+            self.context.record(EventKind.FAULT_STEP, self.fault, detail=detail)
+            for link in self.fault.links:
+                rule = LinkRule(link, "delay", delay_ms=self.fault.delay_ms, broker=self.node)
+                self.rules.append(self.context.env.add_link_rule(rule))
+        elif step.action == OFF:
+            self.undo()
+        else:
+            super().take(step)
+
+    def undo(self) -> None:
+        while self.rules:
+            self.context.env.remove_link_rule(self.rules.pop())
+
+
+@dataclass(frozen=True)
+class BrokerSlow(Timed):
+    """Delay every client's traffic to one Kafka node by ``delay_ms`` each way, for
+    ``duration`` seconds (on ``links``: the consumers' and the producer's by default)."""
+
+    kind: ClassVar[str] = "broker-slow"
+    name: str
+    duration: float
+    delay_ms: int = 500
+    at: float | None = None
+    at_event: int | None = None
+    jitter: float = 0.0  # seconds added to the start, drawn from the seed
+    broker: BrokerSelector = FIRST_NODE
+    links: tuple[Link, ...] = KAFKA_LINKS
+
+    def problems(self) -> list[Problem]:
+        found = self.trigger_problems() + positive("duration", self.duration)
+        found += positive("delay_ms", self.delay_ms)
+        found += [("links", f"{link} is not a Kafka link") for link in self.links
+                  if link not in KAFKA_LINKS]  # fmt: skip
+        return found + ([("links", "name at least one Kafka link")] if not self.links else [])
+
+    def steps(self, seed: int) -> tuple[Step, ...]:
+        return self.window(seed, ON, OFF, self.duration)
+
+    def actor(self, context: Context) -> Actor:
+        return _Slower(self, context)
+
+    def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
+        found = needs_link_proxies(backend)
+        problem = self.broker.refusal(setting, backend)
+        return found + ([("broker", problem)] if problem else [])
+
+    @classmethod
+    def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
+        return {**cls.when(at, at_event), "duration": duration, "delay_ms": 500,
+                "broker": {"leader-of": 0}}  # fmt: skip
