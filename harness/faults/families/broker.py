@@ -261,11 +261,9 @@ class BrokerBounce(_OneNode):
 
 
 @dataclass(frozen=True)
-class BrokerKill(_OneNode):
-    """kill -9 a Kafka node and leave it down for ``duration`` seconds, then start it again;
-    the window ends once it is a registered broker again."""
+class _NodeWindow(_OneNode):
+    """A fault on one node that lasts ``duration`` seconds."""
 
-    kind: ClassVar[str] = "broker-kill"
     name: str
     duration: float
     at: float | None = None
@@ -275,9 +273,6 @@ class BrokerKill(_OneNode):
 
     def problems(self) -> list[Problem]:
         return self.trigger_problems() + positive("duration", self.duration)
-
-    def steps(self, seed: int) -> tuple[Step, ...]:
-        return (self.opening(seed), *_restart(True, down_for=self.duration), Step(END))
 
     @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
@@ -285,26 +280,24 @@ class BrokerKill(_OneNode):
 
 
 @dataclass(frozen=True)
-class BrokerPause(_OneNode):
+class BrokerKill(_NodeWindow):
+    """kill -9 a Kafka node and leave it down for ``duration`` seconds, then start it again;
+    the window ends once it is a registered broker again."""
+
+    kind: ClassVar[str] = "broker-kill"
+
+    def steps(self, seed: int) -> tuple[Step, ...]:
+        return (self.opening(seed), *_restart(True, down_for=self.duration), Step(END))
+
+
+@dataclass(frozen=True)
+class BrokerPause(_NodeWindow):
     """SIGSTOP a Kafka node for ``duration`` seconds: connections open, nothing answers."""
 
     kind: ClassVar[str] = "broker-pause"
-    name: str
-    duration: float
-    at: float | None = None
-    at_event: int | None = None
-    jitter: float = 0.0  # seconds added to the start, drawn from the seed
-    broker: BrokerSelector = FIRST_NODE
-
-    def problems(self) -> list[Problem]:
-        return self.trigger_problems() + positive("duration", self.duration)
 
     def steps(self, seed: int) -> tuple[Step, ...]:
         return self.window(seed, Do.PAUSE, Do.RESUME, self.duration)
-
-    @classmethod
-    def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
-        return {**cls.when(at, at_event), "duration": duration}
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,10 @@ from harness.workload.events import Kind
 from harness.workload.generator import Burst
 
 
+@dataclass(frozen=True)
 class _Burst(Fault):
     record_kind: ClassVar[Kind]
+    name: str
     start_event: int
     events: int
     fraction: float
@@ -64,10 +66,6 @@ class ProducerResend(_Burst):
 
     kind: ClassVar[str] = "producer-resend"
     record_kind: ClassVar[Kind] = Kind.RESEND
-    name: str
-    start_event: int
-    events: int
-    fraction: float
 
 
 @dataclass(frozen=True)
@@ -77,7 +75,3 @@ class PoisonBurst(_Burst):
 
     kind: ClassVar[str] = "poison"
     record_kind: ClassVar[Kind] = Kind.POISON
-    name: str
-    start_event: int
-    events: int
-    fraction: float
