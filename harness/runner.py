@@ -8,13 +8,10 @@ that crash); then the sink is read back and the checker judges it against the le
 
 from __future__ import annotations
 
-import logging
 import re
-import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.checker import LedgerArrays, check, load_ledger
@@ -23,7 +20,7 @@ from harness.errors import LabError
 from harness.faults.base import Target
 from harness.faults.fired import unfired
 from harness.faults.nemesis import Nemesis
-from harness.faults.schedule import plan
+from harness.faults.schedule import FaultPlan, plan
 from harness.history import (
     EventKind,
     HistoryEvent,
@@ -37,22 +34,16 @@ from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.kafka_log import harvest
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.runtimes import Runtime, get_runtime
-from harness.pipeline.sink import prepare_sink, read_sink
+from harness.pipeline.sink import database_for, prepare_sink, read_sink
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
 from harness.pipeline.variants import Variant, make_variant
 from harness.results import RESULTS, ScenarioResult, UntimedFault, VariantResult
+from harness.run_loop import ProducerThread, Progress, Watch, wait_until_consumed
 from harness.scenario import Scenario, VariantSpec
 from harness.workload.generator import generate
 from harness.workload.ledger import read_ledger
 from harness.workload.producer import ProduceSummary, produce
 from harness.workload.verify import missing_from_topic, topic_event_ids
-
-Progress = Callable[[str], None]
-log = logging.getLogger(__name__)
-
-
-class RunTimeout(LabError):
-    pass
 
 
 class BrokerLostData(LabError):
@@ -108,7 +99,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Lane:
     """One variant's consumers, database and history within a side-by-side run."""
 
@@ -117,18 +108,15 @@ class _Lane:
     config: RuntimeConfig
     config_path: Path
     history: HistoryWriter
-    tail: HistoryTail
-    committed: dict[int, int] = field(default_factory=dict)
-    planned: RuntimeSupervisor | None = None  # set once the group's processes are planned
+    watch: Watch
 
     @property
     def run_dir(self) -> Path:
         return Path(self.config.run_dir)
 
     @property
-    def supervisor(self) -> RuntimeSupervisor:
-        assert self.planned is not None, "a lane is used before its processes were planned"
-        return self.planned
+    def group(self) -> str:
+        return self.config.group
 
 
 def _lane(
@@ -145,7 +133,7 @@ def _lane(
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = topic.rsplit(".", 1)[-1]
     group = f"{topic}.{_slug(variant.label)}"
-    database = f"cl_{run_id}_{slug.replace('-', '_')}"[:63]
+    database = database_for(run_id, slug)
     create_topic(env.kafka_bootstrap, dead_letter_topic(group), 1)
     prepare_sink(env.mongo_uri, database, variant)
     config = RuntimeConfig(
@@ -171,18 +159,19 @@ def _lane(
     config_path.write_text(config.to_json())
     history = HistoryWriter(config.history_dir, "harness", variant.label)
     history.record(EventKind.RUN_START, detail=f"{runtime.name} {variant.label} topic {topic}")
-    return _Lane(spec, variant, config, config_path, history, HistoryTail(config.history_dir))
+    watch = Watch(variant.label, HistoryTail(config.history_dir), history, run_dir / "logs")
+    return _Lane(spec, variant, config, config_path, history, watch)
 
 
 def _supervise(
     env: Environment, scenario: Scenario, runtime: Runtime, lanes: list[_Lane], out_dir: Path
-) -> list[RuntimeSupervisor]:
+) -> dict[str, RuntimeSupervisor]:
     """Who runs which lane: a listener's consumers are processes of their own; Spark lanes share
     one driver unless a fault targets a consumer process, which must then be the lane's own
     (see ``harness.pipeline.runtimes``)."""
     targets_consumers = any(f.targets_consumers for f in scenario.faults)
 
-    def supervisor(group: list[_Lane], log_dir: Path) -> RuntimeSupervisor:
+    def supervisor(group: list[_Lane], log_dir: Path) -> dict[str, RuntimeSupervisor]:
         made = RuntimeSupervisor(
             env,
             [Lane(lane.config, lane.config_path, lane.history) for lane in group],
@@ -190,13 +179,30 @@ def _supervise(
             restart_delay=scenario.pipeline.restart_delay_s,
             log_dir=log_dir,
         )
-        for lane in group:
-            lane.planned = made
-        return made
+        return {lane.group: made for lane in group}
 
     if not runtime.process_per_consumer and not targets_consumers and len(lanes) > 1:
-        return [supervisor(lanes, out_dir / f"{lanes[0].config.topic}.logs")]
-    return [supervisor([lane], lane.run_dir / "logs") for lane in lanes]
+        return supervisor(lanes, out_dir / f"{lanes[0].config.topic}.logs")
+    return {k: v for lane in lanes for k, v in supervisor([lane], lane.run_dir / "logs").items()}
+
+
+@dataclass(frozen=True)
+class _Run:
+    """Variants side by side over one topic: what the setup made, for the run and the check."""
+
+    env: Environment
+    scenario: Scenario
+    runtime: Runtime
+    topic: str
+    ledger_path: Path
+    lanes: list[_Lane]
+    supervisor_of: dict[str, RuntimeSupervisor]  # by the lane's consumer group
+    schedule: tuple[FaultPlan, ...]
+    started: float  # monotonic
+
+    @property
+    def supervisors(self) -> list[RuntimeSupervisor]:
+        return list(dict.fromkeys(self.supervisor_of.values()))
 
 
 def run_side_by_side(
@@ -208,21 +214,54 @@ def run_side_by_side(
     progress: Progress = print,
     keep_topics: bool = True,
 ) -> list[VariantResult]:
-    """Run ``specs`` at the same time over one topic that the workload is produced into once."""
+    """Run ``specs`` at the same time over one topic that the workload is produced into once:
+    set up, play the workload and the faults, check each variant."""
+    run = _set_up(env, scenario, get_runtime(runtime), specs, out_dir)
+    summary, ledger = _play(run, progress)
+    results = _check(run, summary, ledger, progress)
+    if not keep_topics:
+        topics = [run.topic] + [dead_letter_topic(lane.group) for lane in run.lanes]
+        delete_topics(env.kafka_bootstrap, topics)
+        progress(
+            f"    deleted the run's {len(topics)} topics ({run.topic} and its dead-letter topics)"
+        )
+    return results
+
+
+def _set_up(
+    env: Environment, scenario: Scenario, runtime: Runtime, specs: list[VariantSpec], out_dir: Path
+) -> _Run:
+    """The run's topic, and each variant's lane: its consumer group, database, configuration,
+    history and who supervises its consumers."""
     started = time.monotonic()
-    rt = get_runtime(runtime)
     run_id = uuid.uuid4().hex[:6]
-    topic = f"{scenario.name}.{runtime}.{run_id}"
+    topic = f"{scenario.name}.{runtime.name}.{run_id}"
     create_topic(env.kafka_bootstrap, topic, scenario.partitions)
-    lanes = [_lane(env, scenario, rt, spec, topic, out_dir) for spec in specs]
-    supervisors = _supervise(env, scenario, rt, lanes, out_dir)
-    ledger_path = out_dir / f"{runtime}-{run_id}.ledger.csv"
-    producer = _ProducerThread(
+    lanes = [_lane(env, scenario, runtime, spec, topic, out_dir) for spec in specs]
+    return _Run(
+        env,
+        scenario,
+        runtime,
+        topic,
+        out_dir / f"{runtime.name}-{run_id}.ledger.csv",
+        lanes,
+        _supervise(env, scenario, runtime, lanes, out_dir),
+        plan(scenario.faults, scenario.seed),
+        started,
+    )
+
+
+def _play(run: _Run, progress: Progress) -> tuple[ProduceSummary, LedgerArrays]:
+    """Consumers, producer and nemesis, until every lane has consumed everything; everything
+    started here is stopped, and every fault undone, however it ends. Returns the producer's
+    summary and its ledger (read once, when the producer is done: complete then)."""
+    env, scenario = run.env, run.scenario
+    producer = ProducerThread(
         lambda stop, on_ack: produce(
             generate(scenario.workload),
             bootstrap=env.kafka_bootstrap_for(Link.PRODUCER_KAFKA),
-            topic=topic,
-            ledger_path=ledger_path,
+            topic=run.topic,
+            ledger_path=run.ledger_path,
             rate=scenario.rate,
             stop=stop,
             on_ack=on_ack,
@@ -230,83 +269,79 @@ def run_side_by_side(
             seed=scenario.seed,
         )
     )
-    schedule = plan(scenario.faults, scenario.seed)
-    nemesis = Nemesis(
-        env,
-        schedule,
-        rt,
-        [
-            Target(
-                HistoryWriter(lane.config.history_dir, "nemesis", lane.variant.label),
-                lane.supervisor,
-                lane.run_dir,
-                label=lane.variant.label,
-                name=lane.spec.name,
-                group=lane.config.group,
-            )
-            for lane in lanes
-        ],
-        topic=topic,
-    )
+    targets = [
+        Target(
+            HistoryWriter(lane.config.history_dir, "nemesis", lane.variant.label),
+            run.supervisor_of[lane.group],
+            lane.run_dir,
+            label=lane.variant.label,
+            name=lane.spec.name,
+            group=lane.group,
+        )
+        for lane in run.lanes
+    ]
+    nemesis = Nemesis(env, run.schedule, run.runtime, targets, topic=run.topic)
+    supervisors = run.supervisors
     try:
         for supervisor in supervisors:
             supervisor.start()
         producer.start()
-        summary = _wait_until_consumed(
-            lanes,
+        ledger: list[LedgerArrays] = []
+
+        def end_offsets() -> dict[int, int]:
+            ledger.append(load_ledger(run.ledger_path))
+            return ledger[0].end_offsets()
+
+        summary = wait_until_consumed(
+            [lane.watch for lane in run.lanes],
             supervisors,
             producer,
             nemesis,
-            ledger_path,
+            end_offsets,
             scenario.pipeline.timeout_s,
             progress,
         )
+        return summary, ledger[0]
     finally:
         producer.stop()
         nemesis.restore()
         stop_all(supervisors)
+
+
+def _check(
+    run: _Run, summary: ProduceSummary, ledger: LedgerArrays, progress: Progress
+) -> list[VariantResult]:
+    """The topic holds what was acknowledged; each lane's sink is judged against the ledger."""
     # Checked once the consumers are done, not when the producer is: reading the whole topic
     # takes seconds on a three-node cluster, and the fault schedule must not wait for it
     # (measured: a bounce planned at +2.5 s started at +5.7 s).
-    _verify_stored(env.kafka_bootstrap, topic, ledger_path)
-    for lane in lanes:
-        if rt.group_member:  # its client logs hold the coordinators' errors
-            for consumer in lane.supervisor.consumers:
+    _verify_stored(run.env.kafka_bootstrap, run.topic, run.ledger_path)
+    for lane in run.lanes:
+        if run.runtime.group_member:  # its client logs hold the coordinators' errors
+            for consumer in run.supervisor_of[lane.group].consumers:
                 harvest(consumer.log, lane.config.history_dir, consumer.name, lane.variant.label)
-
-    ledger = load_ledger(ledger_path)
-    seconds = time.monotonic() - started
+    seconds = time.monotonic() - run.started
     # The consumers' own faults (crash points) have no window in the history: named here.
-    untimed = tuple(UntimedFault(p.name, p.fault.kind) for p in schedule if not p.steps)
-    results = [
-        _judge(env, scenario, lane, ledger, ledger_path, summary, seconds, untimed, progress)
-        for lane in lanes
-    ]
-    if not keep_topics:
-        topics = [topic] + [dead_letter_topic(lane.config.group) for lane in lanes]
-        delete_topics(env.kafka_bootstrap, topics)
-        progress(f"    deleted the run's {len(topics)} topics ({topic} and its dead-letter topics)")
-    return results
+    untimed = tuple(UntimedFault(p.name, p.fault.kind) for p in run.schedule if not p.steps)
+    return [_judge(run, lane, ledger, summary, seconds, untimed, progress) for lane in run.lanes]
 
 
 def _judge(
-    env: Environment,
-    scenario: Scenario,
+    run: _Run,
     lane: _Lane,
     ledger: LedgerArrays,
-    ledger_path: Path,
     summary: ProduceSummary,
     seconds: float,
     untimed: tuple[UntimedFault, ...],
     progress: Progress,
 ) -> VariantResult:
-    config = lane.config
+    config, scenario, supervisor = lane.config, run.scenario, run.supervisor_of[lane.group]
     lane.history.record(EventKind.PRODUCED, count=summary.acked)
     sink = read_sink(
-        env.mongo_uri,
+        run.env.mongo_uri,
         config.database,
         lane.variant,
-        bootstrap=env.kafka_bootstrap,
+        bootstrap=run.env.kafka_bootstrap,
         topic=config.topic,
         group=config.group,
     )
@@ -315,20 +350,19 @@ def _judge(
     events = read_history(config.history_dir)
     verdict = check(ledger, sink, produced=summary.produced, windows=fault_windows(events))
     expectations = scenario.expectations_for(lane.spec, config.runtime)
-    failures = tuple(f for e in expectations if (f := e.failure(verdict)) is not None)
     result = VariantResult(
         runtime=config.runtime,
         variant=lane.variant.label,
         verdict=verdict,
         events_per_s=_throughput(events, summary.acked),
         seconds=seconds,
-        restarts=lane.supervisor.restarts,
-        crashes=lane.supervisor.crashes,
+        restarts=supervisor.restarts,
+        crashes=supervisor.crashes,
         faults=untimed,
         expectations=tuple(str(e) for e in expectations),
-        failures=failures,
+        failures=tuple(f for e in expectations if (f := e.failure(verdict)) is not None),
         directory=lane.run_dir,
-        ledger=ledger_path,
+        ledger=run.ledger_path,
         unfired=unfired(scenario.faults, events, scenario.workload.events),
     )
     progress(
@@ -340,125 +374,6 @@ def _judge(
     for u in result.unfired:
         progress(f"      {u}")
     return result
-
-
-class _ProducerThread:
-    """The producer runs beside the consumers, as it would in production."""
-
-    def __init__(
-        self, body: Callable[[threading.Event, Callable[[int], None]], ProduceSummary]
-    ) -> None:
-        self._stop = threading.Event()
-        self._body = body
-        self.summary: ProduceSummary | None = None
-        self.error: BaseException | None = None
-        self.acked = 0  # written by the producer thread, read by the run's loop
-        self._thread = threading.Thread(target=self._run, name="producer", daemon=True)
-
-    def _run(self) -> None:
-        def count(acked: int) -> None:
-            self.acked = acked
-
-        try:
-            self.summary = self._body(self._stop, count)
-        except BaseException as exc:
-            self.error = exc
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def done(self) -> bool:
-        if self.error is not None:
-            raise LabError(f"the producer failed: {self.error}") from self.error
-        return self.summary is not None
-
-    def stop(self, timeout: float = 60.0) -> None:
-        """Ask the producer to stop, and wait for it up to ``timeout`` seconds (it flushes what
-        it has in flight); a thread cannot be killed, so a producer stuck past that is logged
-        and left to die with the process (it is a daemon thread)."""
-        self._stop.set()
-        self._thread.join(timeout=timeout)
-        if self._thread.is_alive():
-            log.warning("the producer did not stop within %.0f s; leaving it behind", timeout)
-
-
-def _end_offsets_of(ledger_path: Path) -> dict[int, int]:
-    ledger = load_ledger(ledger_path)
-    ends: dict[int, int] = {}
-    for p, o in zip(ledger.partition.tolist(), ledger.offset.tolist(), strict=True):
-        ends[p] = max(ends.get(p, 0), o + 1)
-    return ends
-
-
-def _wait_until_consumed(
-    lanes: list[_Lane],
-    supervisors: list[RuntimeSupervisor],
-    producer: _ProducerThread,
-    nemesis: Nemesis,
-    ledger_path: Path,
-    timeout: float,
-    progress: Progress,
-) -> ProduceSummary:
-    """Until every lane's consumers committed past every acknowledged record and the fault
-    schedule has played out, restarting consumers that crash; returns the producer's summary."""
-    deadline = time.monotonic() + timeout
-    targets: dict[int, int] | None = None
-    reported = time.monotonic()
-    running: set[str] = set()  # lanes whose consumers handled a batch
-    clock: float | None = None  # when all of them had: the fault schedule's zero
-    finished: set[str] = set()  # lanes whose consumers committed past every acknowledged record
-    while True:
-        if clock is None and len(running) == len(lanes):
-            clock = time.monotonic()
-        nemesis.tick(
-            None if clock is None else time.monotonic() - clock,
-            producer.acked,
-            produced_all=targets is not None,
-        )
-        for supervisor in supervisors:
-            supervisor.check()
-        for lane in lanes:
-            for event in lane.tail.new_events():
-                if event.kind is EventKind.BATCH:
-                    running.add(lane.config.group)
-                if event.kind is EventKind.COMMIT:
-                    for p, offset in event.offsets.items():
-                        lane.committed[p] = max(lane.committed.get(p, 0), offset)
-        if targets is None and producer.done():
-            targets = _end_offsets_of(ledger_path)
-        behind = [lane for lane in lanes if not _caught_up(lane.committed, targets)]
-        for lane in lanes:
-            if lane not in behind and lane.config.group not in finished:
-                finished.add(lane.config.group)
-                lane.history.record(EventKind.CAUGHT_UP)
-        # Once the work is done, a fault that has not started would hit nothing: it is not
-        # started (it did not fire; the result says so). One under way plays out.
-        if not behind and not nemesis.busy:
-            assert producer.summary is not None
-            return producer.summary
-        now = time.monotonic()
-        if now > deadline:
-            raise RunTimeout(
-                "consumers did not catch up within "
-                f"{timeout:.0f}s: "
-                + "; ".join(
-                    f"{lane.variant.label} committed {lane.committed} of {targets} "
-                    f"(see {lane.run_dir}/logs)"
-                    for lane in behind
-                )
-            )
-        if now - reported > 10:
-            goal = sum(targets.values()) if targets else "?"
-            done = ", ".join(
-                f"{lane.variant.label} {sum(lane.committed.values())}" for lane in lanes
-            )
-            progress(f"    committed of {goal}: {done}")
-            reported = now
-        time.sleep(0.1)
-
-
-def _caught_up(committed: dict[int, int], targets: dict[int, int] | None) -> bool:
-    return targets is not None and all(committed.get(p, 0) >= e for p, e in targets.items())
 
 
 def _verify_stored(bootstrap: str, topic: str, ledger_path: Path) -> None:

@@ -759,3 +759,16 @@ def test_rows_acked_without_an_offset_are_left_out_of_offset_checks() -> None:
     assert (verdict.expected, verdict.lost, verdict.duplicates) == (2, 0, 0)
     assert verdict.offsets_consistent is True
     assert (verdict.dead_lettered, verdict.poison_missing) == (0, 0)
+
+
+def test_end_offsets_are_one_past_each_partitions_last_ack() -> None:
+    ledger = LedgerArrays(
+        order_id=[1, 2, 3, 4],
+        version=[1, 1, 1, 1],
+        kind=[0, 0, 0, 0],
+        partition=[0, 1, 0, 2],
+        offset=[7, 3, 2, -1],  # partition 2's ack carried no offset
+        acked_at=[0.0, 0.0, 0.0, 0.0],
+    )
+    assert ledger.end_offsets() == {0: 8, 1: 4, 2: 0}
+    assert LedgerArrays([], [], [], [], [], []).end_offsets() == {}

@@ -109,6 +109,14 @@ class LedgerArrays:
     def __len__(self) -> int:
         return len(self.order_id)
 
+    def end_offsets(self) -> dict[int, int]:
+        """Partition -> the offset after its last acknowledged record: a consumer that
+        committed that far has read everything (an ack without an offset, -1, counts 0)."""
+        ends: dict[int, int] = {}
+        for p, o in zip(self.partition.tolist(), self.offset.tolist(), strict=True):
+            ends[p] = max(ends.get(p, 0), o + 1)
+        return ends
+
     @classmethod
     def from_rows(cls, rows: Iterable[LedgerRow], *, topic: str | None = None) -> Self:
         """Columns from ledger rows (e.g. ``read_ledger(path)``); see `select_topic`."""

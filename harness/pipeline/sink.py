@@ -18,6 +18,12 @@ from harness.pipeline.variants import Variant
 CURSOR_BATCH = 10_000
 
 
+def database_for(run_id: str, lane: str) -> str:
+    """The database of one variant's lane in one run: its own, so runs never share a sink
+    (MongoDB allows 63 characters in a database name)."""
+    return f"cl_{run_id}_{lane.replace('-', '_')}"[:63]
+
+
 def prepare_sink(mongo_uri: str, database: str, variant: Variant) -> None:
     """Whatever ``variant`` needs in its fresh database before the first write (indexes...)."""
     client: MongoClient[dict[str, Any]] = MongoClient(mongo_uri)

@@ -1,0 +1,179 @@
+"""A run's middle: the producer sends the workload while the consumers work and the nemesis
+plays the fault schedule, until every lane has committed past every acknowledged record.
+
+The loop sees its parts only through narrow interfaces (Jepsen's ``core.clj`` run loop, with
+its noop client and nemesis, is the model): a lane is its history, read as it grows; the
+producer says how many records were acknowledged and when it is done; a supervisor is checked;
+the nemesis ticks. So ``tests/test_run_loop.py`` drives it with histories it writes itself,
+and no server.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from harness.errors import LabError
+from harness.history import EventKind, HistoryTail, HistoryWriter
+from harness.workload.producer import ProduceSummary
+
+Progress = Callable[[str], None]
+log = logging.getLogger(__name__)
+POLL_S = 0.1  # how often the loop looks at the histories, the producer and the consumers
+
+
+class RunTimeout(LabError):
+    pass
+
+
+class Producing(Protocol):
+    @property
+    def acked(self) -> int: ...  # records acknowledged so far
+
+    @property
+    def summary(self) -> ProduceSummary | None: ...
+
+    def done(self) -> bool: ...  # raises if the producer failed
+
+
+class Checked(Protocol):
+    """Consumer processes: ``check`` restarts the ones that died, as the scenario says."""
+
+    def check(self) -> None: ...
+
+
+class Ticking(Protocol):
+    """The nemesis."""
+
+    @property
+    def busy(self) -> bool: ...  # a fault has started and has steps left
+
+    def tick(self, elapsed: float | None, acked: int, *, produced_all: bool = False) -> None: ...
+
+
+@dataclass
+class Watch:
+    """One lane as the loop sees it: its history as it grows, and what its consumers committed."""
+
+    label: str  # the variant's
+    tail: HistoryTail
+    history: HistoryWriter  # the harness's own writer in the lane's history (CAUGHT_UP)
+    logs: Path  # where to look when it does not catch up
+    committed: dict[int, int] = field(default_factory=dict)  # partition -> next offset
+    running: bool = False  # its consumers handled a batch
+    finished: bool = False  # committed past every acknowledged record
+
+    def read(self) -> None:
+        for event in self.tail.new_events():
+            if event.kind is EventKind.BATCH:
+                self.running = True
+            if event.kind is EventKind.COMMIT:
+                for p, offset in event.offsets.items():
+                    self.committed[p] = max(self.committed.get(p, 0), offset)
+
+    def caught_up(self, targets: dict[int, int] | None) -> bool:
+        return targets is not None and all(
+            self.committed.get(p, 0) >= end for p, end in targets.items()
+        )
+
+
+def wait_until_consumed(
+    watches: Sequence[Watch],
+    supervisors: Sequence[Checked],
+    producer: Producing,
+    nemesis: Ticking,
+    end_offsets: Callable[[], dict[int, int]],
+    timeout: float,
+    progress: Progress,
+) -> ProduceSummary:
+    """Until every lane's consumers committed past every acknowledged record (``end_offsets``,
+    asked once the producer is done) and the fault schedule has played out, restarting
+    consumers that crash; returns the producer's summary. The fault schedule's clock starts
+    once every lane's consumers handled a batch."""
+    deadline = time.monotonic() + timeout
+    targets: dict[int, int] | None = None
+    reported = time.monotonic()
+    clock: float | None = None
+    while True:
+        if clock is None and all(w.running for w in watches):
+            clock = time.monotonic()
+        nemesis.tick(
+            None if clock is None else time.monotonic() - clock,
+            producer.acked,
+            produced_all=targets is not None,
+        )
+        for supervisor in supervisors:
+            supervisor.check()
+        for watch in watches:
+            watch.read()
+        if targets is None and producer.done():
+            targets = end_offsets()
+        behind = [w for w in watches if not w.caught_up(targets)]
+        for watch in watches:
+            if watch not in behind and not watch.finished:
+                watch.finished = True
+                watch.history.record(EventKind.CAUGHT_UP)
+        # Once the work is done, a fault that has not started would hit nothing: it is not
+        # started (it did not fire; the result says so). One under way plays out.
+        if not behind and not nemesis.busy:
+            assert producer.summary is not None
+            return producer.summary
+        now = time.monotonic()
+        if now > deadline:
+            raise RunTimeout(
+                f"consumers did not catch up within {timeout:.0f}s: "
+                + "; ".join(
+                    f"{w.label} committed {w.committed} of {targets} (see {w.logs})" for w in behind
+                )
+            )
+        if now - reported > 10:
+            goal = sum(targets.values()) if targets else "?"
+            done = ", ".join(f"{w.label} {sum(w.committed.values())}" for w in watches)
+            progress(f"    committed of {goal}: {done}")
+            reported = now
+        time.sleep(POLL_S)
+
+
+class ProducerThread:
+    """The producer runs beside the consumers, as it would in production."""
+
+    def __init__(
+        self, body: Callable[[threading.Event, Callable[[int], None]], ProduceSummary]
+    ) -> None:
+        self._stop = threading.Event()
+        self._body = body
+        self.summary: ProduceSummary | None = None
+        self.error: BaseException | None = None
+        self.acked = 0  # written by the producer thread, read by the run's loop
+        self._thread = threading.Thread(target=self._run, name="producer", daemon=True)
+
+    def _run(self) -> None:
+        def count(acked: int) -> None:
+            self.acked = acked
+
+        try:
+            self.summary = self._body(self._stop, count)
+        except BaseException as exc:
+            self.error = exc
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def done(self) -> bool:
+        if self.error is not None:
+            raise LabError(f"the producer failed: {self.error}") from self.error
+        return self.summary is not None
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Ask the producer to stop, and wait for it up to ``timeout`` seconds (it flushes what
+        it has in flight); a thread cannot be killed, so a producer stuck past that is logged
+        and left to die with the process (it is a daemon thread)."""
+        self._stop.set()
+        self._thread.join(timeout=timeout)
+        if self._thread.is_alive():
+            log.warning("the producer did not stop within %.0f s; leaving it behind", timeout)

@@ -1,0 +1,120 @@
+"""The run's wait loop, driven without servers: the lanes are histories this test writes as a
+consumer would (BATCH, then COMMIT with offsets), the producer is a summary it hands over, the
+nemesis plays a producer burst (which touches no server)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from harness.faults.base import Target
+from harness.faults.kinds import parse_fault
+from harness.faults.nemesis import Nemesis
+from harness.faults.schedule import plan
+from harness.history import EventKind, HistoryTail, HistoryWriter, fault_windows, read_history
+from harness.pipeline.runtimes import LISTENER
+from harness.run_loop import RunTimeout, Watch, wait_until_consumed
+from harness.workload.producer import ProduceSummary
+
+ENDS = {0: 40, 1: 60}  # the next offset after the last acknowledged record, per partition
+
+
+@dataclass
+class Producer:
+    acked: int = 0
+    summary: ProduceSummary | None = None
+
+    def done(self) -> bool:
+        return self.summary is not None
+
+
+@dataclass
+class Consumer:
+    """Each check, one batch of ``step`` records per partition, committed at once; with
+    ``stuck`` it never commits past ``stuck``."""
+
+    history: HistoryWriter
+    producer: Producer
+    step: int = 20
+    stuck: int | None = None
+    next: dict[int, int] = field(default_factory=dict)
+    checks: int = 0
+
+    def check(self) -> None:
+        self.checks += 1
+        if self.checks == 3:  # the producer finishes while the consumers work
+            self.producer.summary = ProduceSummary(produced=100, acked=100, failed=0, seconds=1)
+        self.producer.acked = min(100, self.checks * 30)
+        self.history.record(EventKind.BATCH, count=self.step)
+        for p, end in ENDS.items():
+            at = min(end, self.next.get(p, 0) + self.step)
+            self.next[p] = at if self.stuck is None else min(at, self.stuck)
+        self.history.record(EventKind.COMMIT, offsets=dict(self.next))
+
+
+def lane(tmp_path: Path, label: str) -> tuple[Watch, HistoryWriter]:
+    directory = tmp_path / label
+    harness = HistoryWriter(directory, "harness", label)
+    return Watch(label, HistoryTail(directory), harness, directory / "logs"), HistoryWriter(
+        directory, "listener-0", label
+    )
+
+
+def nemesis(tmp_path: Path, watches: list[Watch], faults: list[dict]) -> Nemesis:
+    parsed = tuple(parse_fault(f, f"f{i}") for i, f in enumerate(faults))
+    targets = [Target(HistoryWriter(w.tail.directory, "nemesis", w.label), None, tmp_path)  # type: ignore[arg-type]
+               for w in watches]  # fmt: skip
+    # A producer burst acts on no server and no consumer: the nemesis needs no environment.
+    return Nemesis(None, plan(parsed, 1), LISTENER, targets)  # type: ignore[arg-type]
+
+
+def test_it_returns_once_every_lane_committed_past_every_acknowledged_record(
+    tmp_path: Path,
+) -> None:
+    producer = Producer()
+    (fast, fast_out), (slow, slow_out) = lane(tmp_path, "fast"), lane(tmp_path, "slow")
+    consumers = [Consumer(fast_out, producer, step=30), Consumer(slow_out, producer, step=10)]
+    burst = {"kind": "poison", "start_event": 10, "events": 50, "fraction": 0.1}
+    summary = wait_until_consumed(
+        [fast, slow], consumers, producer, nemesis(tmp_path, [fast, slow], [burst]),
+        lambda: dict(ENDS), timeout=30, progress=lambda _m: None,
+    )  # fmt: skip
+    assert summary.acked == 100
+    assert fast.committed == ENDS and slow.committed == ENDS
+    assert consumers[1].checks == 6  # the slow lane needs 60 / 10 batches; the loop waited
+    for watch in (fast, slow):
+        events = read_history(watch.tail.directory)
+        assert [e.kind for e in events].count(EventKind.CAUGHT_UP) == 1
+        assert [w.name for w in fault_windows(events)] == ["f0"]  # the burst played out
+
+
+def test_a_lane_that_never_catches_up_times_out_naming_it(tmp_path: Path) -> None:
+    producer = Producer()
+    (good, good_out), (stuck, stuck_out) = lane(tmp_path, "good"), lane(tmp_path, "stuck")
+    consumers = [Consumer(good_out, producer), Consumer(stuck_out, producer, stuck=30)]
+    with pytest.raises(RunTimeout) as caught:
+        wait_until_consumed(
+            [good, stuck], consumers, producer, nemesis(tmp_path, [good, stuck], []),
+            lambda: dict(ENDS), timeout=1.5, progress=lambda _m: None,
+        )  # fmt: skip
+    message = str(caught.value)
+    assert "stuck committed {0: 30, 1: 30} of {0: 40, 1: 60}" in message
+    assert "good committed" not in message
+    assert good.finished and not stuck.finished
+
+
+def test_the_fault_clock_starts_once_every_lane_handled_a_batch(tmp_path: Path) -> None:
+    producer = Producer()
+    (first, first_out), (idle, _) = lane(tmp_path, "first"), lane(tmp_path, "idle")
+    timed = {"kind": "consumer-kill", "at": 0}  # due at +0 s of the schedule's clock
+    fault_nemesis = nemesis(tmp_path, [first, idle], [timed])
+    with pytest.raises(RunTimeout):
+        wait_until_consumed(
+            [first, idle], [Consumer(first_out, producer)], producer, fault_nemesis,
+            lambda: dict(ENDS), timeout=1.0, progress=lambda _m: None,
+        )  # fmt: skip
+    # The idle lane never handled a batch: the clock never started, the kill never fired.
+    assert first.running and not idle.running
+    assert not any(e.kind is EventKind.FAULT_START for e in read_history(first.tail.directory))
