@@ -53,7 +53,7 @@ format: $(STAMP)
 bench: $(STAMP) jars
 	$(BIN)/python tests/benchmarks/bench_startup.py
 	$(BIN)/python tests/benchmarks/bench_checker.py
-	$(BIN)/python tests/benchmarks/bench_kafka_source.py
+	$(BIN)/python tests/benchmarks/bench_runtimes.py
 	$(BIN)/python tests/benchmarks/bench_mongo_writes.py
 
 lab: $(STAMP) jars

@@ -101,10 +101,11 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    """Fetch the Java jars the lab runs (Apache Kafka's broker) with Maven, once."""
-    kafka = jars.kafka()
-    jars.fetch(kafka, progress=say)
-    say(f"{kafka.name} {kafka.version}: {len(kafka.jars())} jars in {kafka.directory}")
+    """Fetch the Java jars the lab runs (Apache Kafka's broker, Spark's Kafka connector) with
+    Maven, once."""
+    for jar_set in jars.every_set():
+        jars.fetch(jar_set, progress=say)
+        say(f"{jar_set.name} {jar_set.version}: {len(jar_set.jars())} jars in {jar_set.directory}")
     return 0
 
 
@@ -300,7 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     down.set_defaults(handler=cmd_down)
 
     fetch = sub.add_parser(
-        "fetch", help="fetch Apache Kafka's jars with Maven (once; make runs it)"
+        "fetch",
+        help="fetch Kafka's and Spark's Kafka connector's jars with Maven (once; make runs it)",
     )
     fetch.set_defaults(handler=cmd_fetch)
 

@@ -82,6 +82,8 @@ def _package(name: str) -> Check:
     detail = version
     if name == "confluent-kafka":
         detail += f" (librdkafka {libversion()[0]})"
+    if name == "pyspark" and (problem := jars.pyspark_problem()):
+        return Check(name, False, problem)
     return Check(name, True, detail)
 
 
@@ -94,11 +96,13 @@ def _maven() -> Check:
     return Check("maven", out.returncode == 0, re.sub(r"\x1b\[[0-9;]*m", "", first).strip())
 
 
-def _kafka_jars() -> Check:
-    kafka = jars.kafka()
-    if not kafka.fetched:
-        return Check("kafka", False, f"{kafka.version} not fetched (run: make, or chaoslab fetch)")
-    return Check("kafka", True, f"{kafka.version}, {len(kafka.jars())} jars in {kafka.directory}")
+def _jars(jar_set: jars.JarSet) -> Check:
+    if not jar_set.fetched:
+        return Check(
+            jar_set.name, False, f"{jar_set.version} not fetched (run: make, or chaoslab fetch)"
+        )
+    count = len(jar_set.jars())
+    return Check(jar_set.name, True, f"{jar_set.version}, {count} jars in {jar_set.directory}")
 
 
 def _docker() -> Check:
@@ -108,12 +112,17 @@ def _docker() -> Check:
 
 def diagnose() -> Diagnosis:
     checks = (
-        _python(), _java(), _maven(), _kafka_jars(), *(_package(p) for p in PACKAGES), _docker()
-    )  # fmt: skip
+        _python(),
+        _java(),
+        _maven(),
+        *(_jars(j) for j in jars.every_set()),
+        *(_package(p) for p in PACKAGES),
+        _docker(),
+    )
     by_name = {c.name: c for c in checks}
-    local_needs = ("python", "java", "kafka", "pyspark", "secantusdb")
+    local_needs = ("python", "java", "kafka", "spark-kafka", "pyspark", "secantusdb")
     missing = [f"{n}: {by_name[n].detail}" for n in local_needs if not by_name[n].ok]
-    if not by_name["kafka"].ok and not by_name["maven"].ok:
+    if not (by_name["kafka"].ok and by_name["spark-kafka"].ok) and not by_name["maven"].ok:
         missing.append(f"maven: {by_name['maven'].detail}")
     local = BackendVerdict(
         "local",

@@ -1,6 +1,7 @@
 """The Java jars the lab runs, fetched once with Maven and reused (offline) after that.
 
-Each set is a POM in ``harness/maven`` (``kafka.pom.xml``: an Apache Kafka broker). ``fetch``
+Each set is a POM in ``harness/maven`` (``kafka.pom.xml``: an Apache Kafka broker;
+``spark-kafka.pom.xml``: Spark's Kafka connector, for the Spark runtime). ``fetch``
 runs ``mvn dependency:copy-dependencies`` into the project's ``.chaoslab/jars/NAME-VERSION``
 (git ignores it) and marks the folder complete; Maven's own defaults say where the jars come
 from. ``chaoslab fetch`` (which ``make`` runs) and ``chaoslab doctor`` use this module.
@@ -8,6 +9,7 @@ from. ``chaoslab fetch`` (which ``make`` runs) and ``chaoslab doctor`` use this 
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 import time
@@ -15,6 +17,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
+from importlib import metadata
 from pathlib import Path
 
 from harness.errors import LabError
@@ -72,6 +75,56 @@ def jar_set(name: str) -> JarSet:
 
 def kafka() -> JarSet:
     return jar_set("kafka")
+
+
+def spark_kafka() -> JarSet:
+    """Spark's Kafka connector, at exactly the PySpark version the project pins."""
+    return jar_set("spark-kafka")
+
+
+def every_set() -> tuple[JarSet, ...]:
+    return (kafka(), spark_kafka())
+
+
+def artifact(jar: Path) -> str:
+    """``kafka-clients`` of ``kafka-clients-3.9.2.jar``."""
+    return jar.name.rsplit("-", 1)[0]
+
+
+def pyspark_problem() -> str | None:
+    """Why the installed PySpark cannot load the fetched connector (None if it can)."""
+    want = spark_kafka().version
+    try:
+        installed = metadata.version("pyspark")
+    except metadata.PackageNotFoundError:
+        return "pyspark is not installed (run: make)"
+    if installed == want:
+        return None
+    return (
+        f"pyspark {installed} is installed, but Spark's Kafka connector is {want}; the two must "
+        f"match (run: make - pyproject.toml pins pyspark=={want})"
+    )
+
+
+def spark_connector_jars() -> tuple[str, ...]:
+    """The connector's jars for ``spark.jars``: local files, fetched once, only those the
+    PySpark install lacks. JarsMissing says what to do when they cannot be used."""
+    problem = pyspark_problem()
+    if problem:
+        raise JarsMissing(problem)
+    connector = spark_kafka()
+    connector.classpath()  # JarsMissing if not fetched
+    spec = importlib.util.find_spec("pyspark")
+    assert spec is not None and spec.origin is not None  # pyspark_problem found it installed
+    return tuple(str(j) for j in missing_from(connector, Path(spec.origin).parent / "jars"))
+
+
+def missing_from(jars: JarSet, installed: Path) -> list[Path]:
+    """The set's jars whose artifact is not among ``installed``'s jars (a Spark install's own
+    folder): Maven also brings Spark's own dependencies (Scala, Hadoop's client, slf4j) at
+    other versions, which must not shadow the install's."""
+    present = {artifact(j) for j in installed.glob("*.jar")}
+    return [j for j in jars.jars() if artifact(j) not in present]
 
 
 def maven() -> str | None:

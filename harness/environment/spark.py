@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
 from harness.environment.jvm import LIGHT_JVM
+from harness.jars import spark_connector_jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -53,6 +54,7 @@ class SparkSettings:
     local_dir: str  # scratch space (shuffle, spills)
     log_dir: str
     log_config: str  # log4j2 properties file
+    jars: tuple[str, ...] = ()  # local jar files for spark.jars (Spark's Kafka connector)
 
     @classmethod
     def for_directory(cls, directory: Path, master: str) -> Self:
@@ -64,6 +66,7 @@ class SparkSettings:
             local_dir=str(spark_dir / "local"),
             log_dir=str(directory / "logs"),
             log_config=str(spark_dir / "log4j2.properties"),
+            jars=spark_connector_jars(),
         )
 
     def prepare(self) -> None:
@@ -80,7 +83,8 @@ class SparkSettings:
 
     @classmethod
     def from_json(cls, text: str) -> Self:
-        return cls(**json.loads(text))
+        raw = json.loads(text)
+        return cls(**{**raw, "jars": tuple(raw.get("jars", ()))})
 
 
 def spark_session(
@@ -115,6 +119,12 @@ def spark_session(
         "spark.sql.codegen.wholeStage": "false",
         "spark.sql.adaptive.enabled": "false",
         "spark.executor.memory": "1g",
+        # How long the JVM waits for a Python worker it started to connect back (default 15 s).
+        # Measured: a worker missed 15 s on a 2-core machine running a second Spark driver and a
+        # pip install beside the suite, and the query failed while initializing.
+        "spark.python.authenticate.socketTimeout": "120s",
+        # Local files, fetched once at setup: nothing is downloaded when a session starts.
+        **({"spark.jars": ",".join(settings.jars)} if settings.jars else {}),
         **(conf or {}),
     }
     builder = SparkSession.builder.master(settings.master).appName(app_name)

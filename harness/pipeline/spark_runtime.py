@@ -1,5 +1,6 @@
-"""The Spark runtime: Structured Streaming over the lab's Python Kafka source, with the variant
-called from ``foreachBatch``. Offsets live in the query's checkpoint.
+"""The Spark runtime: Structured Streaming over Spark's own Kafka source
+(``spark.readStream.format("kafka")``, the spark-sql-kafka connector, as users' jobs read), with
+the variant called from ``foreachBatch``. Offsets live in the query's checkpoint.
 
     python -m harness.pipeline.spark_runtime CONFIG.json [CONFIG.json ...]
 
@@ -28,9 +29,9 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from harness.environment.spark import SparkSettings, spark_session
 from harness.history import EventKind
+from harness.kafka import CONSUMER_CLIENT
 from harness.pipeline.batch import RawRecord
 from harness.pipeline.crash import CrashPoint
-from harness.pipeline.kafka_source import register
 from harness.pipeline.runtime import BatchHandler, InjectedCommitFailure, RuntimeConfig, StopFlag
 
 
@@ -49,7 +50,8 @@ class _Committed(StreamingQueryListener):
         handler = self.handlers.get(progress.name or "")  # every lane names its query
         if handler is None or progress.numInputRows == 0:
             return
-        end = json.loads(progress.sources[0].endOffset)
+        # The Kafka source's offsets: {"TOPIC": {"PARTITION": next offset, ...}}.
+        end = json.loads(progress.sources[0].endOffset)[handler.config.topic]
         handler.history.record(
             EventKind.COMMIT,
             batch=progress.batchId,
@@ -90,10 +92,13 @@ class _Lane:
     def start(self, spark: SparkSession) -> None:
         cfg = self.config
         self.query = (
-            spark.readStream.format("chaoslab-kafka")
-            .option("bootstrap", cfg.bootstrap)
-            .option("topic", cfg.topic)
-            .option("maxRecordsPerTrigger", str(cfg.batch_size))
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", cfg.bootstrap)
+            # On the consumers' link: the fault proxy tells its clients apart by client.id.
+            .option("kafka.client.id", f"{CONSUMER_CLIENT}-spark")
+            .option("subscribe", cfg.topic)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", str(cfg.batch_size))
             .load()
             .writeStream.queryName(self.name)
             .foreachBatch(self.write_batch)
@@ -123,7 +128,6 @@ def run(configs: list[RuntimeConfig]) -> None:
     spark = spark_session(
         SparkSettings.from_json(configs[0].spark_settings), f"chaoslab-{configs[0].topic}"
     )
-    register(spark)
     spark.streams.addListener(_Committed({lane.name: lane.handler for lane in lanes}))
     try:
         for lane in lanes:
