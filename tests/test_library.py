@@ -103,14 +103,24 @@ def test_a_library_scenario_holds_its_expectations(
             assert r["crashes"] == 3, (runtime, variant)
             if variant == "naive":  # each kill after the write re-delivers exactly that batch
                 assert r["duplicates"] == replayed_by_crashes(r) > 0, runtime
-                assert set(r["copies"]) == {"2"}, runtime
+                # Mostly 2 copies. 3 where a record was in two interrupted batches: measured once,
+                # the restarted listener's first poll brought back only partition 1's part of the
+                # batch the kill interrupted, and its second poll - partition 0's part and more -
+                # was interrupted by the next kill (librdkafka returns what its fetches hold).
+                assert "2" in r["copies"], runtime
+                assert set(r["copies"]) <= {"2", "3"}, runtime
     if name == "msk-rolling-upgrade":
-        # Nothing injected: the brokers' own coordinator errors are in the history, and the
-        # listener's session timed out while a node was down.
+        # Nothing injected: the group coordinators' own errors are in the history, and the
+        # listener's session timed out while a node was down. Which errors depends on when the
+        # client asks: usually NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE from the node that
+        # lost the group; in one run of 2026-11-22 only the new coordinator's answers
+        # (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS), which had loaded the
+        # group before the client found it.
         events = read_history(Path(rows[("listener", "naive")]["directory"]) / "history")
         errors = {e.detail.split()[0] for e in events if e.kind is EventKind.KAFKA_ERROR}
         assert "SESSION_TIMED_OUT" in errors and errors & {
             "NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS",
+            "UNKNOWN_MEMBER_ID", "ILLEGAL_GENERATION",
         }, errors  # fmt: skip
         # The duplicates' cause: commits after the write that failed (none is injected here).
         assert [e for e in events if e.kind is EventKind.COMMIT_FAILED]
