@@ -54,7 +54,6 @@ class SparkSettings:
     local_dir: str  # scratch space (shuffle, spills)
     log_dir: str
     log_config: str  # log4j2 properties file
-    jars: tuple[str, ...] = ()  # local jar files for spark.jars (Spark's Kafka connector)
 
     @classmethod
     def for_directory(cls, directory: Path, master: str) -> Self:
@@ -66,7 +65,6 @@ class SparkSettings:
             local_dir=str(spark_dir / "local"),
             log_dir=str(directory / "logs"),
             log_config=str(spark_dir / "log4j2.properties"),
-            jars=spark_connector_jars(),
         )
 
     def prepare(self) -> None:
@@ -83,8 +81,7 @@ class SparkSettings:
 
     @classmethod
     def from_json(cls, text: str) -> Self:
-        raw = json.loads(text)
-        return cls(**{**raw, "jars": tuple(raw.get("jars", ()))})
+        return cls(**json.loads(text))
 
 
 def spark_session(
@@ -123,8 +120,9 @@ def spark_session(
         # Measured: a worker missed 15 s on a 2-core machine running a second Spark driver and a
         # pip install beside the suite, and the query failed while initializing.
         "spark.python.authenticate.socketTimeout": "120s",
-        # Local files, fetched once at setup: nothing is downloaded when a session starts.
-        **({"spark.jars": ",".join(settings.jars)} if settings.jars else {}),
+        # Spark's Kafka connector: local files, fetched once at setup, asked for only where a
+        # session is built (not at every `up` or `status`); nothing is downloaded here.
+        "spark.jars": ",".join(spark_connector_jars()),
         **(conf or {}),
     }
     builder = SparkSession.builder.master(settings.master).appName(app_name)

@@ -186,10 +186,14 @@ class Setting:
     commit_failure: frozenset[CommitFailureVia]  # how the scenario's runtimes fail commits
 
     @property
+    def readers(self) -> int:
+        """Consumers that get records (no more than the partitions)."""
+        return max(1, min(self.consumers, self.partitions))
+
+    @property
     def per_consumer(self) -> int:
         """The most records one consumer gets."""
-        readers = max(1, min(self.consumers, self.partitions))
-        return math.ceil(self.events / readers)
+        return math.ceil(self.events / self.readers)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from harness.environment import Link, LinkRule
 from harness.environment.backends import BackendAbilities
+from harness.environment.base import KAFKA_LINKS
 from harness.faults.base import (
     Actor,
     Context,
@@ -24,7 +25,6 @@ from harness.faults.families.broker import FIRST_NODE, BrokerSelector
 from harness.history import EventKind
 
 ON, OFF = "slow-broker-on", "slow-broker-off"
-KAFKA_LINKS = (Link.CONSUMER_KAFKA, Link.PRODUCER_KAFKA)
 
 
 @dataclass
@@ -69,7 +69,7 @@ class BrokerSlow(Timed):
     at_event: int | None = None
     jitter: float = 0.0  # seconds added to the start, drawn from the seed
     broker: BrokerSelector = FIRST_NODE
-    links: tuple[Link, ...] = KAFKA_LINKS
+    links: tuple[Link, ...] = (Link.CONSUMER_KAFKA, Link.PRODUCER_KAFKA)
 
     def problems(self) -> list[Problem]:
         found = self.trigger_problems() + positive("duration", self.duration)

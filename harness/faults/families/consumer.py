@@ -61,12 +61,11 @@ class _AtPoint(Fault):
             )
         full_batches = math.ceil(per_consumer / batch_size)
         if self.at_batch > full_batches:
-            readers = max(1, min(setting.consumers, setting.partitions))
             return "", (
                 f"is planned at batch {self.at_batch}, but a consumer may read its "
                 f"{per_consumer} records in {full_batches} batch(es) of up to {batch_size}; "
-                f"give at least {self.at_batch * batch_size * readers} events, or a smaller "
-                "pipeline.batch_size"
+                f"give at least {self.at_batch * batch_size * setting.readers} events, or a "
+                "smaller pipeline.batch_size"
             )
         return "", ""
 
