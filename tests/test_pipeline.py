@@ -68,6 +68,16 @@ def test_a_crash_between_write_and_commit_duplicates_only_the_naive_batch(
     for fixed in ("idempotent", "unique-index", "transactional"):
         assert results[f"{runtime}/{fixed}"].verdict.duplicates == 0, fixed
     assert results[f"{runtime}/transactional"].verdict.offsets_consistent is True
+    if runtime == "spark":
+        # The restarted driver replayed that batch from its checkpoint: the same batch id, the
+        # same Kafka offsets, the same records - written by the executors both times.
+        assert naive.directory is not None
+        events = read_history(naive.directory / "history")
+        crash = next(e for e in events if e.kind is EventKind.CRASH)
+        writes = [e for e in events if e.kind is EventKind.WRITTEN and e.batch == crash.batch]
+        assert len(writes) == 2 and writes[0].t < crash.t < writes[1].t
+        assert writes[0].offsets == writes[1].offsets and writes[0].offsets
+        assert writes[0].count == writes[1].count == replayed
 
 
 def test_a_crash_in_the_middle_of_a_write(scenario_env: LocalEnvironment, tmp_path: Path) -> None:

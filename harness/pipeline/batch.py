@@ -48,6 +48,13 @@ class Batch:
     records: tuple[Record, ...]  # the parsed records, in the order received
     last_offsets: dict[int, int]  # partition -> last offset in the batch, poison included
 
+    def first_offsets(self) -> dict[int, int]:
+        """Partition -> first offset of the batch's parsed records."""
+        firsts: dict[int, int] = {}
+        for r in self.records:
+            firsts.setdefault(r.partition, r.offset)
+        return firsts
+
     def offsets_store_id(self, partition: int) -> str:
         """Seed 000's ``consumer_offsets`` key: ``group@topic@partition``."""
         return f"{self.group}@{self.topic}@{partition}"

@@ -92,8 +92,18 @@ class CrashPlan:
 class Crasher:
     """The armed crash plans of one consumer process."""
 
-    def __init__(self, plans: list[CrashPlan], counter_dir: Path, history: HistoryWriter) -> None:
+    def __init__(
+        self,
+        plans: list[CrashPlan],
+        counter_dir: Path,
+        history: HistoryWriter,
+        *,
+        group: int | None = None,
+    ) -> None:
         self.plans = plans
+        # A process group to signal instead of this process's own: a Spark executor's Python
+        # worker kills (or freezes) the runtime that runs the driver, on the same machine.
+        self.group = group
         self.counter_dir = counter_dir
         self.history = history
         # Each process life draws its own sequence, still a function of the seed.
@@ -159,10 +169,16 @@ class Crasher:
                 self.history.record(
                     EventKind.PAUSED, batch=batch, detail=point.value, fault=plan.name
                 )
-                signal_own_process_group(signal.SIGSTOP)
+                self._signal(signal.SIGSTOP)
                 continue
             self.history.record(EventKind.CRASH, batch=batch, detail=point.value, fault=plan.name)
-            signal_own_process_group(signal.SIGKILL)
+            self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: int) -> None:
+        if self.group is not None:
+            os.killpg(self.group, sig)
+        else:
+            signal_own_process_group(sig)
 
 
 def signal_own_process_group(sig: int) -> None:

@@ -12,16 +12,17 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
 from pymongo import MongoClient
+from pymongo.database import Database
 from pymongo.errors import PyMongoError
 
 from harness.history import EventKind, HistoryWriter
-from harness.pipeline.batch import Batch, DeadLetters, RawRecord, split
+from harness.pipeline.batch import Batch, DeadLetters, Poison, RawRecord, split
 from harness.pipeline.crash import Crasher, CrashPlan, CrashPoint
 from harness.pipeline.runtimes import CommitFailureVia, get_runtime
 from harness.pipeline.variants import Variant, WriteContext, make_variant
@@ -83,65 +84,41 @@ class RuntimeConfig:
         return cls.from_json(Path(path).read_text())
 
 
-@dataclass
-class BatchHandler:
-    """Everything one consumer process needs to turn polled records into sink writes."""
+@dataclass(frozen=True)
+class Written:
+    """What one process wrote of a batch: its records' count and first offsets."""
 
-    config: RuntimeConfig
-    source: str  # history source name, e.g. listener-0
-    variant: Variant = field(init=False)
-    history: HistoryWriter = field(init=False)
-    crasher: Crasher = field(init=False)
-    client: MongoClient[dict[str, Any]] = field(init=False)
-    commit_failure: CommitFailureVia = field(init=False)  # how this runtime's commits are failed
-    batches: int = 0  # batches this process handled (crash plans count these)
-    batch_id: int | None = None  # the runtime's id of the batch being handled
+    count: int
+    first_offsets: dict[int, int]
 
-    def __post_init__(self) -> None:
-        cfg = self.config
-        self.variant = make_variant(cfg.variant, cfg.variant_options)
-        self.history = HistoryWriter(cfg.history_dir, self.source, self.variant.label)
-        self.crasher = Crasher(list(cfg.crash_plans), Path(cfg.run_dir) / "crashes", self.history)
-        self.client = MongoClient(cfg.mongo_uri, heartbeatFrequencyMS=500, appname=CONSUMER_APP)
-        self.db = self.client[cfg.database]
-        self._dead_letters = DeadLetters(cfg.bootstrap, cfg.group)
-        self.commit_failure = get_runtime(cfg.runtime).commit_failure
 
-    def handle(self, batch_id: int, raw: Iterable[RawRecord]) -> Batch:
-        """Dead-letter the poison, then write the rest; returns the batch for committing."""
-        self.batches += 1
-        self.batch_id = batch_id
-        batch, poison = split(batch_id, self.config.topic, self.config.group, raw)
-        firsts: dict[int, int] = {}
-        for r in batch.records:
-            firsts.setdefault(r.partition, r.offset)
-        self.history.record(
-            EventKind.BATCH, batch=batch_id, count=len(batch.records) + len(poison), offsets=firsts
+class SinkWriter:
+    """Writes one batch's records into the variant's database, dead-letters its poison, and
+    retries a failed write the way a redelivery would - in whichever process holds the records
+    (a listener, Spark's driver, or a Spark executor's Python worker)."""
+
+    def __init__(self, config: RuntimeConfig, history: HistoryWriter, crasher: Crasher) -> None:
+        self.config = config
+        self.history = history
+        self.crasher = crasher
+        self.variant = make_variant(config.variant, config.variant_options)
+        self.client: MongoClient[dict[str, Any]] = MongoClient(
+            config.mongo_uri, heartbeatFrequencyMS=500, appname=CONSUMER_APP
         )
+        self.db = self.client[config.database]
+        self._dead_letters = DeadLetters(config.bootstrap, config.group)
+
+    def dead_letter(self, batch_id: int, poison: list[Poison]) -> None:
         if poison:
             self._dead_letters.send(poison)
             self.history.record(EventKind.DEAD_LETTER, batch=batch_id, count=len(poison))
-        self.reached(CrashPoint.BEFORE_WRITE)
-        self._write(batch)
-        self.history.record(EventKind.WRITTEN, batch=batch_id, count=len(batch.records))
-        self.reached(CrashPoint.AFTER_WRITE_BEFORE_COMMIT)
-        flag = commit_failure_flag(self.config.run_dir)
-        if self.commit_failure is CommitFailureVia.FLAG and flag.exists():
-            self.history.record(EventKind.COMMIT_FAILED, batch=batch_id, detail="injected")
-            raise InjectedCommitFailure(f"{InjectedCommitFailure.MARKER} of batch {batch_id}")
-        return batch
 
-    def reached(self, point: CrashPoint, batch_id: int | None = None) -> None:
-        """Pass a crash point for the batch being handled (or the one named)."""
-        self.crasher.reached(
-            point, self.batches, batch_id=self.batch_id if batch_id is None else batch_id
-        )
-
-    def _write(self, batch: Batch) -> None:
+    def write(self, batch: Batch, batch_no: int) -> None:
+        """``batch_no`` counts the consumer process's batches (crash plans are written in it)."""
         deadline = time.monotonic() + self.config.write_retry_s
         delay = 0.2
         while True:
-            ctx = WriteContext(self.client, self.db, self.batches, self.crasher, batch.batch_id)
+            ctx = WriteContext(self.client, self.db, batch_no, self.crasher, batch.batch_id)
             try:
                 self.variant.write(batch, ctx)
                 return
@@ -153,6 +130,84 @@ class BatchHandler:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
+
+
+@dataclass
+class BatchHandler:
+    """Everything one consumer process needs to turn polled records into sink writes."""
+
+    config: RuntimeConfig
+    source: str  # history source name, e.g. listener-0
+    history: HistoryWriter = field(init=False)
+    crasher: Crasher = field(init=False)
+    sink: SinkWriter = field(init=False)
+    commit_failure: CommitFailureVia = field(init=False)  # how this runtime's commits are failed
+    batches: int = 0  # batches this process handled (crash plans count these)
+    batch_id: int | None = None  # the runtime's id of the batch being handled
+
+    def __post_init__(self) -> None:
+        cfg = self.config
+        label = make_variant(cfg.variant, cfg.variant_options).label
+        self.history = HistoryWriter(cfg.history_dir, self.source, label)
+        self.crasher = Crasher(list(cfg.crash_plans), Path(cfg.run_dir) / "crashes", self.history)
+        self.sink = SinkWriter(cfg, self.history, self.crasher)
+        self.commit_failure = get_runtime(cfg.runtime).commit_failure
+
+    @property
+    def variant(self) -> Variant:
+        return self.sink.variant
+
+    @property
+    def db(self) -> Database[dict[str, Any]]:
+        return self.sink.db
+
+    def handle(self, batch_id: int, raw: Iterable[RawRecord]) -> Batch:
+        """Dead-letter the poison, then write the rest; returns the batch for committing."""
+        self.batches += 1
+        self.batch_id = batch_id
+        batch, poison = split(batch_id, self.config.topic, self.config.group, raw)
+        firsts = batch.first_offsets()
+        self.history.record(
+            EventKind.BATCH, batch=batch_id, count=len(batch.records) + len(poison), offsets=firsts
+        )
+        self.sink.dead_letter(batch_id, poison)
+        self.reached(CrashPoint.BEFORE_WRITE)
+        self.sink.write(batch, self.batches)
+        self.history.record(
+            EventKind.WRITTEN, batch=batch_id, count=len(batch.records), offsets=firsts
+        )
+        self.after_write(batch_id)
+        return batch
+
+    def handle_elsewhere(self, batch_id: int, write: Callable[[int], list[Written]]) -> None:
+        """A batch whose records are written by other processes (Spark's executors):
+        ``write(batch_no)`` writes them and says what each process wrote."""
+        self.batches += 1
+        self.batch_id = batch_id
+        self.history.record(EventKind.BATCH, batch=batch_id)
+        self.reached(CrashPoint.BEFORE_WRITE)
+        parts = write(self.batches)
+        firsts = {p: o for part in parts for p, o in part.first_offsets.items()}
+        self.history.record(
+            EventKind.WRITTEN,
+            batch=batch_id,
+            count=sum(part.count for part in parts),
+            offsets=dict(sorted(firsts.items())),
+        )
+        self.after_write(batch_id)
+
+    def after_write(self, batch_id: int) -> None:
+        self.reached(CrashPoint.AFTER_WRITE_BEFORE_COMMIT)
+        flag = commit_failure_flag(self.config.run_dir)
+        if self.commit_failure is CommitFailureVia.FLAG and flag.exists():
+            self.history.record(EventKind.COMMIT_FAILED, batch=batch_id, detail="injected")
+            raise InjectedCommitFailure(f"{InjectedCommitFailure.MARKER} of batch {batch_id}")
+
+    def reached(self, point: CrashPoint, batch_id: int | None = None) -> None:
+        """Pass a crash point for the batch being handled (or the one named)."""
+        self.crasher.reached(
+            point, self.batches, batch_id=self.batch_id if batch_id is None else batch_id
+        )
 
 
 class StopFlag:

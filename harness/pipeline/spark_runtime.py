@@ -1,6 +1,8 @@
 """The Spark runtime: Structured Streaming over Spark's own Kafka source
 (``spark.readStream.format("kafka")``, the spark-sql-kafka connector, as users' jobs read), with
-the variant called from ``foreachBatch``. Offsets live in the query's checkpoint.
+the variant called from ``foreachBatch`` - on the executors: each task writes its Kafka
+partition's records with pymongo in its Python worker (``write_partition``) and hands the
+driver only counts. Offsets live in the query's checkpoint.
 
     python -m harness.pipeline.spark_runtime CONFIG.json [CONFIG.json ...]
 
@@ -12,12 +14,15 @@ fires from the query listener, which Spark calls once the batch's commit is writ
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
     QueryProgressEvent,
@@ -28,11 +33,19 @@ from pyspark.sql.streaming.listener import (
 from pyspark.sql.streaming.query import StreamingQuery
 
 from harness.environment.spark import SparkSettings, spark_session
-from harness.history import EventKind
+from harness.history import EventKind, HistoryWriter
 from harness.kafka import CONSUMER_CLIENT
-from harness.pipeline.batch import RawRecord
-from harness.pipeline.crash import CrashPoint
-from harness.pipeline.runtime import BatchHandler, InjectedCommitFailure, RuntimeConfig, StopFlag
+from harness.pipeline.batch import RawRecord, split
+from harness.pipeline.crash import Crasher, CrashPoint
+from harness.pipeline.runtime import (
+    BatchHandler,
+    InjectedCommitFailure,
+    RuntimeConfig,
+    SinkWriter,
+    StopFlag,
+    Written,
+)
+from harness.pipeline.variants import make_variant
 
 
 class _Committed(StreamingQueryListener):
@@ -81,13 +94,14 @@ class _Lane:
         return self.config.group.replace(".", "_")
 
     def write_batch(self, df: DataFrame, batch_id: int) -> None:
-        rows = df.select("partition", "offset", "value").collect()
-        raw = sorted(
-            (RawRecord(r.partition, r.offset, r.value) for r in rows),
-            key=lambda r: (r.partition, r.offset),
-        )
-        if raw:
-            self.handler.handle(batch_id, raw)
+        records = df.select("partition", "offset", "value").rdd
+        config = self.config.to_json()
+
+        def on_executors(batch_no: int) -> list[Written]:
+            task = functools.partial(write_partition, config, os.getpgid(0), batch_id, batch_no)
+            return records.mapPartitions(task).collect()
+
+        self.handler.handle_elsewhere(batch_id, on_executors)
 
     def start(self, spark: SparkSession) -> None:
         cfg = self.config
@@ -120,6 +134,51 @@ class _Lane:
         self.start(spark)
 
 
+# One sink writer per variant in each executor's Python worker (Spark reuses the workers).
+_WRITERS: dict[str, SinkWriter] = {}
+
+
+def write_partition(
+    config_json: str, driver_group: int, batch_id: int, batch_no: int, rows: Iterable[Row]
+) -> Iterator[Written]:
+    """A task of a batch's write job, in an executor's Python worker: its Kafka partition's
+    records, poison dead-lettered, the rest written by the variant; yields what it wrote.
+    A crash point reached here (mid_write) kills the runtime that runs the driver - its
+    process group, ``driver_group`` - as one reached in the driver would."""
+    raw = sorted(
+        (RawRecord(r.partition, r.offset, r.value) for r in rows),
+        key=lambda r: (r.partition, r.offset),
+    )
+    if not raw:
+        return
+    writer = _WRITERS.get(config_json)
+    if writer is None:
+        config = RuntimeConfig.from_json(config_json)
+        label = make_variant(config.variant, config.variant_options).label
+        history = HistoryWriter(config.history_dir, "spark", label)
+        crasher = Crasher(
+            list(config.crash_plans), Path(config.run_dir) / "crashes", history, group=driver_group
+        )
+        writer = _WRITERS[config_json] = SinkWriter(config, history, crasher)
+    config = writer.config
+    batch, poison = split(batch_id, config.topic, config.group, raw)
+    writer.dead_letter(batch_id, poison)
+    writer.write(batch, batch_no)
+    yield Written(len(batch.records), batch.first_offsets())
+
+
+def _import_the_writer(_: int) -> int:
+    return len(_WRITERS)  # importing this module is the point
+
+
+def _warm_up(spark: SparkSession) -> None:
+    """Start the executors' Python workers, and import the writer in them, before the first
+    batch: measured, a first batch took 11 s on a loaded machine while they started, and a
+    scenario's early fault window closed before its first write."""
+    slots = spark.sparkContext.defaultParallelism
+    spark.sparkContext.parallelize(range(slots), slots).map(_import_the_writer).collect()
+
+
 def run(configs: list[RuntimeConfig]) -> None:
     """One driver running one query per configuration - several variants side by side share
     a driver when no fault targets a single consumer process."""
@@ -129,6 +188,7 @@ def run(configs: list[RuntimeConfig]) -> None:
         SparkSettings.from_json(configs[0].spark_settings), f"chaoslab-{configs[0].topic}"
     )
     spark.streams.addListener(_Committed({lane.name: lane.handler for lane in lanes}))
+    _warm_up(spark)
     try:
         for lane in lanes:
             lane.start(spark)
