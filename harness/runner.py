@@ -277,6 +277,7 @@ def _play(run: _Run, progress: Progress) -> tuple[ProduceSummary, LedgerArrays]:
             label=lane.variant.label,
             name=lane.spec.name,
             group=lane.group,
+            checkpoint=lane.config.checkpoint,
         )
         for lane in run.lanes
     ]

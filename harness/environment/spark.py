@@ -44,6 +44,11 @@ logger.nativecode.level = error
 """
 
 
+def checkpoint_root(directory: Path) -> Path:
+    """Where an environment in ``directory`` keeps its streaming queries' checkpoints."""
+    return directory / "spark" / "checkpoints"
+
+
 @dataclass(frozen=True)
 class SparkSettings:
     """Everything needed to build a Spark session against an environment."""
@@ -61,7 +66,7 @@ class SparkSettings:
         return cls(
             master=master,
             python=sys.executable,
-            checkpoint_root=str(spark_dir / "checkpoints"),
+            checkpoint_root=str(checkpoint_root(directory)),
             local_dir=str(spark_dir / "local"),
             log_dir=str(directory / "logs"),
             log_config=str(spark_dir / "log4j2.properties"),

@@ -109,6 +109,7 @@ class Target:
     label: str = ""  # the variant's label and name (coordinator-of: names either)
     name: str = ""
     group: str = ""  # its consumer group
+    checkpoint: str = ""  # its Spark query's checkpoint ("" for other runtimes)
 
 
 @dataclass(frozen=True)

@@ -24,24 +24,11 @@ from pymongo.errors import PyMongoError
 from harness.history import EventKind, HistoryWriter
 from harness.pipeline.batch import Batch, DeadLetters, Poison, RawRecord, split
 from harness.pipeline.crash import Crasher, CrashPlan, CrashPoint
-from harness.pipeline.runtimes import CommitFailureVia, get_runtime
 from harness.pipeline.variants import Variant, WriteContext, make_variant
 
 # The consumers' MongoDB appName: failCommand failpoints are scoped to it, so a fault hits the
 # pipeline under test and not the harness reading the results.
 CONSUMER_APP = "chaoslab-consumer"
-
-
-def commit_failure_flag(run_dir: Path | str) -> Path:
-    """While this file exists, a Spark runtime fails each batch between the sink write and the
-    checkpoint commit (the nemesis creates and removes it)."""
-    return Path(run_dir) / "faults" / "commit-failure"
-
-
-class InjectedCommitFailure(RuntimeError):
-    """The batch was written but, by the scenario's design, will not be committed."""
-
-    MARKER = "chaoslab: injected commit failure"
 
 
 @dataclass(frozen=True)
@@ -141,7 +128,6 @@ class BatchHandler:
     history: HistoryWriter = field(init=False)
     crasher: Crasher = field(init=False)
     sink: SinkWriter = field(init=False)
-    commit_failure: CommitFailureVia = field(init=False)  # how this runtime's commits are failed
     batches: int = 0  # batches this process handled (crash plans count these)
     batch_id: int | None = None  # the runtime's id of the batch being handled
 
@@ -151,7 +137,6 @@ class BatchHandler:
         self.history = HistoryWriter(cfg.history_dir, self.source, label)
         self.crasher = Crasher(list(cfg.crash_plans), Path(cfg.run_dir) / "crashes", self.history)
         self.sink = SinkWriter(cfg, self.history, self.crasher)
-        self.commit_failure = get_runtime(cfg.runtime).commit_failure
 
     @property
     def variant(self) -> Variant:
@@ -176,7 +161,7 @@ class BatchHandler:
         self.history.record(
             EventKind.WRITTEN, batch=batch_id, count=len(batch.records), offsets=firsts
         )
-        self.after_write(batch_id)
+        self.reached(CrashPoint.AFTER_WRITE_BEFORE_COMMIT)
         return batch
 
     def handle_elsewhere(self, batch_id: int, write: Callable[[int], list[Written]]) -> None:
@@ -194,14 +179,7 @@ class BatchHandler:
             count=sum(part.count for part in parts),
             offsets=dict(sorted(firsts.items())),
         )
-        self.after_write(batch_id)
-
-    def after_write(self, batch_id: int) -> None:
         self.reached(CrashPoint.AFTER_WRITE_BEFORE_COMMIT)
-        flag = commit_failure_flag(self.config.run_dir)
-        if self.commit_failure is CommitFailureVia.FLAG and flag.exists():
-            self.history.record(EventKind.COMMIT_FAILED, batch=batch_id, detail="injected")
-            raise InjectedCommitFailure(f"{InjectedCommitFailure.MARKER} of batch {batch_id}")
 
     def reached(self, point: CrashPoint, batch_id: int | None = None) -> None:
         """Pass a crash point for the batch being handled (or the one named)."""

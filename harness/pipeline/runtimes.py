@@ -19,9 +19,9 @@ class CommitFailureVia(StrEnum):
     # The fault proxy answers the consumers' OffsetCommit with the scenario's error code (an
     # emulation of a broker's answer: said so wherever it is reported).
     PROXY = "proxy"
-    # The runtime fails each batch between the sink write and its commit (Spark's checkpoint)
-    # while the nemesis holds a flag file (``runtime.commit_failure_flag``).
-    FLAG = "flag"
+    # The nemesis makes the query's checkpoint commit log unwritable (``environment.readonly``):
+    # Spark's own write of each batch's commit fails, after the batch was written.
+    CHECKPOINT = "checkpoint"
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ SPARK = Runtime(
     module="harness.pipeline.spark_runtime",
     process_per_consumer=False,
     group_member=False,  # its Kafka source assigns partitions and keeps offsets in a checkpoint
-    commit_failure=CommitFailureVia.FLAG,
+    commit_failure=CommitFailureVia.CHECKPOINT,
     spark=True,
     # Spark's Kafka source reads with its default isolation (read_uncommitted); the lab has not
     # measured it with kafka.isolation.level=read_committed.

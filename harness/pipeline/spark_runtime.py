@@ -32,6 +32,7 @@ from pyspark.sql.streaming.listener import (
 )
 from pyspark.sql.streaming.query import StreamingQuery
 
+from harness.environment.readonly import commit_log
 from harness.environment.spark import SparkSettings, spark_session
 from harness.history import EventKind, HistoryWriter
 from harness.kafka import CONSUMER_CLIENT
@@ -39,7 +40,6 @@ from harness.pipeline.batch import RawRecord, split
 from harness.pipeline.crash import Crasher, CrashPoint
 from harness.pipeline.runtime import (
     BatchHandler,
-    InjectedCommitFailure,
     RuntimeConfig,
     SinkWriter,
     StopFlag,
@@ -122,15 +122,21 @@ class _Lane:
         )
 
     def restart_if_failed(self, spark: SparkSession) -> None:
-        """A batch failed by design (an injected commit failure) restarts the query from its
-        checkpoint, which replays that batch - the redelivery under test. Any other failure
-        ends the runtime."""
+        """A query that stopped because its checkpoint's commit log could not be written is
+        started again from its checkpoint, as a supervised job would be: Spark replays the
+        batch it wrote but did not commit - the redelivery under test. Any other failure ends
+        the runtime."""
         assert self.query is not None
         if self.query.isActive:
             return
         failure = self.query.exception()
-        if failure is None or InjectedCommitFailure.MARKER not in str(failure):
+        message = "" if failure is None else str(failure)
+        if str(commit_log(self.config.checkpoint)) not in message:
             raise RuntimeError(f"the streaming query of {self.config.group} failed: {failure}")
+        # Spark's own words, e.g. ".../commits/.3.<uuid>.tmp (Operation not permitted)".
+        self.handler.history.record(
+            EventKind.COMMIT_FAILED, batch=self.handler.batch_id, detail=message.splitlines()[0]
+        )
         self.start(spark)
 
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Self
 
-from harness.environment import process, state
+from harness.environment import process, readonly, state
 from harness.environment.base import (
     Component,
     Environment,
@@ -40,7 +40,7 @@ from harness.environment.local.server import LocalServer, ServerContext
 from harness.environment.local.spark_standalone import SparkMaster, SparkWorker
 from harness.environment.ports import free_ports
 from harness.environment.proxy.client import ProxyControl
-from harness.environment.spark import SparkSettings
+from harness.environment.spark import SparkSettings, checkpoint_root
 from harness.errors import BadInput
 from harness.kafka import await_group_coordinator, lab_groups
 from harness.readiness import DeadlineExceeded, GaveUp, wait_for
@@ -132,6 +132,13 @@ class LocalEnvironment(Environment):
             servers += [SparkMaster(ctx), SparkWorker(ctx, self.options.spark_cores)]
         return servers
 
+    def _wipe_data(self) -> None:
+        # A fault may have left a checkpoint's commit log immutable (a harness killed mid-run):
+        # released first, or it could not be deleted.
+        readonly.release_under(checkpoint_root(self.directory))
+        for name in DATA_DIRS:
+            shutil.rmtree(self.directory / name, ignore_errors=True)
+
     def _server(self, name: str) -> LocalServer:
         for server in self._servers():
             if server.name == name:
@@ -178,8 +185,7 @@ class LocalEnvironment(Environment):
                     )
                 process.reap(existing.env_id)
                 state.unregister(existing.env_id)
-            for name in DATA_DIRS:
-                shutil.rmtree(self.directory / name, ignore_errors=True)
+            self._wipe_data()
             shutil.rmtree(self.directory / "logs", ignore_errors=True)
             me = process.handle_of(os.getpid())
             with state.ports_locked():
@@ -301,8 +307,7 @@ class LocalEnvironment(Environment):
         with state.locked(self.directory):
             state.remove(self.directory)
             state.unregister(found.env_id)
-            for name in DATA_DIRS:
-                shutil.rmtree(self.directory / name, ignore_errors=True)
+            self._wipe_data()
         self._progress(
             f"stopped {len(stopped)} processes; the environment in {self.directory} is down"
         )

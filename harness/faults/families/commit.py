@@ -3,8 +3,8 @@
 How it reaches the commits is the runtime's to say (``harness.pipeline.runtimes``): for a
 listener the fault proxy answers the consumers' OffsetCommit (and the other ``apis``) with
 ``error`` - an emulation of the broker's answer, seen by the real client; for Spark, whose
-commit is its checkpoint, the runtime fails each batch between the write and the commit while
-a flag file is there.
+commit is its checkpoint, the query's commit log becomes unwritable (``environment.readonly``)
+and Spark's own commit write fails - the filesystem's error, not one the lab raises.
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from harness.environment import Link, LinkRule
+from harness.environment import Link, LinkRule, readonly
 from harness.environment.backends import BackendAbilities
 from harness.faults.base import (
     Actor,
     Context,
+    FaultStuck,
     LinkRuleActor,
     Problem,
     Setting,
@@ -25,7 +26,6 @@ from harness.faults.base import (
     needs_link_proxies,
     positive,
 )
-from harness.pipeline.runtime import commit_failure_flag
 from harness.pipeline.runtimes import CommitFailureVia
 
 # Kafka's error codes and API keys the fault speaks (seed 002's log lines).
@@ -40,18 +40,20 @@ ON, OFF = "commit-failure-on", "commit-failure-off"
 
 
 @dataclass
-class _Flagger(Actor):
-    """Spark's way: a flag file in each variant's run directory while the fault lasts."""
+class _CommitLogHold(Actor):
+    """Spark's way: each query's checkpoint commit log is unwritable while the fault lasts, so
+    Spark's own write of a batch's commit fails after the batch was written."""
 
-    error: str
     context: Context
 
     def take(self, step: Step) -> None:
         if step.action == ON:
             for target in self.context.targets:
-                flag = commit_failure_flag(target.run_dir)
-                flag.parent.mkdir(parents=True, exist_ok=True)
-                flag.write_text(self.error)
+                try:
+                    readonly.hold(readonly.commit_log(target.checkpoint))
+                except readonly.NotHeld as exc:
+                    self.undo()
+                    raise FaultStuck(str(exc)) from None
         elif step.action == OFF:
             self.undo()
         else:
@@ -59,14 +61,15 @@ class _Flagger(Actor):
 
     def undo(self) -> None:
         for target in self.context.targets:
-            commit_failure_flag(target.run_dir).unlink(missing_ok=True)
+            readonly.release(readonly.commit_log(target.checkpoint))
 
 
 @dataclass(frozen=True)
 class CommitFailure(Timed):
     """Commits fail for ``duration`` seconds after the sink was written. Listener: the proxy
     answers the consumers' ``apis`` requests with ``error`` (the real error, seen by the real
-    client). Spark: the batch fails between foreachBatch's write and the checkpoint commit."""
+    client). Spark: the checkpoint's commit log is unwritable, so Spark's commit of a batch it
+    wrote fails (and the restarted query replays it)."""
 
     kind: ClassVar[str] = "commit-failure"
     name: str
@@ -96,8 +99,8 @@ class CommitFailure(Timed):
         return self.window(seed, ON, OFF, self.duration)
 
     def actor(self, context: Context) -> Actor:
-        if context.runtime.commit_failure is CommitFailureVia.FLAG:
-            return _Flagger(self.error, context)
+        if context.runtime.commit_failure is CommitFailureVia.CHECKPOINT:
+            return _CommitLogHold(context)
         rule = LinkRule(
             Link.CONSUMER_KAFKA,
             "kafka-error",
