@@ -47,12 +47,12 @@ def render_status(st: EnvironmentStatus) -> str:
         f"  mongo uri        {st.mongo_uri}",
         f"  spark master     {st.spark_master}",
         "",
-        f"  {'server':<13} {'pid':>7}  {'state':<7} {'address':<16} log",
+        f"  {'server':<14} {'pid':>7}  {'state':<7} {'address':<16} log",
     ]
     for s in st.servers:
         condition = "paused" if s.paused else "ready" if s.ready else "up" if s.alive else "DOWN"
         pid = str(s.pid) if s.pid else "-"
-        lines.append(f"  {s.name:<13} {pid:>7}  {condition:<7} {s.address:<16} {s.log}")
+        lines.append(f"  {s.name:<14} {pid:>7}  {condition:<7} {s.address:<16} {s.log}")
     kafka = st.kafka
     if kafka is None:
         lines += ["", "  kafka cluster    does not answer"]
@@ -286,9 +286,12 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--spark-standalone",
         action="store_true",
-        help="also run a Spark master and worker as processes (default: local[N] sessions)",
+        help="also start the Spark standalone cluster (a master, two workers) now; otherwise it "
+        "starts when a scenario first asks for it (pipeline.spark_cluster: standalone)",
     )
-    up.add_argument("--spark-cores", type=int, default=2, metavar="N")
+    up.add_argument(
+        "--spark-cores", type=int, default=2, metavar="N", help="N of local[N] Spark sessions"
+    )
     up.set_defaults(handler=cmd_up)
 
     status = sub.add_parser("status", help="show what runs and whether it answers")

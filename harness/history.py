@@ -36,6 +36,9 @@ class EventKind(StrEnum):
     KAFKA_ERROR = "kafka-error"
     DEAD_LETTER = "dead-letter"  # poison records sent to the dead-letter topic (count)
     CRASH = "crash"  # a crash point fired (detail: the point; fault: the fault's name)
+    # A crash point killed the Spark executor running the task (detail: the point, the
+    # executor's PID and worker; fault: its name): the driver lives on and retries the task.
+    EXECUTOR_LOST = "executor-lost"
     PAUSED = "paused"  # a consumer froze itself at a point (detail: the point; fault: its name)
     RESUMED = "resumed"  # the supervisor thawed a paused consumer
     SCHEDULE_START = "schedule-start"  # the nemesis's clock starts: fault times count from here

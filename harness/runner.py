@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.checker import LedgerArrays, check, load_ledger
-from harness.environment import Environment, Link
+from harness.environment import Environment, Link, SparkCluster
 from harness.errors import LabError
 from harness.faults.base import Target
 from harness.faults.fired import unfired
@@ -134,6 +134,8 @@ def _lane(
     run_id = topic.rsplit(".", 1)[-1]
     group = f"{topic}.{_slug(variant.label)}"
     database = database_for(run_id, slug)
+    # The scenario's Spark cluster (started now if it is the standalone one and not running).
+    spark = env.spark_on(SparkCluster(scenario.pipeline.spark_cluster)) if runtime.spark else None
     create_topic(env.kafka_bootstrap, dead_letter_topic(group), 1)
     prepare_sink(env.mongo_uri, database, variant)
     config = RuntimeConfig(
@@ -149,8 +151,8 @@ def _lane(
         batch_size=scenario.pipeline.batch_size,
         crash_plans=scenario.crash_plans,
         write_retry_s=scenario.pipeline.write_retry_s,
-        spark_settings=env.spark.to_json() if runtime.spark else "",
-        checkpoint=env.spark.checkpoint(f"{run_id}-{slug}") if runtime.spark else "",
+        spark_settings=spark.to_json() if spark else "",
+        checkpoint=spark.checkpoint(f"{run_id}-{slug}") if spark else "",
         trigger_ms=scenario.pipeline.trigger_ms,
         commit=scenario.pipeline.commit,
         kafka=scenario.pipeline.kafka,

@@ -30,6 +30,7 @@ import yaml
 
 from harness.checker.model import Verdict
 from harness.environment.backends import BackendAbilities
+from harness.environment.spark import SparkCluster
 from harness.errors import BadInput
 from harness.faults.base import Fault, FieldErrors, Setting
 from harness.faults.kinds import parse_fault
@@ -109,6 +110,9 @@ class PipelineSpec:
     restart_delay_s: float = 1.0  # before a crashed consumer is started again
     timeout_s: float = 300.0  # for one variant to consume everything
     trigger_ms: int = 200  # spark micro-batch interval
+    # spark: local (executors in the driver's JVM) or standalone (the environment's master and
+    # two workers; started when a scenario first asks)
+    spark_cluster: str = SparkCluster.LOCAL.value
     write_retry_s: float = 60.0  # how long a failing sink write is retried
     parallel: bool = True  # variants side by side over one topic, or one at a time
     commit: str = "sync"  # listener: commit after each batch, waiting (sync) or not (async)
@@ -118,6 +122,13 @@ class PipelineSpec:
 
     def problems(self) -> list[tuple[str, str]]:
         found = []
+        if self.spark_cluster not in set(SparkCluster):
+            found.append(
+                (
+                    "spark_cluster",
+                    f"must be one of {', '.join(SparkCluster)}, got {self.spark_cluster!r}",
+                )
+            )
         if self.commit not in COMMIT_MODES:
             found.append(
                 ("commit", f"must be one of {', '.join(COMMIT_MODES)}, got {self.commit!r}")
@@ -184,6 +195,8 @@ class Scenario:
             partitions=self.partitions,
             variants=frozenset({v.name for v in self.variants} | {v.label for v in self.variants}),
             commit_failure=frozenset(get_runtime(r).commit_failure for r in self.runtimes),
+            runtimes=frozenset(self.runtimes),
+            spark_cluster=SparkCluster(self.pipeline.spark_cluster),
         )
 
     def expectations_for(self, variant: VariantSpec, runtime: str) -> list[Expectation]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.environment import LocalEnvironment, LocalOptions, SparkSettings
+from harness.environment import LocalEnvironment, SparkCluster, SparkSettings
 from tests.support import SPARK, server_handles
 
 pytestmark = [pytest.mark.servers, SPARK]
@@ -68,21 +68,30 @@ def test_spark_job_runs_with_the_project_interpreter(lab_env: LocalEnvironment) 
 
 @pytest.fixture(scope="module")
 def standalone_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEnvironment]:
-    options = LocalOptions(spark_standalone=True, spark_cores=1)
-    with LocalEnvironment(tmp_path_factory.mktemp("standalone"), options) as env:
+    with LocalEnvironment(tmp_path_factory.mktemp("standalone")) as env:
         yield env
 
 
-def test_spark_job_runs_on_the_standalone_worker(standalone_env: LocalEnvironment) -> None:
-    handles = server_handles(standalone_env.directory)
-    assert {"spark-master", "spark-worker"} <= handles.keys()
-    status = {s.name: s for s in standalone_env.status().servers}
-    assert status["spark-master"].ready and status["spark-worker"].ready
+def test_the_standalone_cluster_starts_when_asked_and_runs_tasks_on_both_workers(
+    standalone_env: LocalEnvironment,
+) -> None:
+    assert standalone_env.spark.master.startswith("local[")
+    assert "spark-master" not in server_handles(standalone_env.directory)
 
-    result = run_job(standalone_env.spark)
-    assert result["master"] == standalone_env.spark.master
+    settings = standalone_env.spark_on(SparkCluster.STANDALONE)  # started now
+    names = {"spark-master", "spark-worker-1", "spark-worker-2"}
+    assert names <= server_handles(standalone_env.directory).keys()
+    status = {s.name: s for s in standalone_env.status().servers}
+    assert all(status[name].ready for name in names)
+    assert standalone_env.spark_on(SparkCluster.STANDALONE) == settings  # once is enough
+
+    result = run_job(settings)
+    assert result["master"] == settings.master
     assert result["master"].startswith("spark://127.0.0.1:")
-    # The tasks ran in an executor the worker process launched (it inherits the worker's
-    # marker), under the project's interpreter.
-    assert result["workers"] == [[sys.executable, "spark-worker"]]
+    # The tasks ran in executors the two worker processes launched (each inherits its
+    # worker's marker), under the project's interpreter: one single-core executor on each.
+    assert result["workers"] == [
+        [sys.executable, "spark-worker-1"],
+        [sys.executable, "spark-worker-2"],
+    ]
     assert result["total"] == sum(range(1000))

@@ -140,6 +140,19 @@ def test_a_library_scenario_holds_its_expectations(
         replayed = {e.batch for e in refused}
         written = [e.batch for e in events if e.kind is EventKind.WRITTEN]
         assert all(written.count(b) >= 2 for b in replayed), (replayed, written)
+    if name == "spark-executor-loss":
+        for (_, variant), r in rows.items():
+            events = read_history(Path(r["directory"]) / "history")
+            lost = [e for e in events if e.kind is EventKind.EXECUTOR_LOST]
+            # One executor lost, killed from inside its own task; the driver never restarted.
+            assert len(lost) == 1 and "executor PID" in lost[0].detail, (variant, lost)
+            assert (r["crashes"], r["restarts"]) == (0, 0), variant
+            # The driver retried the task, not the batch: the batch was written and committed
+            # once (a replay from the checkpoint would show two WRITTEN events).
+            written = [e.batch for e in events if e.kind is EventKind.WRITTEN]
+            assert written.count(lost[0].batch) == 1, (variant, written)
+            if variant == "naive":  # the lost task's 40 documents, written again by the retry
+                assert (r["duplicates"], r["copies"]) == (40, {"2": 40}), r
     if name == "commit-failure-storm":
         naive = rows[("listener", "naive")]
         assert {"2", "3"} <= set(naive["copies"]), naive["copies"]  # seed 002's 2 and 3 copies

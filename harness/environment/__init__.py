@@ -24,7 +24,7 @@ from harness.environment.base import (
     ServerStatus,
 )
 from harness.environment.local import LocalEnvironment, LocalOptions, Progress, reap_orphans
-from harness.environment.spark import SparkSettings, spark_session
+from harness.environment.spark import SparkCluster, SparkSettings, spark_session
 from harness.paths import project_root
 
 BACKENDS = names()
@@ -45,6 +45,7 @@ __all__ = [
     "NoEnvironment",
     "ServerStartError",
     "ServerStatus",
+    "SparkCluster",
     "SparkSettings",
     "attach",
     "default_directory",

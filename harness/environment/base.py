@@ -20,7 +20,7 @@ from typing import Self
 from harness.environment import process
 from harness.environment.process import ProcessHandle
 from harness.environment.signals import stop_on_termination
-from harness.environment.spark import SparkSettings
+from harness.environment.spark import SparkCluster, SparkSettings
 from harness.errors import BadInput, LabError
 from harness.kafka import HARNESS_CLIENT
 from harness.kafka_cluster import ClusterView, cluster_view
@@ -226,6 +226,12 @@ class Environment(ABC):
     @abstractmethod
     def spark(self) -> SparkSettings:
         """How to build a Spark session against this environment (see ``spark_session``)."""
+
+    def spark_on(self, cluster: SparkCluster) -> SparkSettings:
+        """Session settings on ``cluster``, starting it if the environment can."""
+        if cluster is SparkCluster.LOCAL:
+            return self.spark
+        raise BackendUnavailable(f"the {self.backend} backend has no Spark {cluster} cluster")
 
     def kafka_bootstrap_for(self, link: Link) -> str:
         """The address a client on ``link`` connects to; a fault proxy on the link changes it."""

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
@@ -42,6 +43,29 @@ appender.console.filter.threshold.level = error
 logger.nativecode.name = org.apache.hadoop.util.NativeCodeLoader
 logger.nativecode.level = error
 """
+
+
+class SparkCluster(StrEnum):
+    """Where a scenario's Spark runs: in the driver's JVM (``local[N]``), or on the
+    environment's standalone cluster (a master and two workers, each executor its own JVM)."""
+
+    LOCAL = "local"
+    STANDALONE = "standalone"
+
+
+# On the standalone cluster every application (a scenario runs one driver per variant when a
+# fault targets one variant's processes) gets one single-core executor on each of the two
+# workers: a task lost with one executor is retried on the other, and four variants' drivers
+# side by side all get their executors (the workers offer more cores and memory than two real
+# cores hold - slots, not CPUs).
+STANDALONE_APP = {
+    "spark.cores.max": "2",
+    "spark.executor.cores": "1",
+    "spark.executor.memory": "512m",
+    # Jobs wait (up to 30 s) until both executors registered - standalone's default is not to
+    # wait (ratio 0), and a task retried "elsewhere" needs an elsewhere.
+    "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+}
 
 
 def checkpoint_root(directory: Path) -> Path:
@@ -121,6 +145,7 @@ def spark_session(
         "spark.sql.codegen.wholeStage": "false",
         "spark.sql.adaptive.enabled": "false",
         "spark.executor.memory": "1g",
+        **(STANDALONE_APP if settings.master.startswith("spark://") else {}),
         # How long the JVM waits for a Python worker it started to connect back (default 15 s).
         # Measured: a worker missed 15 s on a 2-core machine running a second Spark driver and a
         # pip install beside the suite, and the query failed while initializing.

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.environment import Environment, LinkRule
+from harness.environment import Environment, LinkRule, SparkCluster
 from harness.environment.backends import BackendAbilities
 from harness.errors import LabError
 from harness.history import EventKind, HistoryEvent, HistoryWriter
@@ -185,6 +185,8 @@ class Setting:
     partitions: int
     variants: frozenset[str]  # names and labels
     commit_failure: frozenset[CommitFailureVia]  # how the scenario's runtimes fail commits
+    runtimes: frozenset[str] = frozenset({"listener"})
+    spark_cluster: SparkCluster = SparkCluster.LOCAL
 
     @property
     def readers(self) -> int:

@@ -7,6 +7,7 @@ file in the run directory, so "once" still means once after the runtime is resta
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -14,8 +15,11 @@ import signal
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Self
+from typing import NoReturn, Self
 
+import psutil
+
+from harness.environment.process import SERVER_VAR
 from harness.history import EventKind, HistoryWriter
 
 
@@ -24,6 +28,21 @@ class CrashPoint(StrEnum):
     MID_WRITE = "mid_write"  # after k of the batch's documents were written
     AFTER_WRITE_BEFORE_COMMIT = "after_write_before_commit"  # seed 000's gap
     AFTER_COMMIT = "after_commit"  # written and committed: a restart must not redo anything
+
+
+class Struck(StrEnum):
+    """What a crash plan kills."""
+
+    # The consumer: its process group (a listener; Spark's driver with its JVM and, in local
+    # mode, the executors inside it).
+    CONSUMER = "consumer"
+    # The Spark executor running the task that reached the point: its JVM and Python workers,
+    # on a standalone worker. The driver lives on and retries the task on another executor.
+    EXECUTOR = "executor"
+
+
+# How a standalone worker's executor JVM is told apart from the processes above a Python worker.
+EXECUTOR_MAIN = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
 
 @dataclass(frozen=True)
@@ -46,6 +65,7 @@ class CrashPlan:
     after_docs: int = 1  # for mid_write: documents written before the kill
     pause_s: float | None = None  # freeze (SIGSTOP) for this long instead of killing
     name: str = ""  # the scenario's fault this plan carries out (recorded when it fires)
+    strikes: Struck = Struck.CONSUMER
 
     @property
     def action(self) -> str:
@@ -74,6 +94,7 @@ class CrashPlan:
     def from_json(cls, text: str) -> Self:
         raw = json.loads(text)
         raw["point"] = CrashPoint(raw["point"])
+        raw["strikes"] = Struck(raw.get("strikes", Struck.CONSUMER))
         return cls(**raw)
 
     def due(self, batch_no: int, rng: random.Random) -> bool:
@@ -115,14 +136,24 @@ class Crasher:
         # whose third batch happened to be big enough.
         self._armed: set[int] = set()
 
-    def _counter(self, index: int) -> Path:
-        return self.counter_dir / f"crash-{index}-{self.plans[index].point}.count"
+    def _mark(self, index: int, nth: int | str) -> Path:
+        return self.counter_dir / f"crash-{index}-{self.plans[index].point}.fired-{nth}"
 
     def _fired(self, index: int) -> int:
-        try:
-            return int(self._counter(index).read_text())
-        except FileNotFoundError:
-            return 0
+        return len(list(self.counter_dir.glob(self._mark(index, "*").name)))
+
+    def _claim(self, index: int) -> bool:
+        """Count one firing of plan ``index``, unless it fired ``times`` already. Atomic across
+        processes (an exclusive create): two executors' tasks reaching a plan's point at once
+        fire it once."""
+        self.counter_dir.mkdir(parents=True, exist_ok=True)
+        while (nth := self._fired(index) + 1) <= self.plans[index].times:
+            try:
+                os.close(os.open(self._mark(index, nth), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                continue  # another process took this one: count again
+            return True
+        return False
 
     def firing(
         self, point: CrashPoint, batch_no: int, docs_written: int | None = None
@@ -142,9 +173,8 @@ class Crasher:
             if point is CrashPoint.MID_WRITE and docs_written != plan.after_docs:
                 continue
             self._armed.discard(index)
-            self.counter_dir.mkdir(parents=True, exist_ok=True)
-            self._counter(index).write_text(str(self._fired(index) + 1))
-            fired.append(plan)
+            if self._claim(index):
+                fired.append(plan)
         return fired
 
     def reached(
@@ -171,6 +201,8 @@ class Crasher:
                 )
                 self._signal(signal.SIGSTOP)
                 continue
+            if plan.strikes is Struck.EXECUTOR:
+                kill_own_executor(self.history, batch, point, plan.name)
             self.history.record(EventKind.CRASH, batch=batch, detail=point.value, fault=plan.name)
             self._signal(signal.SIGKILL)
 
@@ -188,3 +220,30 @@ def signal_own_process_group(sig: int) -> None:
         os.killpg(os.getpid(), sig)
     else:
         os.kill(os.getpid(), sig)
+
+
+def kill_own_executor(
+    history: HistoryWriter, batch: int, point: CrashPoint, fault: str
+) -> NoReturn:
+    """SIGKILL the executor JVM this Python worker runs under, with every process it started,
+    this one last - a lost executor, as a dead machine or an OOM-killed container leaves it."""
+    me = psutil.Process()
+    executor = next((p for p in me.parents() if EXECUTOR_MAIN in p.cmdline()), None)
+    if executor is None:
+        raise RuntimeError(
+            "an executor-loss plan fired outside a standalone executor (no "
+            f"{EXECUTOR_MAIN} above PID {me.pid})"
+        )
+    where = executor.environ().get(SERVER_VAR, "?")
+    history.record(
+        EventKind.EXECUTOR_LOST,
+        batch=batch,
+        detail=f"{point.value}: executor PID {executor.pid} on {where}",
+        fault=fault,
+    )
+    others = [p for p in executor.children(recursive=True) if p.pid != me.pid]
+    for victim in (executor, *others):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            victim.kill()
+    me.kill()
+    raise SystemExit(137)  # not reached: SIGKILL

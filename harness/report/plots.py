@@ -51,6 +51,8 @@ PAUSE_COLOR = "#1565C0"
 STEP_COLOR, STEP_STYLE = "0.3", (0, (4, 2))
 STEP_HANDLE = Line2D([], [], color=STEP_COLOR, lw=1.4, ls=STEP_STYLE, label="broker bounce")
 RESTART_COLOR = "#2E7D32"
+EXECUTOR_LOST_COLOR = "#EF6C00"
+EXECUTOR_LOST_LABEL = "Spark executor lost (its task retried)"
 MAX_CLUSTER_LABELS = 6  # per row and kind: the largest bursts
 
 
@@ -186,6 +188,13 @@ def _timeline_panel(ax: Axes, rows: Sequence[TimelineRow], colors: dict[str, str
                 )
                 times += ts
                 marks.append((y + LANE[kind], kind, ts))
+        for d in row.losses:
+            ax.scatter(
+                d.t, y, marker="X", s=130, color=EXECUTOR_LOST_COLOR, edgecolor="white", lw=0.8,
+                zorder=5,
+            )  # fmt: skip
+            ax.annotate(d.how, (d.t, y), xytext=(6, 8), textcoords="offset points", fontsize=7,
+                        color="0.2")  # fmt: skip
         for d in row.deaths:
             ax.scatter(
                 d.t, y, marker="X", s=130, color="black", edgecolor="white", lw=0.8, zorder=5
@@ -308,6 +317,7 @@ def _timeline_legend(rows: Sequence[TimelineRow]) -> list[Line2D | Patch]:
         ),
         (any(r.pauses for r in rows), Line2D([], [], color=PAUSE_COLOR, lw=4, label="paused")),
         (any(r.deaths for r in rows), mark("X", "black", "consumer crash")),
+        (any(r.losses for r in rows), mark("X", EXECUTOR_LOST_COLOR, EXECUTOR_LOST_LABEL)),
         (
             any(r.steps for r in rows),
             STEP_HANDLE,
@@ -373,6 +383,8 @@ def plot_throughput(run: ScenarioResult, path: Path) -> Path:
         _strip(ax)
         _shade(ax, row.windows, colors)
         _draw_steps(ax, row, colors)
+        for d in row.losses:
+            ax.axvline(d.t, color=EXECUTOR_LOST_COLOR, lw=1, ls=":")
         for d in row.deaths:
             ax.axvline(d.t, color="black", lw=1, ls=":")
             ax.scatter(
@@ -403,6 +415,8 @@ def plot_throughput(run: ScenarioResult, path: Path) -> Path:
                 label="consumer crash",
             )
         )
+    if any(r.losses for r in rows):
+        handles.append(Line2D([], [], ls=":", color=EXECUTOR_LOST_COLOR, label=EXECUTOR_LOST_LABEL))
     if any(r.steps for r in rows):
         handles.append(STEP_HANDLE)
     if any(r.windows for r in rows):

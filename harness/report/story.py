@@ -181,6 +181,12 @@ def death_sentences(row: TimelineRow) -> list[str]:
         else:
             line += "; not restarted"
         lines.append(line + ".")
+    for d in row.losses:
+        batch = f" (batch {d.batch})" if d.batch is not None else ""
+        lines.append(
+            f"{label}: a Spark executor was lost at {at(d.t)}{batch} - {d.how}; the driver "
+            "lived on and ran the task again on another executor."
+        )
     return lines
 
 

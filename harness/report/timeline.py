@@ -94,6 +94,7 @@ class TimelineRow:
     windows: tuple[FaultWindow, ...]
     anomalies: tuple[Mark, ...]
     deaths: tuple[Death, ...]
+    losses: tuple[Death, ...]  # Spark executors lost (their tasks retried; the driver lived)
     restarts: tuple[Restart, ...]
     pauses: tuple[Pause, ...]
     steps: tuple[Step, ...]
@@ -183,6 +184,14 @@ def consumer_deaths(events: Sequence[HistoryEvent], t0: float) -> tuple[Death, .
     return tuple(sorted(deaths, key=lambda d: d.t))
 
 
+def executor_losses(events: Sequence[HistoryEvent], t0: float) -> tuple[Death, ...]:
+    return tuple(
+        Death(e.t - t0, e.source, e.detail, True, e.batch)
+        for e in events
+        if e.kind is EventKind.EXECUTOR_LOST
+    )
+
+
 def consumer_restarts(events: Sequence[HistoryEvent], t0: float) -> tuple[Restart, ...]:
     ordered = sorted(events, key=lambda e: e.t)
     seen: set[str] = set()
@@ -261,6 +270,7 @@ def timeline_row(v: VariantResult, t0: float) -> TimelineRow:
         windows=windows,
         anomalies=anomaly_marks(v, windows, t0),
         deaths=consumer_deaths(events, t0),
+        losses=executor_losses(events, t0),
         restarts=consumer_restarts(events, t0),
         pauses=consumer_pauses(events, t0),
         steps=fault_steps(events, t0),

@@ -37,10 +37,15 @@ from harness.environment.local.fault_proxy import FaultProxy
 from harness.environment.local.kafka_node import NODE_IDS, KafkaNode, port_names
 from harness.environment.local.secantus import SecantusMongo
 from harness.environment.local.server import LocalServer, ServerContext
-from harness.environment.local.spark_standalone import SparkMaster, SparkWorker
+from harness.environment.local.spark_standalone import (
+    WORKERS,
+    SparkMaster,
+    SparkWorker,
+    worker_ui_port_name,
+)
 from harness.environment.ports import free_ports
 from harness.environment.proxy.client import ProxyControl
-from harness.environment.spark import SparkSettings, checkpoint_root
+from harness.environment.spark import SparkCluster, SparkSettings, checkpoint_root
 from harness.errors import BadInput
 from harness.kafka import await_group_coordinator, lab_groups
 from harness.readiness import DeadlineExceeded, GaveUp, wait_for
@@ -54,7 +59,7 @@ PORT_NAMES = (
     "proxy-control",
     "spark-master",
     "spark-master-ui",
-    "spark-worker-ui",
+    *(worker_ui_port_name(index) for index in WORKERS),
 )
 PREPARATION_TIMEOUT_S = 120.0
 KAFKA_STOP_GRACE_S = 30.0  # a controlled shutdown took 2.8-8.2 s on 2 busy cores
@@ -129,8 +134,11 @@ class LocalEnvironment(Environment):
             *(KafkaNode(ctx, node) for node in NODE_IDS),
         ]
         if self.options.spark_standalone:
-            servers += [SparkMaster(ctx), SparkWorker(ctx, self.options.spark_cores)]
+            servers += self._spark_cluster(ctx)
         return servers
+
+    def _spark_cluster(self, ctx: ServerContext) -> list[LocalServer]:
+        return [SparkMaster(ctx), *(SparkWorker(ctx, index) for index in WORKERS)]
 
     def _wipe_data(self) -> None:
         # A fault may have left a checkpoint's commit log immutable (a harness killed mid-run):
@@ -224,13 +232,15 @@ class LocalEnvironment(Environment):
                 self._launch(node)
         if master:
             self._await_ready(master)
-            self._launch(servers["spark-worker"])
+            for worker in servers.values():
+                if isinstance(worker, SparkWorker):
+                    self._launch(worker)
         for server in servers.values():
             if server.name not in ("proxy", "spark-master"):
                 self._await_ready(server)
         started = time.monotonic()
         await_group_coordinator(self.kafka_bootstrap)
-        self._progress(f"  {'groups':<13} {'__consumer_offsets made':<34} {'':<16} "
+        self._progress(f"  {'groups':<14} {'__consumer_offsets made':<34} {'':<16} "
                        f"{time.monotonic() - started:5.1f}s")  # fmt: skip
 
     def _run_preparations(self, servers: Sequence[LocalServer]) -> None:
@@ -291,7 +301,7 @@ class LocalEnvironment(Environment):
                 f"{exc}\n--- last lines of {server.log_path} ---\n{self.log_tail(server.name)}"
             ) from None
         took = time.monotonic() - started
-        self._progress(f"  {server.name:<13} {server.role:<34} {server.address:<16} {took:5.1f}s")
+        self._progress(f"  {server.name:<14} {server.role:<34} {server.address:<16} {took:5.1f}s")
 
     def stop(self) -> None:
         try:
@@ -340,11 +350,43 @@ class LocalEnvironment(Environment):
 
     @property
     def spark(self) -> SparkSettings:
-        if self.options.spark_standalone:
+        cluster = SparkCluster.STANDALONE if self.options.spark_standalone else SparkCluster.LOCAL
+        return self._spark_settings(cluster)
+
+    def _spark_settings(self, cluster: SparkCluster) -> SparkSettings:
+        if cluster is SparkCluster.STANDALONE:
             master = f"spark://127.0.0.1:{self._st.ports['spark-master']}"
         else:
             master = f"local[{self.options.spark_cores}]"
         return SparkSettings.for_directory(self.directory, master)
+
+    def spark_on(self, cluster: SparkCluster) -> SparkSettings:
+        if cluster is SparkCluster.STANDALONE and not self._reload().options["spark_standalone"]:
+            self._start_spark_cluster()
+        return self._spark_settings(cluster)
+
+    def _start_spark_cluster(self) -> None:
+        """The master and its workers, into a running environment (a scenario asked)."""
+        self._progress("starting the Spark standalone cluster (a master, 2 workers)")
+        with state.updating(self.directory) as st:
+            st.options["spark_standalone"] = True
+            self._state = st
+        self.options = LocalOptions(**self._st.options)
+        master, *workers = self._spark_cluster(self._ctx())
+        try:
+            self._launch(master)
+            self._await_ready(master)
+            for worker in workers:
+                self._launch(worker)
+            for worker in workers:
+                self._await_ready(worker)
+        except BaseException:
+            self._stop([master, *workers], hard=True)
+            with state.updating(self.directory) as st:
+                st.options["spark_standalone"] = False
+                self._state = st
+            self.options = LocalOptions(**self._st.options)
+            raise
 
     @property
     def env_id(self) -> str:

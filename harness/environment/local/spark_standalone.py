@@ -1,5 +1,7 @@
-"""An optional Spark standalone cluster (one master, one worker) as separate processes, so that
-losing an executor or a worker can be a fault. Without it, sessions run ``local[N]``."""
+"""A Spark standalone cluster (one master, two workers) as separate processes, so that losing
+an executor or a worker can be a fault: a task lost with its executor is retried on the other
+worker. Started at ``up --spark-standalone`` or when a scenario first asks for it
+(``pipeline.spark_cluster: standalone``); without it, sessions run ``local[N]``."""
 
 from __future__ import annotations
 
@@ -64,18 +66,29 @@ class SparkMaster(LocalServer):
             raise NotReady(f"master status {status}")
 
 
+WORKERS = (1, 2)
+# Each worker offers slots for eight single-core executors of 512 MiB (``spark.STANDALONE_APP``):
+# several variants' drivers at once, on a two-core machine.
+WORKER_CORES = 8
+WORKER_MEMORY = "4g"
+
+
+def worker_ui_port_name(index: int) -> str:
+    return f"spark-worker-{index}-ui"
+
+
 class SparkWorker(LocalServer):
-    name = "spark-worker"
     role = "Spark standalone worker"
     ready_timeout = 60.0
 
-    def __init__(self, ctx: ServerContext, cores: int) -> None:
+    def __init__(self, ctx: ServerContext, index: int) -> None:
         super().__init__(ctx)
-        self.cores = cores
+        self.name = f"spark-worker-{index}"
+        self.index = index
 
     @property
     def port(self) -> int:
-        return self.ctx.ports["spark-worker-ui"]
+        return self.ctx.ports[worker_ui_port_name(self.index)]
 
     def argv(self) -> list[str]:
         return [
@@ -85,13 +98,13 @@ class SparkWorker(LocalServer):
             "--host",
             LOOPBACK,
             "--cores",
-            str(self.cores),
+            str(WORKER_CORES),
             "--memory",
-            "2g",
+            WORKER_MEMORY,
             "--webui-port",
             str(self.port),
             "--work-dir",
-            str(self.ctx.directory / "spark" / "work"),
+            str(self.ctx.directory / "spark" / f"work-{self.index}"),
         ]
 
     def extra_env(self) -> dict[str, str]:
@@ -99,5 +112,7 @@ class SparkWorker(LocalServer):
 
     def probe(self) -> None:
         workers = _master_json(self.ctx.ports["spark-master-ui"]).get("workers", [])
-        if not any(w.get("state") == "ALIVE" for w in workers):
-            raise NotReady("no worker registered with the master yet")
+        mine = f"{LOOPBACK}:{self.port}"
+        alive = (w for w in workers if w.get("state") == "ALIVE")
+        if not any(mine in w.get("webuiaddress", "") for w in alive):
+            raise NotReady(f"worker {self.index} has not registered with the master yet")
