@@ -11,6 +11,7 @@ import json
 import math
 import os
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
@@ -25,7 +26,9 @@ class EventKind(StrEnum):
     RUNTIME_START = "runtime-start"  # a consumer process (re)started
     RUNTIME_EXIT = "runtime-exit"  # a consumer process ended (detail: how)
     BATCH = "batch"  # a batch was handed to the variant (count, offsets: first offsets)
-    WRITTEN = "written"  # the variant finished writing a batch
+    # The variant finished writing a batch (count; offsets: the last offset of each partition
+    # in it - with BATCH's first offsets, the records a consumer handled)
+    WRITTEN = "written"
     WRITE_FAILED = "write-failed"  # the variant's write raised; it will be tried again
     POLL_ERROR = "poll-error"  # the consumer reported an error instead of a record
     ASSIGNED = "assigned"  # partitions assigned to a consumer (offsets: start positions)
@@ -134,6 +137,23 @@ class HistoryTail:
                     self._positions[path] = f.tell()
                     events.append(HistoryEvent.from_json(line))
         return sorted(events, key=lambda e: e.t)
+
+
+def written_again(events: Iterable[HistoryEvent]) -> int:
+    """How many records a variant's consumers wrote more than once (each extra time counts),
+    from their own history alone: a written batch covers, per partition, its BATCH's first
+    offset to its WRITTEN's last. For a variant that writes whatever it is handed (naive),
+    the checker's duplicates must equal it - whatever the run's timing made of the faults."""
+    handed: dict[str, HistoryEvent] = {}  # the batch each consumer has in hand
+    times: Counter[tuple[int, int]] = Counter()
+    for e in sorted(events, key=lambda e: e.t):
+        if e.kind is EventKind.BATCH:
+            handed[e.source] = e
+        elif e.kind is EventKind.WRITTEN and (batch := handed.pop(e.source, None)):
+            for partition, first in batch.offsets.items():
+                last = e.offsets.get(partition, first - 1)
+                times.update((partition, o) for o in range(first, last + 1))
+    return sum(n - 1 for n in times.values())
 
 
 def of_kind(events: Iterable[HistoryEvent], *kinds: EventKind) -> list[HistoryEvent]:

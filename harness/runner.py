@@ -36,7 +36,7 @@ from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.runtimes import Runtime, get_runtime
 from harness.pipeline.sink import database_for, prepare_sink, read_sink
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
-from harness.pipeline.variants import Variant, make_variant
+from harness.pipeline.variants import Variant, import_path, make_variant
 from harness.results import RESULTS, ScenarioResult, UntimedFault, VariantResult
 from harness.run_loop import ProducerThread, Progress, Watch, wait_until_consumed
 from harness.scenario import Scenario, VariantSpec
@@ -156,6 +156,7 @@ def _lane(
         trigger_ms=scenario.pipeline.trigger_ms,
         commit=scenario.pipeline.commit,
         kafka=scenario.pipeline.kafka,
+        import_path=import_path(spec.name, spec.options),
     )
     config_path = run_dir / "runtime.json"
     config_path.write_text(config.to_json())

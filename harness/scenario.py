@@ -214,7 +214,7 @@ class Scenario:
         *,
         seed: int | None = None,
         events: int | None = None,
-        variants: list[str] | None = None,
+        variants: Sequence[str | dict[str, Any]] | None = None,
         runtimes: list[str] | None = None,
     ) -> Self:
         """The scenario with command-line overrides applied (validated like the file)."""
@@ -233,13 +233,16 @@ class Scenario:
         if variants:
             known = {v.label: v for v in self.variants} | {v.name: v for v in self.variants}
             chosen = []
-            for name in variants:
-                if name in known:
+            for entry in variants:
+                # A name, or a scenario file's entry: {name: spark-job, job: mypkg.jobs:ingest}
+                options = dict(entry) if isinstance(entry, dict) else {}
+                name = str(options.pop("name", "")) if isinstance(entry, dict) else entry
+                if name in known and not options:
                     chosen.append(known[name])
-                elif problem := _variant_problem(name, {}):
+                elif problem := _variant_problem(name, options):
                     raise ScenarioError.one(self.path, "--variants", problem)
                 else:
-                    chosen.append(VariantSpec(name))
+                    chosen.append(VariantSpec(name, options))
             new = replace(new, variants=tuple(chosen))
         return new
 
@@ -436,6 +439,14 @@ def runnable(scenario: Scenario, abilities: BackendAbilities) -> tuple[str, ...]
     and every fault the workload cannot reach; return notes on faults it may not reach."""
     pr = Problems(scenario.path)
     setting = scenario.setting
+    for i, spec in enumerate(scenario.variants):
+        allowed = make_variant(spec.name, spec.options).runtimes
+        if allowed is not None and (others := [r for r in scenario.runtimes if r not in allowed]):
+            pr.add(
+                f"variants[{i}]",
+                f"{spec.name} runs on {', '.join(sorted(allowed))} only, and the scenario also "
+                f"runs {', '.join(others)}",
+            )
     for i, fault in enumerate(scenario.faults):
         for at, problem in fault.refusals(setting, abilities):
             pr.add(f"faults[{i}].{at}" if at else f"faults[{i}]", problem)

@@ -13,7 +13,7 @@ from pymongo import MongoClient
 
 from harness.environment import LocalEnvironment
 from harness.faults.schedule import describe, plan
-from harness.history import EventKind, read_history
+from harness.history import EventKind, read_history, written_again
 from harness.kafka import admin
 from harness.scenario import load_scenario
 from harness.workload.ledger import read_ledger
@@ -56,7 +56,9 @@ def test_the_library_has_every_scenario_the_issue_names() -> None:
     }  # fmt: skip
     for path in LIBRARY:
         scenario = load_scenario(path)
-        assert "seed 0" in scenario.description.lower() or scenario.name == "baseline", path
+        # Which seed it reproduces - or that it comes from none (Spark's own failures).
+        cites = ("seed 0", "not from a seed")
+        assert any(c in scenario.description.lower() for c in cites) or scenario.name == "baseline"
         assert "what to see" in scenario.description.lower() or scenario.name == "baseline", path
 
 
@@ -96,7 +98,7 @@ def test_a_library_scenario_holds_its_expectations(
         print("\nbaseline events/s:")  # printed, not asserted: figures for the closing note
         for (runtime, variant), r in sorted(rows.items()):
             print(f"  {runtime:<9} {variant:<14} {r['events_per_s']:>8.0f}")
-    if name in ("cdc-crash-before-ack", "msk-rolling-upgrade"):
+    if name == "cdc-crash-before-ack":
         assert all(r["duplicates"] > 0 for (_, v), r in rows.items() if v == "naive")
     if name == "cdc-crash-before-ack":
         for (runtime, variant), r in rows.items():
@@ -122,8 +124,15 @@ def test_a_library_scenario_holds_its_expectations(
             "NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS",
             "UNKNOWN_MEMBER_ID", "ILLEGAL_GENERATION",
         }, errors  # fmt: skip
-        # The duplicates' cause: commits after the write that failed (none is injected here).
+        # The duplicates' cause: commits after the write that failed (none is injected here),
+        # and the partitions handed back from the last commit that succeeded - usually. Once
+        # (a fresh-clone suite, Spark standalone jobs beside it) the commits queued while no
+        # coordinator answered were taken by the new one before the group moved the
+        # partitions, and nothing came again: 0 duplicates. So the count is checked against
+        # what the history says was delivered and written twice, whichever way it went.
         assert [e for e in events if e.kind is EventKind.COMMIT_FAILED]
+        naive = rows[("listener", "naive")]
+        assert naive["duplicates"] == written_again(events)
         # One node at a time, every node once, in id order from the one it started at (the
         # naive group's coordinator, wherever that was).
         downs = [e.detail for e in events if e.kind is EventKind.FAULT_STEP]

@@ -125,7 +125,9 @@ def run(config: RuntimeConfig, index: int) -> None:
 
 
 def main(argv: list[str]) -> None:
-    run(RuntimeConfig.load(argv[0]), int(argv[1]))
+    config = RuntimeConfig.load(argv[0])
+    config.use_import_path()
+    run(config, int(argv[1]))
 
 
 if __name__ == "__main__":

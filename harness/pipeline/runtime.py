@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -50,6 +51,9 @@ class RuntimeConfig:
     trigger_ms: int = 200  # spark only
     commit: str = "sync"  # listener only: commit and wait, or commit and go on (async)
     kafka: dict[str, Any] = field(default_factory=dict)  # listener: consumer settings over ours
+    # Where the harness imported a user's module from (a variant or Spark job named
+    # module:callable): the runtime imports it from there too, whatever its working directory.
+    import_path: tuple[str, ...] = ()
 
     @property
     def history_dir(self) -> Path:
@@ -64,7 +68,12 @@ class RuntimeConfig:
     def from_json(cls, text: str) -> Self:
         raw = json.loads(text)
         raw["crash_plans"] = tuple(CrashPlan.from_json(json.dumps(p)) for p in raw["crash_plans"])
+        raw["import_path"] = tuple(raw.get("import_path", ()))
         return cls(**raw)
+
+    def use_import_path(self) -> None:
+        """Let this process import the user's modules the harness imported (called first)."""
+        sys.path[:0] = [p for p in self.import_path if p not in sys.path]
 
     @classmethod
     def load(cls, path: str | Path) -> Self:
@@ -73,10 +82,11 @@ class RuntimeConfig:
 
 @dataclass(frozen=True)
 class Written:
-    """What one process wrote of a batch: its records' count and first offsets."""
+    """What one process wrote of a batch: its records' count and each partition's last
+    offset."""
 
     count: int
-    first_offsets: dict[int, int]
+    last_offsets: dict[int, int]
 
 
 class SinkWriter:
@@ -159,25 +169,30 @@ class BatchHandler:
         self.reached(CrashPoint.BEFORE_WRITE)
         self.sink.write(batch, self.batches)
         self.history.record(
-            EventKind.WRITTEN, batch=batch_id, count=len(batch.records), offsets=firsts
+            EventKind.WRITTEN, batch=batch_id, count=len(batch.records), offsets=batch.last_offsets
         )
         self.reached(CrashPoint.AFTER_WRITE_BEFORE_COMMIT)
         return batch
 
-    def handle_elsewhere(self, batch_id: int, write: Callable[[int], list[Written]]) -> None:
+    def handle_elsewhere(self, batch_id: int, write: Callable[[int], list[Written] | None]) -> None:
         """A batch whose records are written by other processes (Spark's executors):
-        ``write(batch_no)`` writes them and says what each process wrote."""
+        ``write(batch_no)`` writes them and says what each process wrote (None: a user's job,
+        which does not say)."""
         self.batches += 1
         self.batch_id = batch_id
         self.history.record(EventKind.BATCH, batch=batch_id)
         self.reached(CrashPoint.BEFORE_WRITE)
         parts = write(self.batches)
-        firsts = {p: o for part in parts for p, o in part.first_offsets.items()}
+        if parts is None:
+            self.history.record(EventKind.WRITTEN, batch=batch_id)
+            self.reached(CrashPoint.AFTER_WRITE_BEFORE_COMMIT)
+            return
+        lasts = {p: o for part in parts for p, o in part.last_offsets.items()}
         self.history.record(
             EventKind.WRITTEN,
             batch=batch_id,
             count=sum(part.count for part in parts),
-            offsets=dict(sorted(firsts.items())),
+            offsets=dict(sorted(lasts.items())),
         )
         self.reached(CrashPoint.AFTER_WRITE_BEFORE_COMMIT)
 

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -50,7 +51,9 @@ def snapshot(
     for doc in changes:
         order_ids.append(doc["order_id"])
         versions.append(doc["version"])
-        written.append(doc["_lab"]["written_at"])
+        # A user's Spark job does not stamp its documents: when each copy was written is
+        # unknown (NaN), and the report places no mark for it.
+        written.append(doc.get("_lab", {}).get("written_at", math.nan))
     projection = list(db.orders.find({}, {"version": 1}, batch_size=CURSOR_BATCH))
     dlq = dead_letter_origins(bootstrap, group)
     return SinkSnapshot(

@@ -18,7 +18,7 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,21 +46,24 @@ from harness.pipeline.runtime import (
     Written,
 )
 from harness.pipeline.variants import make_variant
+from harness.pipeline.variants.spark_job import JobSink, SparkJob, load_job
 
 
 class _Committed(StreamingQueryListener):
     """Records each committed batch's end offsets in its variant's history, and passes the
     after_commit crash point. One listener serves every query of the driver."""
 
-    def __init__(self, handlers: dict[str, BatchHandler]) -> None:
-        self.handlers = handlers  # by query name
+    def __init__(self) -> None:
+        # By query id (a user's job may name its query as it likes); a query started again
+        # from its checkpoint keeps its id.
+        self.handlers: dict[str, BatchHandler] = {}
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         pass
 
     def onQueryProgress(self, event: QueryProgressEvent) -> None:
         progress = event.progress
-        handler = self.handlers.get(progress.name or "")  # every lane names its query
+        handler = self.handlers.get(str(progress.id))
         if handler is None or progress.numInputRows == 0:
             return
         # The Kafka source's offsets: {"TOPIC": {"PARTITION": next offset, ...}}.
@@ -87,6 +90,7 @@ class _Lane:
 
     config: RuntimeConfig
     handler: BatchHandler
+    committed: _Committed  # the driver's query listener, told which query is this lane's
     query: StreamingQuery | None = None
 
     @property
@@ -105,7 +109,7 @@ class _Lane:
 
     def start(self, spark: SparkSession) -> None:
         cfg = self.config
-        self.query = (
+        stream = (
             spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", cfg.bootstrap)
             # On the consumers' link: the fault proxy tells its clients apart by client.id.
@@ -114,12 +118,39 @@ class _Lane:
             .option("startingOffsets", "earliest")
             .option("maxOffsetsPerTrigger", str(cfg.batch_size))
             .load()
-            .writeStream.queryName(self.name)
-            .foreachBatch(self.write_batch)
+        )
+        write = self.write_batch
+        variant = self.handler.variant
+        if isinstance(variant, SparkJob):
+            made = load_job(variant.job)(stream, self.job_sink())
+            if isinstance(made, StreamingQuery):
+                self.query = made  # the job started it: the lab only watches
+                self.committed.handlers[made.id] = self.handler
+                return
+            if not callable(made):
+                raise TypeError(
+                    f"{variant.job} returned {type(made).__name__}: expected a started "
+                    "StreamingQuery or a foreachBatch function (DataFrame, batch_id)"
+                )
+            write = functools.partial(self.run_job_batch, made)
+        self.query = (
+            stream.writeStream.queryName(self.name)
+            .foreachBatch(write)
             .option("checkpointLocation", cfg.checkpoint)
             .trigger(processingTime=f"{cfg.trigger_ms} milliseconds")
             .start()
         )
+        self.committed.handlers[self.query.id] = self.handler
+
+    def job_sink(self) -> JobSink:
+        cfg = self.config
+        return JobSink(cfg.mongo_uri, cfg.database, "events", "orders", cfg.checkpoint, self.name)
+
+    def run_job_batch(
+        self, job_batch: Callable[[DataFrame, int], None], df: DataFrame, batch_id: int
+    ) -> None:
+        """The user's foreachBatch function, between the lab's crash points."""
+        self.handler.handle_elsewhere(batch_id, lambda _batch_no: job_batch(df, batch_id))
 
     def restart_if_failed(self, spark: SparkSession) -> None:
         """A query that stopped because its checkpoint's commit log could not be written is
@@ -170,7 +201,7 @@ def write_partition(
     batch, poison = split(batch_id, config.topic, config.group, raw)
     writer.dead_letter(batch_id, poison)
     writer.write(batch, batch_no)
-    yield Written(len(batch.records), batch.first_offsets())
+    yield Written(len(batch.records), batch.last_offsets)
 
 
 def _import_the_writer(_: int) -> int:
@@ -189,11 +220,12 @@ def run(configs: list[RuntimeConfig]) -> None:
     """One driver running one query per configuration - several variants side by side share
     a driver when no fault targets a single consumer process."""
     stop = StopFlag()
-    lanes = [_Lane(c, BatchHandler(c, source="spark")) for c in configs]
+    committed = _Committed()
+    lanes = [_Lane(c, BatchHandler(c, source="spark"), committed) for c in configs]
     spark = spark_session(
         SparkSettings.from_json(configs[0].spark_settings), f"chaoslab-{configs[0].topic}"
     )
-    spark.streams.addListener(_Committed({lane.name: lane.handler for lane in lanes}))
+    spark.streams.addListener(committed)
     _warm_up(spark)
     try:
         for lane in lanes:
@@ -214,7 +246,10 @@ def run(configs: list[RuntimeConfig]) -> None:
 
 def main(argv: list[str]) -> None:
     """``python -m harness.pipeline.spark_runtime CONFIG.json [CONFIG.json ...]``"""
-    run([RuntimeConfig.load(path) for path in argv])
+    configs = [RuntimeConfig.load(path) for path in argv]
+    for config in configs:
+        config.use_import_path()
+    run(configs)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from harness.errors import BadInput
@@ -12,15 +14,16 @@ from harness.pipeline.variants.check_then_insert import CheckThenInsert
 from harness.pipeline.variants.dedup_log import DedupLog
 from harness.pipeline.variants.idempotent import Idempotent
 from harness.pipeline.variants.naive import Naive
+from harness.pipeline.variants.spark_job import SparkJob
 from harness.pipeline.variants.transactional import Transactional
 from harness.pipeline.variants.unique_index import UniqueIndex
 
 BUILT_IN: dict[str, type[Variant]] = {
     cls.name: cls
-    for cls in (Naive, Idempotent, Transactional, UniqueIndex, DedupLog, CheckThenInsert)
+    for cls in (Naive, Idempotent, Transactional, UniqueIndex, DedupLog, CheckThenInsert, SparkJob)
 }
 
-__all__ = ["BUILT_IN", "Key", "Variant", "WriteContext", "make_variant"]
+__all__ = ["BUILT_IN", "Key", "Variant", "WriteContext", "import_path", "make_variant"]
 
 
 def make_variant(name: str, options: Mapping[str, Any] | None = None) -> Variant:
@@ -44,6 +47,24 @@ def make_variant(name: str, options: Mapping[str, Any] | None = None) -> Variant
         return cls(**options)
     except (TypeError, ValueError) as exc:
         raise BadInput(f"variant {name}: {exc}") from None
+
+
+def import_path(name: str, options: Mapping[str, Any]) -> tuple[str, ...]:
+    """The sys.path entries a runtime process needs to import what the variant names (a
+    user's variant, or a Spark job's module): each module's root, as this process found it."""
+    specs = [s for s in (name, options.get("job")) if isinstance(s, str) and ":" in s]
+    roots = []
+    for spec in specs:
+        module_name = spec.partition(":")[0]
+        module = sys.modules.get(module_name)
+        origin = getattr(module, "__file__", None)
+        if origin is None:
+            continue
+        root = Path(origin).resolve().parent
+        for _ in range(module_name.count(".") + (Path(origin).name == "__init__.py")):
+            root = root.parent
+        roots.append(str(root))
+    return tuple(dict.fromkeys(roots))
 
 
 def _import(spec: str) -> Any:

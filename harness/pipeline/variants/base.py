@@ -75,6 +75,8 @@ class Variant(ABC):
     """A sink strategy. Subclasses are dataclasses whose fields are the variant's options."""
 
     name: ClassVar[str]
+    # The runtimes it can run on (None: any).
+    runtimes: ClassVar[frozenset[str] | None] = None
 
     @property
     def label(self) -> str:
