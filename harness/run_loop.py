@@ -65,12 +65,16 @@ class Watch:
     history: HistoryWriter  # the harness's own writer in the lane's history (CAUGHT_UP)
     logs: Path  # where to look when it does not catch up
     committed: dict[int, int] = field(default_factory=dict)  # partition -> next offset
-    running: bool = False  # its consumers handled a batch
+    # Its consumers wrote a batch. Not merely handled one: a Spark runtime's first batch took
+    # 9.5 s to write on its executors in a fresh-clone suite (Kafka consumers and Python
+    # workers starting), and commit-failure-window's 8 s window, started at its BATCH event,
+    # closed before spark/naive's first commit - a fault that hit nothing.
+    running: bool = False
     finished: bool = False  # committed past every acknowledged record
 
     def read(self) -> None:
         for event in self.tail.new_events():
-            if event.kind is EventKind.BATCH:
+            if event.kind is EventKind.WRITTEN:
                 self.running = True
             if event.kind is EventKind.COMMIT:
                 for p, offset in event.offsets.items():
@@ -94,7 +98,7 @@ def wait_until_consumed(
     """Until every lane's consumers committed past every acknowledged record (``end_offsets``,
     asked once the producer is done) and the fault schedule has played out, restarting
     consumers that crash; returns the producer's summary. The fault schedule's clock starts
-    once every lane's consumers handled a batch."""
+    once every lane's consumers wrote a batch."""
     deadline = time.monotonic() + timeout
     targets: dict[int, int] | None = None
     reported = time.monotonic()

@@ -48,6 +48,7 @@ class Consumer:
             self.producer.summary = ProduceSummary(produced=100, acked=100, failed=0, seconds=1)
         self.producer.acked = min(100, self.checks * 30)
         self.history.record(EventKind.BATCH, count=self.step)
+        self.history.record(EventKind.WRITTEN, count=self.step)
         for p, end in ENDS.items():
             at = min(end, self.next.get(p, 0) + self.step)
             self.next[p] = at if self.stuck is None else min(at, self.stuck)
@@ -105,7 +106,7 @@ def test_a_lane_that_never_catches_up_times_out_naming_it(tmp_path: Path) -> Non
     assert good.finished and not stuck.finished
 
 
-def test_the_fault_clock_starts_once_every_lane_handled_a_batch(tmp_path: Path) -> None:
+def test_the_fault_clock_starts_once_every_lane_wrote_a_batch(tmp_path: Path) -> None:
     producer = Producer()
     (first, first_out), (idle, _) = lane(tmp_path, "first"), lane(tmp_path, "idle")
     timed = {"kind": "consumer-kill", "at": 0}  # due at +0 s of the schedule's clock
@@ -115,6 +116,6 @@ def test_the_fault_clock_starts_once_every_lane_handled_a_batch(tmp_path: Path) 
             [first, idle], [Consumer(first_out, producer)], producer, fault_nemesis,
             lambda: dict(ENDS), timeout=1.0, progress=lambda _m: None,
         )  # fmt: skip
-    # The idle lane never handled a batch: the clock never started, the kill never fired.
+    # The idle lane never wrote a batch: the clock never started, the kill never fired.
     assert first.running and not idle.running
     assert not any(e.kind is EventKind.FAULT_START for e in read_history(first.tail.directory))
