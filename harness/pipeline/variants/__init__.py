@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from harness.errors import BadInput
-from harness.pipeline.variants.base import Key, Variant, WriteContext
+from harness.pipeline.variants.base import Key, Variant, WriteContext, import_callable
 from harness.pipeline.variants.check_then_insert import CheckThenInsert
 from harness.pipeline.variants.dedup_log import DedupLog
 from harness.pipeline.variants.idempotent import Idempotent
@@ -31,7 +30,7 @@ def make_variant(name: str, options: Mapping[str, Any] | None = None) -> Variant
     options as keyword arguments; it must return a ``Variant``)."""
     options = dict(options or {})
     if ":" in name:
-        factory = _import(name)
+        factory = import_callable(name, "variant")
         try:
             variant = factory(**options)
         except TypeError as exc:
@@ -65,15 +64,3 @@ def import_path(name: str, options: Mapping[str, Any]) -> tuple[str, ...]:
             root = root.parent
         roots.append(str(root))
     return tuple(dict.fromkeys(roots))
-
-
-def _import(spec: str) -> Any:
-    module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise BadInput(f"variant {spec}: cannot import {module_name} ({exc})") from None
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise BadInput(f"variant {spec}: {module_name} has no {attr!r}") from None

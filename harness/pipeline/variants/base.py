@@ -14,12 +14,13 @@ projection back). A user's own variant is any ``module:callable`` returning a ``
 
 from __future__ import annotations
 
+import importlib
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from pymongo import ASCENDING, MongoClient, ReplaceOne, UpdateOne
 from pymongo.client_session import ClientSession
@@ -27,6 +28,7 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import BulkWriteError
 
+from harness.errors import BadInput
 from harness.pipeline.batch import Batch, Record
 from harness.pipeline.crash import Crasher, CrashPoint
 from harness.workload.events import Op
@@ -222,3 +224,19 @@ def write_ignoring_duplicates(
             raise
         return len(errors)
     return 0
+
+
+def import_callable(spec: str, what: str) -> Callable[..., Any]:
+    """``module:callable``, imported: a user's variant or Spark job. BadInput names what is
+    missing (``what`` says which it is)."""
+    module_name, colon, attr = spec.partition(":")
+    if not colon or not module_name or not attr:
+        raise BadInput(f"{what}: must be module:callable, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise BadInput(f"{what} {spec}: cannot import {module_name} ({exc})") from None
+    found = getattr(module, attr, None)
+    if not callable(found):
+        raise BadInput(f"{what} {spec}: {module_name} has no callable {attr!r}")
+    return cast(Callable[..., Any], found)

@@ -21,14 +21,12 @@ documents); ``sink.orders`` the current state, ``_id`` = ``order_id`` with its `
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
-from harness.errors import BadInput
 from harness.pipeline.batch import Batch
-from harness.pipeline.variants.base import Variant, WriteContext
+from harness.pipeline.variants.base import Variant, WriteContext, import_callable
 
 
 @dataclass(frozen=True)
@@ -45,17 +43,7 @@ class JobSink:
 
 def load_job(spec: str) -> Callable[..., Any]:
     """``module:callable``, imported; BadInput naming what is missing."""
-    module_name, colon, attr = spec.partition(":")
-    if not colon or not module_name or not attr:
-        raise BadInput(f"spark-job: job must be module:callable, got {spec!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise BadInput(f"spark-job {spec}: cannot import {module_name} ({exc})") from None
-    job = getattr(module, attr, None)
-    if not callable(job):
-        raise BadInput(f"spark-job {spec}: {module_name} has no callable {attr!r}")
-    return cast(Callable[..., Any], job)
+    return import_callable(spec, "spark-job job")
 
 
 @dataclass
