@@ -16,6 +16,7 @@ from harness.environment import (
     BACKENDS,
     Environment,
     EnvironmentStatus,
+    ExternalOptions,
     LocalOptions,
     NoEnvironment,
     attach,
@@ -68,10 +69,39 @@ def render_status(st: EnvironmentStatus) -> str:
     return "\n".join(lines)
 
 
+def _backend(args: argparse.Namespace) -> tuple[str, LocalOptions | ExternalOptions | None]:
+    """The backend the command line asks for, with its options: the external one when any of
+    --kafka-bootstrap, --mongo-uri, --spark-master is given; BadInput naming every problem."""
+    external = ExternalOptions(
+        kafka_bootstrap=args.kafka_bootstrap or "",
+        mongo_uri=args.mongo_uri or "",
+        spark_master=args.spark_master or "",
+        spark_cores=getattr(args, "spark_cores", 2),
+    )
+    given = any((args.kafka_bootstrap, args.mongo_uri, args.spark_master))
+    if not given and args.backend != "external":
+        if args.command != "up":
+            return args.backend, None
+        local = LocalOptions(spark_standalone=args.spark_standalone, spark_cores=args.spark_cores)
+        return args.backend, local
+    problems = external.problems()
+    if args.backend not in ("local", "external"):
+        problems.insert(
+            0, f"--backend {args.backend}: the addresses given are for the external one"
+        )
+    if getattr(args, "spark_standalone", False):
+        problems.append("--spark-standalone starts the lab's own cluster; give --spark-master")
+    if getattr(args, "env", None) is not None:
+        problems.append("--env uses a running environment; the addresses would be ignored")
+    if problems:
+        raise BadInput("the external environment: " + "; ".join(problems))
+    return "external", external
+
+
 def cmd_up(args: argparse.Namespace) -> int:
-    options = LocalOptions(spark_standalone=args.spark_standalone, spark_cores=args.spark_cores)
-    env = open_environment(args.backend, args.dir, options, progress=say)
-    say(f"starting the {args.backend} environment in {env.directory}")
+    backend, options = _backend(args)
+    env = open_environment(backend, args.dir, options, progress=say)
+    say(f"starting the {backend} environment in {env.directory}")
     with stop_on_termination():
         env.start(detach=True)
     say("")
@@ -130,14 +160,19 @@ def _load(args: argparse.Namespace, path: Path) -> Scenario:
         variants=_split(getattr(args, "variants", None)),
         runtimes=_split(args.runtime),
     )
-    backend = "local" if args.env is not None else args.backend
-    for note in runnable(scenario, get_backend(backend).abilities):
+    abilities = (
+        attach(args.env).abilities
+        if args.env is not None
+        else get_backend(_backend(args)[0]).abilities
+    )
+    for note in runnable(scenario, abilities):
         say(f"note: {scenario.path}: {note}")
     return scenario
 
 
 def _load_all(args: argparse.Namespace, files: Sequence[Path]) -> list[Scenario]:
     """Every file, checked before anything starts; the problems of all of them at once."""
+    _backend(args)  # its problems once, not once per file
     loaded, problems = [], []
     for path in files:
         try:
@@ -153,7 +188,8 @@ def _environment_for_run(args: argparse.Namespace, out: Path) -> tuple[Environme
     """The environment named by --env (left running), or a new one in OUT/env (stopped after)."""
     if args.env is not None:
         return attach(args.env, progress=say), False
-    return open_environment(args.backend, out / "env", progress=say), True
+    backend, options = _backend(args)
+    return open_environment(backend, out / "env", options, progress=say), True
 
 
 def _run_dir(args: argparse.Namespace, name: str) -> Path:
@@ -167,8 +203,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     env, owned = _environment_for_run(args, out)
     with stop_on_termination(), ExitStack() as stack:
         if owned:
-            say(f"starting a {args.backend} environment in {out / 'env'}")
+            say(f"starting a {env.backend} environment in {out / 'env'}")
             stack.enter_context(env)
+            runnable(scenario, env.abilities)  # now that it runs: e.g. the nodes it found
         result = run_scenario(env, scenario, out, versions=component_versions(), progress=say)
     report = write_report(out)
     say("")
@@ -188,8 +225,10 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     results: list[ScenarioResult] = []
     with stop_on_termination(), ExitStack() as stack:
         if owned:
-            say(f"starting a {args.backend} environment in {out / 'env'}")
+            say(f"starting a {env.backend} environment in {out / 'env'}")
             stack.enter_context(env)
+            for scenario in scenarios:
+                runnable(scenario, env.abilities)  # now that it runs: e.g. the nodes it found
         for i, scenario in enumerate(scenarios, 1):
             say(f"\n=== [{i}/{len(scenarios)}] {scenario.name} ===")
             results.append(
@@ -221,7 +260,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         "env": None,
         "keep_topics": False,
     }
-    return cmd_matrix(argparse.Namespace(**vars(args), **defaults, backend="local"))
+    external = {"kafka_bootstrap": None, "mongo_uri": None, "spark_master": None}
+    return cmd_matrix(argparse.Namespace(**vars(args), **defaults, **external, backend="local"))
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -271,6 +311,24 @@ def _add_scenario_options(p: argparse.ArgumentParser, what: str) -> None:
     )
     p.add_argument("--env", type=Path, help="use the environment running in this directory")
     p.add_argument("--backend", choices=BACKENDS, default="local")
+    _add_external(p)
+
+
+def _add_external(p: argparse.ArgumentParser) -> None:
+    group = p.add_argument_group(
+        "servers the lab did not start (the external backend; the lab starts only its fault "
+        "proxy in front of them, and refuses faults that stop, kill or pause a server)"
+    )
+    group.add_argument("--kafka-bootstrap", metavar="HOST:PORT[,...]", help="an existing Kafka")
+    group.add_argument(
+        "--mongo-uri", metavar="URI", help="an existing MongoDB replica set (mongodb://...)"
+    )
+    group.add_argument(
+        "--spark-master",
+        metavar="spark://HOST:PORT",
+        help="an existing Spark standalone master (its workers must see this machine's run "
+        "directory); without it Spark runs in the driver",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -292,6 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--spark-cores", type=int, default=2, metavar="N", help="N of local[N] Spark sessions"
     )
+    _add_external(up)
     up.set_defaults(handler=cmd_up)
 
     status = sub.add_parser("status", help="show what runs and whether it answers")

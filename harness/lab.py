@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.doctor import component_versions
-from harness.environment import Environment, attach, get_backend, open_environment
+from harness.environment import Environment, attach, open_environment
 from harness.notebooks import RESULTS, Check
 from harness.paths import find_scenario, runs_dir
 from harness.report import write_report
@@ -74,7 +74,7 @@ class Lab:
         """Run a scenario, write its report, and return the result."""
         if not isinstance(scenario, Scenario) or overrides:
             scenario = make_scenario(scenario, **overrides)
-        for note in runnable(scenario, get_backend(self.env.backend).abilities):
+        for note in runnable(scenario, self.env.abilities):
             print(f"note: {note}")
         out = self.out_dir / f"{scenario.name}-{time.strftime('%H%M%S')}"
         result = run_scenario(

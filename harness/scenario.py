@@ -29,7 +29,7 @@ from typing import Any, Self
 import yaml
 
 from harness.checker.model import Verdict
-from harness.environment.backends import BackendAbilities
+from harness.environment.base import BackendAbilities
 from harness.environment.spark import SparkCluster
 from harness.errors import BadInput
 from harness.faults.base import Fault, FieldErrors, Setting

@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Producer
 
 from harness.environment import Link, LocalEnvironment
-from harness.environment.backends import BackendAbilities
+from harness.environment.base import BackendAbilities
 from harness.faults.base import END, START, Setting, Target
 from harness.faults.families.broker_slow import OFF, ON, BrokerSlow
 from harness.faults.kinds import example, parse_fault

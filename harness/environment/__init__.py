@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
-from harness.environment.backends import BackendAbilities, get_backend, names
+from harness.environment import state
+from harness.environment.backends import get_backend, names
 from harness.environment.base import (
+    BackendAbilities,
     BackendUnavailable,
     Component,
     Environment,
@@ -23,7 +26,9 @@ from harness.environment.base import (
     ServerStartError,
     ServerStatus,
 )
+from harness.environment.external import ExternalEnvironment, ExternalOptions
 from harness.environment.local import LocalEnvironment, LocalOptions, Progress, reap_orphans
+from harness.environment.local.processes import ProcessEnvironment
 from harness.environment.spark import SparkCluster, SparkSettings, spark_session
 from harness.paths import project_root
 
@@ -37,6 +42,8 @@ __all__ = [
     "Environment",
     "EnvironmentBusy",
     "EnvironmentStatus",
+    "ExternalEnvironment",
+    "ExternalOptions",
     "Link",
     "LinkRule",
     "LinkRuleRefused",
@@ -65,7 +72,7 @@ def default_directory() -> Path:
 def open_environment(
     backend: str = "local",
     directory: Path | str | None = None,
-    options: LocalOptions | None = None,
+    options: LocalOptions | ExternalOptions | None = None,
     *,
     progress: Progress | None = None,
 ) -> Environment:
@@ -75,6 +82,13 @@ def open_environment(
 
 
 def attach(directory: Path | str | None = None, *, progress: Progress | None = None) -> Environment:
-    """The environment already running in ``directory`` (e.g. started by ``chaoslab up``)."""
-    directory = directory if directory is not None else default_directory()
-    return LocalEnvironment.attach(directory, progress=progress)
+    """The environment already running in ``directory`` (e.g. started by ``chaoslab up``), of
+    whichever backend started it."""
+    directory = Path(directory if directory is not None else default_directory())
+    found = state.load(directory.expanduser().resolve())
+    kind: type[ProcessEnvironment[Any]] = (
+        ExternalEnvironment
+        if found is not None and found.backend == "external"
+        else LocalEnvironment
+    )
+    return kind.attach(directory, progress=progress)

@@ -9,28 +9,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-from harness.environment.base import BackendUnavailable, Environment
+from harness.environment.base import BackendAbilities, BackendUnavailable, Environment
 from harness.environment.docker import docker_engine_problem
+from harness.environment.external import ExternalEnvironment, ExternalOptions, external_abilities
 from harness.environment.local import LocalEnvironment, LocalOptions, Progress
+from harness.environment.local.environment import LOCAL_ABILITIES
 from harness.environment.local.kafka_node import NODE_IDS
 from harness.errors import BadInput
 
-Opener = Callable[[Path | str, LocalOptions | None, Progress | None], Environment]
-
-
-@dataclass(frozen=True)
-class BackendAbilities:
-    """What a backend can do to its servers, for refusing a scenario before anything starts."""
-
-    name: str
-    nodes: tuple[int, ...]  # the Kafka cluster's node ids
-    link_faults: bool  # a proxy on each link (network faults, Kafka commit errors)
+Options = LocalOptions | ExternalOptions
+T = TypeVar("T", LocalOptions, ExternalOptions)
+Opener = Callable[[Path | str, Options | None, Progress | None], Environment]
 
 
 @dataclass(frozen=True)
 class Backend:
-    abilities: BackendAbilities
+    abilities: BackendAbilities  # before an environment runs (``Environment.abilities`` after)
     open: Opener  # an environment in a directory, not yet started
 
     @property
@@ -38,14 +34,27 @@ class Backend:
         return self.abilities.name
 
 
+def _options(options: Options | None, kind: type[T], backend: str) -> T | None:
+    if options is None or isinstance(options, kind):
+        return options
+    raise BadInput(f"the {backend} backend takes {kind.__name__}, got {type(options).__name__}")
+
+
 def _open_local(
-    directory: Path | str, options: LocalOptions | None, progress: Progress | None
+    directory: Path | str, options: Options | None, progress: Progress | None
 ) -> Environment:
-    return LocalEnvironment(directory, options, progress=progress)
+    return LocalEnvironment(directory, _options(options, LocalOptions, "local"), progress=progress)
+
+
+def _open_external(
+    directory: Path | str, options: Options | None, progress: Progress | None
+) -> Environment:
+    chosen = _options(options, ExternalOptions, "external")
+    return ExternalEnvironment(directory, chosen, progress=progress)
 
 
 def _open_docker(
-    directory: Path | str, options: LocalOptions | None, progress: Progress | None
+    directory: Path | str, options: Options | None, progress: Progress | None
 ) -> Environment:
     problem = docker_engine_problem()
     if problem:
@@ -58,7 +67,8 @@ def _open_docker(
 REGISTRY: dict[str, Backend] = {
     b.name: b
     for b in (
-        Backend(BackendAbilities("local", nodes=NODE_IDS, link_faults=True), _open_local),
+        Backend(LOCAL_ABILITIES, _open_local),
+        Backend(external_abilities(), _open_external),
         # Not built yet: opening it fails with its own reason first.
         Backend(BackendAbilities("docker", nodes=NODE_IDS, link_faults=False), _open_docker),
     )

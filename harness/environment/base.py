@@ -103,6 +103,17 @@ class LinkRule:
             raise LinkRuleRefused(f"error_code must be a non-zero int16, got {self.error_code}")
 
 
+@dataclass(frozen=True)
+class BackendAbilities:
+    """What a backend can do to its servers, for refusing a scenario before anything starts."""
+
+    name: str
+    nodes: tuple[int, ...] | None  # the Kafka cluster's node ids (None: known once it runs)
+    link_faults: bool  # a proxy on each link (network faults, Kafka commit errors)
+    server_control: bool = True  # it started its servers: it can stop, kill, pause them
+    test_commands: bool = True  # its MongoDB has test commands (failCommand)
+
+
 class BackendUnavailable(BadInput):
     """The backend cannot run on this machine (the message says why)."""
 
@@ -172,6 +183,11 @@ class Environment(ABC):
 
     backend: str
     directory: Path
+
+    @property
+    @abstractmethod
+    def abilities(self) -> BackendAbilities:
+        """What this environment can do to its servers (a scenario it cannot play is refused)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from harness.environment import Environment, LinkRule, SparkCluster
-from harness.environment.backends import BackendAbilities
+from harness.environment.base import BackendAbilities
 from harness.errors import LabError
 from harness.history import EventKind, HistoryEvent, HistoryWriter
 from harness.pipeline.crash import CrashPlan
@@ -66,6 +66,14 @@ class FaultStuck(LabError):
 def needs_link_proxies(backend: BackendAbilities) -> list[Problem]:
     """The refusal of a fault that acts through the environment's fault proxy."""
     return [] if backend.link_faults else [("", f"the {backend.name} backend has no link proxies")]
+
+
+def needs_server_control(backend: BackendAbilities, what: str) -> list[Problem]:
+    """The refusal of a fault that stops, kills or pauses ``what`` (a server)."""
+    if backend.server_control:
+        return []
+    return [("", f"the {backend.name} environment did not start {what}: it cannot stop, kill or "
+             "pause it")]  # fmt: skip
 
 
 def positive(name: str, value: float, *, allow_zero: bool = False) -> list[Problem]:

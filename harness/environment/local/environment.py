@@ -1,40 +1,30 @@
 """The local backend: a Kafka cluster (three Apache Kafka KRaft nodes), MongoDB (SecantusDB),
-the fault proxy and Spark, as processes.
-
-Ports are picked free at ``up`` and kept for the environment's life, so a restarted server comes
-back on the address its clients already know. Every server runs in its own session, carries the
-environment's marker, and is recorded in ``DIR/state.json``; see ``harness.environment.process``.
+the fault proxy and Spark, as processes on 127.0.0.1 (the life of such processes - ports, state,
+start, stop, reaping - is ``processes``).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import subprocess
 import time
-import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Self
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from harness.environment import process, readonly, state
+from harness.environment import process, state
 from harness.environment.base import (
+    BackendAbilities,
     Component,
-    Environment,
-    EnvironmentBusy,
-    EnvironmentStatus,
     KafkaStatus,
     Link,
     LinkRule,
-    NoEnvironment,
     ServerStartError,
     ServerStatus,
 )
 from harness.environment.local.fault_proxy import FaultProxy
 from harness.environment.local.kafka_node import NODE_IDS, KafkaNode, port_names
+from harness.environment.local.processes import ProcessEnvironment, answers
 from harness.environment.local.secantus import SecantusMongo
 from harness.environment.local.server import LocalServer, ServerContext
 from harness.environment.local.spark_standalone import (
@@ -43,15 +33,12 @@ from harness.environment.local.spark_standalone import (
     SparkWorker,
     worker_ui_port_name,
 )
-from harness.environment.ports import free_ports
+from harness.environment.ports import LOOPBACK
 from harness.environment.proxy.client import ProxyControl
-from harness.environment.spark import SparkCluster, SparkSettings, checkpoint_root
+from harness.environment.spark import SparkCluster, SparkSettings
 from harness.errors import BadInput
-from harness.kafka import await_group_coordinator, lab_groups
-from harness.readiness import DeadlineExceeded, GaveUp, wait_for
+from harness.kafka import await_group_coordinator
 
-# Directories below DIR that belong to one environment's life and are wiped with it.
-DATA_DIRS = ("mongo", "spark", "kafka")
 PORT_NAMES = (
     *(name for node in NODE_IDS for name in port_names(node)),
     "mongo",
@@ -63,12 +50,7 @@ PORT_NAMES = (
 )
 PREPARATION_TIMEOUT_S = 120.0
 KAFKA_STOP_GRACE_S = 30.0  # a controlled shutdown took 2.8-8.2 s on 2 busy cores
-
-Progress = Callable[[str], None]
-
-
-def _quiet(_message: str) -> None:
-    pass
+LOCAL_ABILITIES = BackendAbilities("local", nodes=NODE_IDS, link_faults=True)
 
 
 @dataclass(frozen=True)
@@ -81,56 +63,38 @@ class LocalOptions:
             raise BadInput(f"spark cores must be at least 1, got {self.spark_cores}")
 
 
-class LocalEnvironment(Environment):
+class LocalEnvironment(ProcessEnvironment[LocalOptions]):
     backend = "local"
-
-    def __init__(
-        self,
-        directory: Path | str,
-        options: LocalOptions | None = None,
-        *,
-        progress: Progress | None = None,
-    ) -> None:
-        self.directory = Path(directory).expanduser().resolve()
-        if self.directory.exists() and not self.directory.is_dir():
-            raise BadInput(f"environment directory {self.directory} exists and is not a directory")
-        self.options = options or LocalOptions()
-        self._progress = progress or _quiet
-        self._state: state.EnvironmentState | None = None
+    abilities = LOCAL_ABILITIES
 
     @classmethod
-    def attach(cls, directory: Path | str, *, progress: Progress | None = None) -> Self:
-        """The environment running in ``directory`` (started by another process)."""
-        env = cls(directory, progress=progress)
-        env._reload()
-        return env
+    def _default_options(cls) -> LocalOptions:
+        return LocalOptions()
 
-    def _reload(self) -> state.EnvironmentState:
-        """Read the state file again: another process may have restarted a server."""
-        found = state.load(self.directory)
-        if found is None:
-            raise NoEnvironment(f"no environment in {self.directory} (start one: chaoslab up)")
-        self._state = found
-        self.options = LocalOptions(**found.options)
-        return found
+    @classmethod
+    def _options_from(cls, raw: Mapping[str, Any]) -> LocalOptions:
+        return LocalOptions(**raw)
+
+    def _port_names(self) -> Sequence[str]:
+        return PORT_NAMES
+
+    def _killed_first(self) -> list[str]:
+        # The Kafka nodes are killed: their data is discarded with the environment, and a
+        # cluster whose nodes all shut down cleanly at once took up to 6.5 s.
+        return [f"kafka-{n}" for n in NODE_IDS]
 
     # -- the servers ----------------------------------------------------------------------------
-
-    @property
-    def _st(self) -> state.EnvironmentState:
-        if self._state is None:
-            raise NoEnvironment(f"the environment in {self.directory} is not running")
-        return self._state
-
-    def _ctx(self) -> ServerContext:
-        return ServerContext(self.directory, self._st.ports, self._st.env_id)
 
     def _servers(self) -> list[LocalServer]:
         """Every server, in start order."""
         ctx = self._ctx()
         servers: list[LocalServer] = [
             SecantusMongo(ctx),
-            FaultProxy(ctx),
+            FaultProxy(
+                ctx,
+                kafka={n: f"{LOOPBACK}:{ctx.ports[f'kafka-{n}-client']}" for n in NODE_IDS},
+                mongo=f"{LOOPBACK}:{ctx.ports['mongo']}",
+            ),
             *(KafkaNode(ctx, node) for node in NODE_IDS),
         ]
         if self.options.spark_standalone:
@@ -139,79 +103,6 @@ class LocalEnvironment(Environment):
 
     def _spark_cluster(self, ctx: ServerContext) -> list[LocalServer]:
         return [SparkMaster(ctx), *(SparkWorker(ctx, index) for index in WORKERS)]
-
-    def _wipe_data(self) -> None:
-        # A fault may have left a checkpoint's commit log immutable (a harness killed mid-run):
-        # released first, or it could not be deleted.
-        readonly.release_under(checkpoint_root(self.directory))
-        for name in DATA_DIRS:
-            shutil.rmtree(self.directory / name, ignore_errors=True)
-
-    def _server(self, name: str) -> LocalServer:
-        for server in self._servers():
-            if server.name == name:
-                return server
-        raise KeyError(f"no server {name!r} in this environment")
-
-    def _record(self, name: str, **changes: object) -> None:
-        with state.updating(self.directory) as st:
-            record = st.servers.setdefault(name, state.ServerRecord())
-            for key, value in changes.items():
-                setattr(record, key, value)
-            self._state = st
-
-    # -- lifecycle ------------------------------------------------------------------------------
-
-    def start(self, *, detach: bool = False) -> Self:
-        reap_orphans(self._progress)
-        self._claim()
-        started = time.monotonic()
-        try:
-            self._start_servers()
-        except BaseException:
-            self._progress("stopping what was started")
-            self.stop()
-            raise
-        if detach:
-            with state.updating(self.directory) as st:
-                st.detached = True
-                self._state = st
-        self._progress(f"environment ready in {time.monotonic() - started:.1f}s")
-        return self
-
-    def _claim(self) -> None:
-        """Create a fresh state for this directory, owned by this process."""
-        with state.locked(self.directory):
-            existing = state.load(self.directory)
-            if existing is not None:
-                if not existing.orphaned():
-                    who = "chaoslab up" if existing.detached else f"PID {existing.owner_pid}"
-                    raise EnvironmentBusy(
-                        f"an environment is already running in {self.directory} "
-                        f"(started by {who}); use it, or stop it with: "
-                        f"chaoslab down --dir {self.directory}"
-                    )
-                process.reap(existing.env_id)
-                state.unregister(existing.env_id)
-            self._wipe_data()
-            shutil.rmtree(self.directory / "logs", ignore_errors=True)
-            me = process.handle_of(os.getpid())
-            with state.ports_locked():
-                ports = free_ports(len(PORT_NAMES), taken=state.reserved_ports())
-                self._state = state.EnvironmentState(
-                    env_id=uuid.uuid4().hex[:12],
-                    backend=self.backend,
-                    directory=str(self.directory),
-                    created_at=time.time(),
-                    owner_pid=me.pid,
-                    owner_create_time=me.create_time,
-                    detached=False,
-                    ports=dict(zip(PORT_NAMES, ports, strict=True)),
-                    options=asdict(self.options),
-                )
-                state.save(self.directory, self._state)
-                state.reserve_ports(self._state.env_id, self.directory, ports)
-            state.register(self._state.env_id, self.directory)
 
     def _start_servers(self) -> None:
         self.spark.prepare()
@@ -267,60 +158,6 @@ class LocalEnvironment(Environment):
                 failed.append(f"{server.name} (exit {code}):\n{self.log_tail(server.name)}")
         if failed:
             raise ServerStartError("preparing the servers failed: " + "\n".join(failed))
-
-    def _launch(self, server: LocalServer) -> process.ProcessHandle:
-        handle = process.spawn(
-            server.argv(),
-            env_id=self._st.env_id,
-            server=server.name,
-            log_path=server.log_path,
-            extra_env=server.extra_env(),
-            cwd=self.directory,
-        )
-        self._record(server.name, pid=handle.pid, create_time=handle.create_time, paused=False)
-        return handle
-
-    def _await_ready(self, server: LocalServer) -> None:
-        record = self._st.servers[server.name]
-        assert record.pid is not None and record.create_time is not None  # _launch set them
-        handle = process.ProcessHandle(record.pid, record.create_time)
-
-        def exited() -> str | None:
-            return None if handle.alive() else "the process exited"
-
-        started = time.monotonic()
-        try:
-            wait_for(
-                server.probe,
-                what=f"{server.role} on {server.address}",
-                timeout=server.ready_timeout,
-                abort=exited,
-            )
-        except (DeadlineExceeded, GaveUp) as exc:
-            raise ServerStartError(
-                f"{exc}\n--- last lines of {server.log_path} ---\n{self.log_tail(server.name)}"
-            ) from None
-        took = time.monotonic() - started
-        self._progress(f"  {server.name:<14} {server.role:<34} {server.address:<16} {took:5.1f}s")
-
-    def stop(self) -> None:
-        try:
-            found = self._reload()
-        except NoEnvironment:
-            return
-        # The Kafka nodes are killed: their data is discarded with the environment, and a
-        # cluster whose nodes all shut down cleanly at once took up to 6.5 s. The rest all at
-        # once: the order does not matter, and SecantusDB alone takes seconds to shut down.
-        nodes = [p for n in NODE_IDS for p in process.marked(found.env_id, f"kafka-{n}")]
-        process.kill(nodes)
-        stopped = [p.pid for p in nodes] + process.reap(found.env_id, grace=10.0)
-        with state.locked(self.directory):
-            state.remove(self.directory)
-            state.unregister(found.env_id)
-            self._wipe_data()
-        self._progress(
-            f"stopped {len(stopped)} processes; the environment in {self.directory} is down"
-        )
 
     # -- what clients use -----------------------------------------------------------------------
 
@@ -388,58 +225,10 @@ class LocalEnvironment(Environment):
             self.options = LocalOptions(**self._st.options)
             raise
 
-    @property
-    def env_id(self) -> str:
-        return self._st.env_id
-
-    def status(self) -> EnvironmentStatus:
-        found = self._reload()
-        servers = []
-        for server in self._servers():
-            record = found.servers.get(server.name, state.ServerRecord())
-            alive = record.alive()
-            servers.append(
-                ServerStatus(
-                    name=server.name,
-                    role=server.role,
-                    address=server.address,
-                    pid=record.pid,
-                    alive=alive,
-                    paused=record.paused,
-                    ready=alive and not record.paused and _answers(server),
-                    log=str(server.log_path),
-                )
-            )
-        return EnvironmentStatus(
-            backend=self.backend,
-            directory=str(self.directory),
-            env_id=found.env_id,
-            detached=found.detached,
-            owner_pid=found.owner_pid,
-            kafka_bootstrap=self.kafka_bootstrap,
-            mongo_uri=self.mongo_uri,
-            spark_master=self.spark.master,
-            servers=tuple(servers),
-            kafka=self._kafka_status(servers),
-        )
-
     def _kafka_status(self, servers: Sequence[ServerStatus]) -> KafkaStatus | None:
         if not any(s.ready for s in servers if s.name.startswith("kafka-")):
-            return None
-        try:
-            view = self.cluster_view()
-            groups = lab_groups(self.kafka_bootstrap)
-        except Exception:  # a status shows what answers, whatever does not
-            return None
-        return KafkaStatus(
-            brokers=view.brokers,
-            controller=view.controller,
-            under_replicated=len(view.under_replicated()),
-            coordinators={g: view.coordinator_of(g) for g in groups},
-        )
-
-    def log_path(self, server: str) -> Path:
-        return self.directory / "logs" / f"{server}.log"
+            return None  # not worth the client's timeouts
+        return super()._kafka_status(servers)
 
     # -- what faults use ------------------------------------------------------------------------
 
@@ -539,47 +328,4 @@ class LocalEnvironment(Environment):
 
     def broker_ready(self, broker: int) -> bool:
         (node,) = self._targets(Component.KAFKA, broker)
-        return _answers(node)
-
-
-def _answers(server: LocalServer) -> bool:
-    try:
-        server.probe()
-    except Exception:
-        return False
-    return True
-
-
-def reap_orphans(progress: Progress = _quiet) -> list[int]:
-    """Stop every environment of this user whose owning harness died without stopping it.
-
-    Detached environments (``chaoslab up``) are left alone: ``chaoslab down`` owns them.
-    Returns the PIDs that were stopped.
-    """
-    stopped: list[int] = []
-    for env_id, directory in state.registered():
-        with _lock_if_exists(directory):
-            found = state.load(directory)
-            ours = found is not None and found.env_id == env_id
-            if found is not None and ours and not found.orphaned():
-                continue
-            pids = process.reap(env_id)
-            if ours:
-                state.remove(directory)
-            state.unregister(env_id)
-        if pids:
-            progress(
-                f"stopped {len(pids)} processes (PIDs {', '.join(map(str, pids))}) left by a "
-                f"harness that died without stopping its environment in {directory}"
-            )
-        stopped += pids
-    return stopped
-
-
-@contextmanager
-def _lock_if_exists(directory: Path) -> Iterator[None]:
-    if directory.is_dir():
-        with state.locked(directory):
-            yield
-    else:
-        yield
+        return answers(node)

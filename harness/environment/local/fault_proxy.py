@@ -6,16 +6,18 @@ CLIENT listener, so the connections a client makes after bootstrap come back thr
 too; a rule on ``kafka`` covers all three. The producer and consumer links share those
 addresses and are told apart by client.id (``harness.kafka``'s ``PRODUCER_CLIENT``,
 ``CONSUMER_CLIENT``; the harness's own ``HARNESS_CLIENT`` is never a target). The consumers'
-MongoDB link is a plain TCP listener in front of SecantusDB.
+MongoDB link is a plain TCP listener in front of SecantusDB. In front of servers the lab did not
+start (the external backend), the proxy rewrites the brokers' addresses in Kafka's responses
+instead (``rewrite_addresses``; ``harness.environment.proxy.addresses``).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Collection, Mapping
 
 from harness.environment.base import Link, LinkRule
-from harness.environment.local.kafka_node import NODE_IDS
-from harness.environment.local.server import LocalServer
+from harness.environment.local.server import LocalServer, ServerContext
 from harness.environment.ports import LOOPBACK
 from harness.environment.proxy.client import ProxyControl
 from harness.kafka import CONSUMER_CLIENT, PRODUCER_CLIENT
@@ -34,20 +36,37 @@ def link_target(link: Link) -> tuple[str, str]:
     return targets[link]
 
 
+def proxy_port_names(nodes: Collection[int]) -> list[str]:
+    """The proxy's ports: a Kafka listener per node, MongoDB's listener, the control API."""
+    return [*(f"kafka-{n}-proxy" for n in nodes), "mongo-proxy", "proxy-control"]
+
+
 class FaultProxy(LocalServer):
     name = "proxy"
     role = "fault proxy (Kafka, MongoDB links)"
     ready_timeout = 15.0
 
+    def __init__(
+        self,
+        ctx: ServerContext,
+        *,
+        kafka: Mapping[int, str],
+        mongo: str,
+        rewrite_addresses: bool = False,
+    ) -> None:
+        """``kafka``: each node's address (node id -> HOST:PORT), ``mongo``: MongoDB's."""
+        super().__init__(ctx)
+        self.kafka, self.mongo, self.rewrite_addresses = dict(kafka), mongo, rewrite_addresses
+
     @property
     def port(self) -> int:
         # The address people look for in ``status``: where Kafka clients bootstrap.
-        return self.ctx.ports[f"kafka-{NODE_IDS[0]}-proxy"]
+        return self.ctx.ports[f"kafka-{min(self.kafka)}-proxy"]
 
     @property
     def kafka_address(self) -> str:
         """Every node's listener: the bootstrap list of every Kafka client."""
-        return ",".join(f"{LOOPBACK}:{self.ctx.ports[f'kafka-{n}-proxy']}" for n in NODE_IDS)
+        return ",".join(f"{LOOPBACK}:{self.ctx.ports[f'kafka-{n}-proxy']}" for n in self.kafka)
 
     @property
     def mongo_address(self) -> str:
@@ -59,14 +78,14 @@ class FaultProxy(LocalServer):
     def argv(self) -> list[str]:
         ports = self.ctx.ports
         kafka = [
-            f"{KAFKA_LISTENER}/{n},kafka,{ports[f'kafka-{n}-proxy']},"
-            f"{LOOPBACK}:{ports[f'kafka-{n}-client']}"
-            for n in NODE_IDS
+            f"{KAFKA_LISTENER}/{n},kafka,{ports[f'kafka-{n}-proxy']},{address}"
+            for n, address in self.kafka.items()
         ]
-        mongo = f"{MONGO_LISTENER},tcp,{ports['mongo-proxy']},{LOOPBACK}:{ports['mongo']}"
+        mongo = f"{MONGO_LISTENER},tcp,{ports['mongo-proxy']},{self.mongo}"
         listeners = [arg for spec in [*kafka, mongo] for arg in ("--listener", spec)]
+        rewrite = ["--rewrite-addresses"] if self.rewrite_addresses else []
         return [sys.executable, "-m", "harness.environment.proxy",
-                "--control", str(ports["proxy-control"]), *listeners]  # fmt: skip
+                "--control", str(ports["proxy-control"]), *listeners, *rewrite]  # fmt: skip
 
     def probe(self) -> None:
         self.control().health()

@@ -1,5 +1,6 @@
 """Run the fault proxy: ``python -m harness.environment.proxy --control PORT --listener
-name,mode,port,host:port [--listener ...]``. Logs to stdout; SIGTERM or SIGINT stops it."""
+name,mode,port,host:port [--listener ...] [--rewrite-addresses]``. Logs to stdout; SIGTERM or
+SIGINT stops it."""
 
 from __future__ import annotations
 
@@ -26,12 +27,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         required=True,
         help="name,mode,port,host:port (mode: kafka or tcp); repeat for each listener",
     )
+    parser.add_argument(
+        "--rewrite-addresses",
+        action="store_true",
+        help="in Metadata, FindCoordinator and DescribeCluster responses, replace each Kafka "
+        "listener's upstream address by the listener's own (for brokers that advertise their "
+        "own addresses)",
+    )
     parser.add_argument("--verbose", action="store_true", help="log every connection's end")
     return parser.parse_args(argv)
 
 
-async def serve(specs: list[ListenerSpec], control_port: int) -> None:
-    proxy = ProxyServer(specs)
+async def serve(specs: list[ListenerSpec], control_port: int, *, rewrite: bool = False) -> None:
+    proxy = ProxyServer(specs, rewrite=rewrite)
     await proxy.start()
     control = await asyncio.start_server(ControlApi(proxy).handle, LOOPBACK, control_port)
     log.info("control API on %s:%d", LOOPBACK, control_port)
@@ -52,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
         format="%(asctime)s.%(msecs)03d %(levelname)s %(message)s",
         datefmt="%H:%M:%S",
     )
-    asyncio.run(serve(args.listener, args.control))
+    asyncio.run(serve(args.listener, args.control, rewrite=args.rewrite_addresses))
 
 
 if __name__ == "__main__":

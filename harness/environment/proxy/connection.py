@@ -10,6 +10,10 @@ earlier requests on the connection. The connection counts the forwarded requests
 answered (``expected``) and the responses forwarded (``answered``); a made-up response waits
 in ``held`` until ``answered`` reaches the ``expected`` of its moment. Every decision is taken
 without an ``await`` in between, so the order in the outbox is the order on the wire.
+
+Rewriting broker addresses (opt-in), the connection notes the correlation ids of the forwarded
+requests whose responses name brokers, and rewrites those responses as they arrive, before
+they join the outbox (``addresses``); the counting above is the same either way.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import struct
 from collections import deque
 
 from harness.environment.proxy import kafka_messages as km
+from harness.environment.proxy.addresses import AddressBook, ResponseAddresses
 from harness.environment.proxy.listener import ListenerSpec, ListenerStats
 from harness.environment.proxy.rules import KAFKA, RuleTable
 from harness.kafka_wire import Malformed
@@ -98,6 +103,7 @@ class Connection:
         client_reader: asyncio.StreamReader,
         client_writer: asyncio.StreamWriter,
         number: int,
+        addresses: AddressBook | None = None,
     ) -> None:
         self.spec, self.rules, self.stats = spec, rules, stats
         self.client_reader, self.client_writer = client_reader, client_writer
@@ -112,6 +118,8 @@ class Connection:
         self.expected = 0
         self.answered = 0
         self.held: deque[tuple[int, bytes]] = deque()
+        # Rewriting broker addresses (``--rewrite-addresses``): the responses that name brokers.
+        self.addresses = ResponseAddresses(addresses)
         self.to_upstream = Outbox()
         self.to_client = Outbox()
 
@@ -271,6 +279,7 @@ class Connection:
                 )
             if km.expects_response(header, frame[4:]):
                 self.expected += 1
+                self.addresses.forwarded(header)
             self.to_upstream.push(frame, self._due())
 
     async def _read_responses(self, reader: asyncio.StreamReader) -> None:
@@ -280,6 +289,7 @@ class Connection:
             if frame is None:
                 self._end_of(self.to_client)
                 return
+            frame = self.addresses.response(frame, self.label)
             self.to_client.push(frame, self._due())
             self.answered += 1
             while self.held and self.held[0][0] <= self.answered:

@@ -5,6 +5,8 @@ It reads every request's header (to learn the client and the API), the acks of P
 FindCoordinator requests it answers itself. It writes error responses for OffsetCommit,
 FindCoordinator, JoinGroup and Heartbeat, in every version listed in ``ERROR_VERSIONS``,
 exactly as a broker that hit the error would (Kafka's ``getErrorResponse`` of each request).
+(Rewriting broker addresses, it also reads Metadata, FindCoordinator and DescribeCluster
+responses: ``addresses``.)
 
 Layouts follow clients/src/main/resources/common/message/*.json in apache/kafka. librdkafka 2.16
 against Apache Kafka 4.3.1 negotiates OffsetCommit v9, FindCoordinator v2, JoinGroup v5,
@@ -18,12 +20,14 @@ from dataclasses import dataclass
 from harness.kafka_wire import Malformed, Reader, Writer
 
 PRODUCE = 0
+METADATA = 3
 CONTROLLED_SHUTDOWN = 7
 OFFSET_COMMIT = 8
 FIND_COORDINATOR = 10
 JOIN_GROUP = 11
 HEARTBEAT = 12
 API_VERSIONS = 18
+DESCRIBE_CLUSTER = 60
 
 API_NAMES = {
     0: "Produce",
@@ -53,11 +57,13 @@ API_NAMES = {
 # response header v1) of each API whose body the proxy reads or writes.
 FLEXIBLE_FROM = {
     PRODUCE: 9,
+    METADATA: 9,
     OFFSET_COMMIT: 8,
     FIND_COORDINATOR: 3,
     JOIN_GROUP: 6,
     HEARTBEAT: 4,
     API_VERSIONS: 3,
+    DESCRIBE_CLUSTER: 0,
 }
 
 # The versions the proxy can answer with an error: all that Kafka 3.x/4.0 define but OffsetCommit

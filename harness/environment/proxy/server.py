@@ -9,6 +9,7 @@ import logging
 from typing import Any
 
 from harness.environment.ports import LOOPBACK
+from harness.environment.proxy.addresses import AddressBook
 from harness.environment.proxy.connection import CONNECT_TIMEOUT_S, Connection
 from harness.environment.proxy.listener import ListenerSpec, ListenerStats
 from harness.environment.proxy.rules import Rule, RuleTable, parse_rule
@@ -20,11 +21,14 @@ PROBE_INTERVAL_S = 0.05
 
 
 class ProxyServer:
-    def __init__(self, specs: list[ListenerSpec]) -> None:
+    def __init__(self, specs: list[ListenerSpec], *, rewrite: bool = False) -> None:
+        """``rewrite``: replace the upstream addresses of the Kafka listeners by the listeners'
+        own in the responses that name brokers (see ``addresses``)."""
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             raise ValueError(f"listener names must differ: {names}")
         self.specs = {s.name: s for s in specs}
+        self.addresses = AddressBook.for_listeners(specs) if rewrite else None
         self.rules = RuleTable()
         self.stats = {name: ListenerStats() for name in self.specs}
         self.connections: dict[str, set[Connection]] = {name: set() for name in self.specs}
@@ -44,6 +48,8 @@ class ProxyServer:
                 spec.port,
                 spec.upstream,
             )
+        if self.addresses is not None:
+            log.info("rewriting broker addresses in responses: %s", self.addresses.describe())
 
     async def _listen(self, spec: ListenerSpec) -> None:
         self._servers[spec.name] = await asyncio.start_server(
@@ -66,7 +72,9 @@ class ProxyServer:
         self, spec: ListenerSpec, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         stats = self.stats[spec.name]
-        connection = Connection(spec, self.rules, stats, reader, writer, next(self._numbers))
+        connection = Connection(
+            spec, self.rules, stats, reader, writer, next(self._numbers), self.addresses
+        )
         self.connections[spec.name].add(connection)
         stats.accepted += 1
         stats.open += 1
@@ -167,6 +175,7 @@ class ProxyServer:
             "rules": [self.rule_json(rule) for rule in self.rules],
             # Removed rules too: a fault runner reads how often a rule acted after removing it.
             "affected": dict(self.rules.affected),
+            "rewrite_addresses": self.addresses is not None,
         }
 
 

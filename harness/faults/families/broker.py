@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from confluent_kafka import KafkaException
 
 from harness.environment import Component
-from harness.environment.backends import BackendAbilities
+from harness.environment.base import BackendAbilities
 from harness.faults.base import (
     END,
     Actor,
@@ -26,6 +26,7 @@ from harness.faults.base import (
     Setting,
     Step,
     Timed,
+    needs_server_control,
     positive,
 )
 from harness.history import EventKind
@@ -82,7 +83,7 @@ class BrokerSelector:
     def refusal(self, setting: Setting, backend: BackendAbilities) -> str:
         """Why the scenario or the backend has no such node ('' if it may)."""
         match self.pick:
-            case Pick.NODE if self.node not in backend.nodes:
+            case Pick.NODE if backend.nodes is not None and self.node not in backend.nodes:
                 nodes = ", ".join(map(str, backend.nodes))
                 return (
                     f"the {backend.name} backend's Kafka nodes are {nodes}; "
@@ -236,7 +237,8 @@ class _OneNode(Timed):
 
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
         problem = self.broker.refusal(setting, backend)
-        return [("broker", problem)] if problem else []
+        found = needs_server_control(backend, "the Kafka nodes")
+        return found + ([("broker", problem)] if problem else [])
 
 
 @dataclass(frozen=True)
@@ -340,7 +342,8 @@ class BrokerRollingRestart(Timed):
 
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
         problem = self.start.refusal(setting, backend)
-        return [("start", problem)] if problem else []
+        found = needs_server_control(backend, "the Kafka nodes")
+        return found + ([("start", problem)] if problem else [])
 
     @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:

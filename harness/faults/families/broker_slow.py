@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from harness.environment import Link, LinkRule
-from harness.environment.backends import BackendAbilities
-from harness.environment.base import KAFKA_LINKS
+from harness.environment.base import KAFKA_LINKS, BackendAbilities
 from harness.faults.base import (
     Actor,
     Context,

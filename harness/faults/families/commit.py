@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from harness.environment import Link, LinkRule, readonly
-from harness.environment.backends import BackendAbilities
+from harness.environment.base import BackendAbilities
 from harness.faults.base import (
     Actor,
     Context,

@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from harness.environment.backends import BackendAbilities
+from harness.environment.base import BackendAbilities
 from harness.faults.base import (
     END,
     Actor,

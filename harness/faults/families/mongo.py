@@ -7,7 +7,8 @@ from typing import Any, ClassVar
 
 from pymongo import MongoClient
 
-from harness.faults.base import Actor, Context, Problem, Step, Timed, positive
+from harness.environment.base import BackendAbilities
+from harness.faults.base import Actor, Context, Problem, Setting, Step, Timed, positive
 from harness.pipeline.runtime import CONSUMER_APP
 
 ON, OFF = "failpoint-on", "failpoint-off"
@@ -76,6 +77,12 @@ class MongoFailCommand(Timed):
 
     def steps(self, seed: int) -> tuple[Step, ...]:
         return self.window(seed, ON, OFF, self.duration)
+
+    def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
+        if backend.test_commands:
+            return []
+        return [("", f"the {backend.name} environment did not start MongoDB: failCommand is a "
+                 "test command (enableTestCommands) such a server may not have")]  # fmt: skip
 
     def actor(self, context: Context) -> Actor:
         return _Failpoint(self, context)

@@ -7,7 +7,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from harness.environment import Link, LinkRule
-from harness.environment.backends import BackendAbilities
+from harness.environment.base import BackendAbilities
 from harness.faults.base import (
     Actor,
     Context,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from harness.environment import SparkCluster
-from harness.environment.backends import BackendAbilities
+from harness.environment.base import BackendAbilities
 from harness.faults.base import Fault, Problem, Seen, Setting, Step
 from harness.history import EventKind
 from harness.pipeline.crash import CrashPlan, CrashPoint, Struck

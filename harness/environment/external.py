@@ -1,0 +1,287 @@
+"""The external backend: Kafka, MongoDB and (optionally) a Spark master that the lab did not
+start - a team's own cluster, a CI service - with the lab's fault proxy in front of them.
+
+The lab starts one process here, the fault proxy: a Kafka listener per broker the cluster
+advertises (found at ``up``), whose responses it rewrites so that clients come back through it
+(Kafka's Metadata and FindCoordinator name the brokers' own addresses, which the lab cannot
+change on servers it did not start), and a TCP listener in front of MongoDB's primary. So the
+link faults (``network``, ``broker-slow``, ``commit-failure`` through the proxy) and the
+consumer-side faults (crashes, pauses, executor loss, an unwritable checkpoint) work; faults
+that stop, kill or pause a server, and MongoDB's ``failCommand`` (a test command such a server
+may not enable), are refused by name before anything starts.
+
+Spark: the given master (``spark://HOST:PORT``) runs every Spark lane, whatever cluster the
+scenario names; without one, Spark runs in the driver (``local[N]``). The executors write the
+lab's history files into the run directory, so they must see this machine's filesystem (a
+cluster on this machine, or one sharing the path).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Self
+from urllib.parse import urlsplit
+
+from pymongo import MongoClient
+from pymongo.errors import ConfigurationError, InvalidURI, PyMongoError
+from pymongo.uri_parser import parse_uri
+
+from harness.environment.base import (
+    BackendAbilities,
+    BackendUnavailable,
+    Component,
+    Link,
+    LinkRule,
+)
+from harness.environment.local.fault_proxy import FaultProxy, proxy_port_names
+from harness.environment.local.processes import ProcessEnvironment
+from harness.environment.local.server import LocalServer
+from harness.environment.spark import SparkCluster, SparkSettings
+from harness.errors import BadInput
+from harness.kafka import admin
+
+PROBE_TIMEOUT_S = 10.0  # each service's first answer, at ``up``
+
+
+class NotStartedHere(BadInput):
+    """The external environment cannot stop, kill or pause a server it did not start."""
+
+
+def _address(text: str) -> tuple[str, int] | None:
+    host, _, port = text.strip().rpartition(":")
+    return (host, int(port)) if host and port.isdigit() and 0 < int(port) < 65536 else None
+
+
+@dataclass(frozen=True)
+class ExternalOptions:
+    """What the user gives (``--kafka-bootstrap``, ``--mongo-uri``, ``--spark-master``), and what
+    ``up`` found there (kept for the environment's life)."""
+
+    kafka_bootstrap: str = ""
+    mongo_uri: str = ""
+    spark_master: str = ""  # spark://HOST:PORT; '' runs Spark in the driver
+    spark_cores: int = 2  # local[N] when there is no master
+    # Found at up: each broker as it advertises itself, and MongoDB's primary.
+    brokers: tuple[tuple[int, str], ...] = ()
+    mongo_primary: str = ""
+
+    def problems(self) -> list[str]:
+        """Every problem of the given settings, without connecting to anything."""
+        found = []
+        if not self.kafka_bootstrap:
+            found.append("--kafka-bootstrap is missing (HOST:PORT[,HOST:PORT...])")
+        elif bad := [a for a in self.kafka_bootstrap.split(",") if _address(a) is None]:
+            found.append(f"--kafka-bootstrap: not HOST:PORT: {', '.join(map(repr, bad))}")
+        if not self.mongo_uri:
+            found.append("--mongo-uri is missing (mongodb://HOST:PORT/?replicaSet=NAME)")
+        elif self.mongo_uri.startswith("mongodb+srv://"):
+            found.append(
+                "--mongo-uri: mongodb+srv:// is not supported (the fault proxy needs the "
+                "members' addresses; give them as mongodb://HOST:PORT,...)"
+            )
+        else:
+            try:
+                parse_uri(self.mongo_uri)
+            except (InvalidURI, ConfigurationError, ValueError) as exc:
+                found.append(f"--mongo-uri: {exc}")
+        if self.spark_master and not (
+            self.spark_master.startswith("spark://") and _address(self.spark_master[8:])
+        ):
+            found.append(f"--spark-master: expected spark://HOST:PORT, got {self.spark_master!r}")
+        if self.spark_cores < 1:
+            found.append(f"spark cores must be at least 1, got {self.spark_cores}")
+        return found
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        brokers = tuple((int(n), str(a)) for n, a in raw.get("brokers") or ())
+        return cls(**{**raw, "brokers": brokers})
+
+
+def discover(options: ExternalOptions) -> ExternalOptions:
+    """The options with the brokers and MongoDB's primary filled in; BadInput naming every
+    service that did not answer as it should (nothing has been started yet)."""
+    if problems := options.problems():
+        raise BadInput("the external environment's settings: " + "; ".join(problems))
+    found: list[str] = []
+    brokers: tuple[tuple[int, str], ...] = ()
+    try:
+        metadata = admin(options.kafka_bootstrap).list_topics(timeout=PROBE_TIMEOUT_S)
+        brokers = tuple(sorted((n, f"{b.host}:{b.port}") for n, b in metadata.brokers.items()))
+    except Exception as exc:  # whatever librdkafka says, the user needs to read it
+        found.append(f"Kafka at {options.kafka_bootstrap} did not answer: {exc}")
+    primary = ""
+    client: MongoClient[dict[str, Any]] = MongoClient(
+        options.mongo_uri, serverSelectionTimeoutMS=int(PROBE_TIMEOUT_S * 1000)
+    )
+    try:
+        hello = client.admin.command("hello")
+        if not hello.get("setName"):
+            found.append(
+                f"MongoDB at {options.mongo_uri} is not a replica set member: the variants "
+                "use sessions and transactions, which need one"
+            )
+        primary = str(hello.get("primary") or "")
+        if not primary and hello.get("setName"):
+            found.append(f"MongoDB at {options.mongo_uri}: its replica set has no primary")
+    except PyMongoError as exc:
+        found.append(f"MongoDB at {options.mongo_uri} did not answer: {exc}")
+    finally:
+        client.close()
+    if options.spark_master:
+        address = _address(options.spark_master[len("spark://") :])
+        assert address is not None  # problems() checked it
+        try:
+            with socket.create_connection(address, timeout=PROBE_TIMEOUT_S):
+                pass
+        except OSError as exc:
+            found.append(f"the Spark master {options.spark_master} did not answer: {exc}")
+    if found:
+        raise BadInput("the external environment cannot start: " + "; ".join(found))
+    return replace(options, brokers=brokers, mongo_primary=primary)
+
+
+def proxied_uri(mongo_uri: str, address: str) -> str:
+    """``mongo_uri`` with its hosts replaced by ``address``, connecting directly (a replica set
+    URI would discover the members and go around the proxy); credentials and other options
+    are kept."""
+    parts = urlsplit(mongo_uri)
+    userinfo, _, _hosts = parts.netloc.rpartition("@")
+    netloc = f"{userinfo}@{address}" if userinfo else address
+    options = [o for o in parts.query.split("&") if o and not o.lower().startswith(
+        ("replicaset=", "directconnection="))]  # fmt: skip
+    query = "&".join([*options, "directConnection=true"])
+    return f"mongodb://{netloc}{parts.path or '/'}?{query}"
+
+
+class ExternalEnvironment(ProcessEnvironment[ExternalOptions]):
+    """Servers the lab did not start, behind the lab's fault proxy (see the module)."""
+
+    backend = "external"
+
+    @classmethod
+    def _default_options(cls) -> ExternalOptions:
+        return ExternalOptions()
+
+    @classmethod
+    def _options_from(cls, raw: Mapping[str, Any]) -> ExternalOptions:
+        return ExternalOptions.from_dict(raw)
+
+    def start(self, *, detach: bool = False) -> Self:
+        self._progress(f"asking Kafka at {self.options.kafka_bootstrap} for its brokers")
+        self.options = discover(self.options)
+        nodes = ", ".join(f"{n} at {a}" for n, a in self.options.brokers)
+        self._progress(f"  Kafka nodes {nodes}; MongoDB primary {self.options.mongo_primary}")
+        return super().start(detach=detach)
+
+    def _port_names(self) -> Sequence[str]:
+        return proxy_port_names(self.broker_ids)
+
+    def _servers(self) -> list[LocalServer]:
+        return [self._proxy]
+
+    @property
+    def _proxy(self) -> FaultProxy:
+        return FaultProxy(
+            self._ctx(),
+            kafka=dict(self.options.brokers),
+            mongo=self.options.mongo_primary,
+            rewrite_addresses=True,
+        )
+
+    def _start_servers(self) -> None:
+        self.spark.prepare()
+        self._launch(self._proxy)
+        self._await_ready(self._proxy)
+
+    # -- what clients use -----------------------------------------------------------------------
+
+    @property
+    def abilities(self) -> BackendAbilities:
+        return external_abilities(self.broker_ids)
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        # Through the fault proxy, whose listeners rewrite the brokers' addresses.
+        return self._proxy.kafka_address
+
+    @property
+    def mongo_uri(self) -> str:
+        return self.options.mongo_uri
+
+    def mongo_uri_for(self, link: Link) -> str:
+        if link is Link.CONSUMER_MONGO:
+            return proxied_uri(self.options.mongo_uri, self._proxy.mongo_address)
+        return self.mongo_uri
+
+    @property
+    def spark(self) -> SparkSettings:
+        master = self.options.spark_master or f"local[{self.options.spark_cores}]"
+        return SparkSettings.for_directory(self.directory, master)
+
+    def spark_on(self, cluster: SparkCluster) -> SparkSettings:
+        if cluster is SparkCluster.STANDALONE and not self.options.spark_master:
+            raise BackendUnavailable(
+                "the scenario runs Spark on a standalone cluster: give the external "
+                "environment one (--spark-master spark://HOST:PORT)"
+            )
+        return self.spark
+
+    @property
+    def broker_ids(self) -> tuple[int, ...]:
+        return tuple(n for n, _ in self.options.brokers)
+
+    # -- what faults use ------------------------------------------------------------------------
+
+    def add_link_rule(self, rule: LinkRule) -> str:
+        return self._proxy.add_rule(rule)
+
+    def remove_link_rule(self, rule_id: str) -> int:
+        return self._proxy.control().remove_rule(rule_id)
+
+    def clear_link_rules(self) -> None:
+        self._proxy.control().clear_rules()
+
+    def _refuse(self, component: Component) -> NotStartedHere:
+        return NotStartedHere(
+            f"the external environment did not start {component}: it cannot stop, kill, "
+            "pause or restart it"
+        )
+
+    def restart(
+        self, component: Component, *, hard: bool = False, broker: int | None = None
+    ) -> None:
+        raise self._refuse(component)
+
+    def kill(self, component: Component, *, broker: int | None = None) -> None:
+        raise self._refuse(component)
+
+    def revive(self, component: Component, *, broker: int | None = None) -> None:
+        raise self._refuse(component)
+
+    def pause(self, component: Component, *, broker: int | None = None) -> None:
+        raise self._refuse(component)
+
+    def resume(self, component: Component, *, broker: int | None = None) -> None:
+        raise self._refuse(component)
+
+    def begin_stop_broker(self, broker: int, *, hard: bool) -> None:
+        raise self._refuse(Component.KAFKA)
+
+    def broker_stopped(self, broker: int) -> bool:
+        raise self._refuse(Component.KAFKA)
+
+    def begin_start_broker(self, broker: int) -> None:
+        raise self._refuse(Component.KAFKA)
+
+    def broker_ready(self, broker: int) -> bool:
+        raise self._refuse(Component.KAFKA)
+
+
+def external_abilities(nodes: tuple[int, ...] | None = None) -> BackendAbilities:
+    """The external backend's abilities: its nodes are known once ``up`` asked (None before)."""
+    return BackendAbilities(
+        "external", nodes=nodes, link_faults=True, server_control=False, test_commands=False
+    )

@@ -1,0 +1,177 @@
+"""The external environment: the lab's pipeline and faults against Kafka, MongoDB and a Spark
+master it did not start - here, the ones the test's own local environment runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.environment import LocalEnvironment, SparkCluster
+from harness.environment.external import (
+    ExternalEnvironment,
+    ExternalOptions,
+    external_abilities,
+    proxied_uri,
+)
+from harness.errors import BadInput
+from harness.runner import run_scenario
+from harness.scenario import ScenarioError, load_scenario, parse_scenario, runnable
+from tests.support import SPARK, chaoslab
+
+
+def test_bad_settings_are_named_together_before_anything_starts(tmp_path: Path) -> None:
+    bad = ExternalOptions(
+        kafka_bootstrap="broker-without-port", mongo_uri="mysql://x", spark_master="local[2]"
+    )
+    problems = "; ".join(bad.problems())
+    assert "--kafka-bootstrap: not HOST:PORT: 'broker-without-port'" in problems
+    assert "--mongo-uri" in problems
+    assert "--spark-master: expected spark://HOST:PORT" in problems
+    with pytest.raises(BadInput, match="--kafka-bootstrap is missing"):
+        ExternalEnvironment(tmp_path / "env", ExternalOptions(mongo_uri="mongodb://h:1")).start()
+    assert not (tmp_path / "env" / "state.json").exists()
+
+
+def test_unreachable_services_are_named_and_nothing_is_left(tmp_path: Path) -> None:
+    # Nothing listens on port 1 of the loopback.
+    options = ExternalOptions(
+        kafka_bootstrap="127.0.0.1:1",
+        mongo_uri="mongodb://127.0.0.1:1/?replicaSet=rs",
+        spark_master="spark://127.0.0.1:1",
+    )
+    with pytest.raises(BadInput) as refused:
+        ExternalEnvironment(tmp_path / "env", options).start()
+    message = str(refused.value)
+    for service in ("Kafka at 127.0.0.1:1", "MongoDB at mongodb://", "Spark master spark://"):
+        assert service in message
+    assert not (tmp_path / "env" / "state.json").exists()
+
+
+def test_the_consumers_mongodb_link_keeps_credentials_and_options() -> None:
+    uri = "mongodb://u:p@db1:27017,db2:27017/app?replicaSet=rs0&authSource=admin&w=majority"
+    assert proxied_uri(uri, "127.0.0.1:5000") == (
+        "mongodb://u:p@127.0.0.1:5000/app?authSource=admin&w=majority&directConnection=true"
+    )
+
+
+def test_faults_it_cannot_perform_are_refused_by_name() -> None:
+    abilities = external_abilities()
+    upgrade = load_scenario(Path("scenarios/msk-rolling-upgrade.yaml"))
+    with pytest.raises(ScenarioError) as refused:
+        runnable(upgrade, abilities)
+    assert "the external environment did not start the Kafka nodes" in str(refused.value)
+    failpoint = parse_scenario(
+        {
+            "name": "failpoint",
+            "variants": ["naive"],
+            "faults": [{"kind": "mongo-failcommand", "at": 1, "duration": 2,
+                        "commands": ["insert"], "error_code": 91}],
+        }
+    )  # fmt: skip
+    with pytest.raises(ScenarioError, match="did not start MongoDB: failCommand is a test"):
+        runnable(failpoint, abilities)
+    # The proxy's faults and the consumer-side ones it performs.
+    for name in ("mongo-partition", "cdc-crash-before-ack", "commit-failure-storm"):
+        runnable(load_scenario(Path("scenarios") / f"{name}.yaml"), abilities)
+
+
+def test_the_cli_refuses_before_starting_anything(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = chaoslab("run", "scenarios/baseline.yaml", "--kafka-bootstrap", "127.0.0.1:9092",
+                    "--out", str(out))  # fmt: skip
+    assert done.returncode == 2
+    assert "--mongo-uri is missing" in done.stderr
+    done = chaoslab("run", "scenarios/msk-rolling-upgrade.yaml", "--kafka-bootstrap",
+                    "127.0.0.1:9092", "--mongo-uri", "mongodb://127.0.0.1:27017",
+                    "--out", str(out))  # fmt: skip
+    assert done.returncode == 2
+    assert "faults[0]: the external environment did not start the Kafka nodes" in done.stderr
+    assert not out.exists()
+
+
+def _scenario(**changes: Any) -> dict[str, Any]:
+    return {
+        "name": "external",
+        "seed": 4,
+        "workload": {"events": 600, "keys": 150, "partitions": 3, "rate": 150},
+        "runtimes": ["listener", "spark"],
+        "pipeline": {"batch_size": 100, "spark_cluster": "standalone"},
+        "variants": ["naive", "idempotent"],
+        "faults": [
+            {"kind": "consumer-crash", "point": "after_write_before_commit", "at_batch": 2},
+            {"kind": "network", "link": "consumer-kafka", "action": "cut", "at": 1, "duration": 3},
+        ],
+        "expect": {
+            "*": {"lost": 0, "stale": 0},
+            "naive": {"duplicates": ">0"},
+            "idempotent": {"duplicates": 0},
+        },
+        **changes,
+    }
+
+
+@pytest.mark.servers
+@SPARK
+def test_the_pipeline_and_its_faults_run_against_a_cluster_the_lab_did_not_start(
+    scenario_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    master = scenario_env.spark_on(SparkCluster.STANDALONE).master
+    options = ExternalOptions(
+        kafka_bootstrap=scenario_env.kafka_bootstrap,
+        mongo_uri=scenario_env.mongo_uri,
+        spark_master=master,
+    )
+    with ExternalEnvironment(tmp_path / "env", options) as env:
+        # Every Kafka client of the run goes through the external environment's proxy: the
+        # brokers' addresses it learns from Metadata are the proxy's, not the cluster's.
+        assert set(env.broker_ids) == set(scenario_env.broker_ids)
+        assert env.spark_on(SparkCluster.STANDALONE).master == master
+        scenario = parse_scenario(_scenario())
+        result = run_scenario(env, scenario, tmp_path / "run", progress=lambda _m: None)
+        stats = env._proxy.control().stats()
+        status = env.status()
+    assert status.backend == "external" and [s.name for s in status.servers] == ["proxy"]
+    rows = {(r.runtime, r.variant): r for r in result.variants}
+    assert len(rows) == 4
+    for (runtime, variant), row in rows.items():
+        assert row.outcome.value == "pass", (runtime, variant, row.failures)
+        assert row.crashes == 1 and row.restarts == 1, (runtime, variant)
+    # Both runtimes' Kafka clients (librdkafka, and Spark's Java client) reached the brokers
+    # only through the external environment's listeners, and the cut acted on them.
+    kafka_listeners = {n: v for n, v in stats["listeners"].items() if n.startswith("kafka/")}
+    assert len(kafka_listeners) == len(scenario_env.broker_ids)
+    for name, listener in kafka_listeners.items():
+        # Each node leads a partition: fetching from it through its own listener means the
+        # client learnt the listener's address from the rewritten Metadata.
+        fetchers = {c for c, apis in listener["apis"].items() if "Fetch" in apis}
+        assert any(c.startswith("chaoslab-consumer-spark") for c in fetchers), (name, fetchers)
+        assert any("spark" not in c and "consumer" in c for c in fetchers), (name, fetchers)
+    # The cluster it ran against was not the lab's to stop, and still runs.
+    assert scenario_env.status().healthy
+
+
+@pytest.mark.servers
+def test_up_status_and_down_of_an_external_environment(
+    lab_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    directory = tmp_path / "env"
+    up = chaoslab("up", "--dir", str(directory), "--kafka-bootstrap", lab_env.kafka_bootstrap,
+                  "--mongo-uri", lab_env.mongo_uri)  # fmt: skip
+    assert up.returncode == 0, up.stderr
+    try:
+        status = chaoslab("status", "--dir", str(directory), "--json")
+        assert status.returncode == 0, status.stdout
+        found = json.loads(status.stdout)
+        assert found["backend"] == "external" and found["healthy"]
+        assert [s["name"] for s in found["servers"]] == ["proxy"]
+        assert found["spark_master"] == "local[2]"
+        assert sorted(found["kafka"]["brokers"]) == sorted(lab_env.broker_ids)
+        # The brokers as the lab's clients see them: the proxy's listeners, not the cluster's.
+        assert found["kafka_bootstrap"] != lab_env.kafka_bootstrap
+    finally:
+        down = chaoslab("down", "--dir", str(directory))
+    assert down.returncode == 0 and "stopped 1 processes" in down.stdout + down.stderr
+    assert lab_env.status().healthy
