@@ -111,6 +111,18 @@ def test_a_library_scenario_holds_its_expectations(
                 # was interrupted by the next kill (librdkafka returns what its fetches hold).
                 assert "2" in r["copies"], runtime
                 assert set(r["copies"]) <= {"2", "3"}, runtime
+            if runtime == "spark":
+                # Each restarted driver replayed the killed batch from its checkpoint: the same
+                # batch id, the same Kafka offsets, the same records - written by the executors
+                # both times, through Spark's Kafka connector.
+                events = read_history(Path(r["directory"]) / "history")
+                for crash in [e for e in events if e.kind is EventKind.CRASH]:
+                    writes = [
+                        e for e in events if e.kind is EventKind.WRITTEN and e.batch == crash.batch
+                    ]  # fmt: skip
+                    assert len(writes) == 2 and writes[0].t < crash.t < writes[1].t, variant
+                    assert writes[0].offsets == writes[1].offsets and writes[0].offsets, variant
+                    assert writes[0].count == writes[1].count, variant
     if name == "msk-rolling-upgrade":
         # Nothing injected: the group coordinators' own errors are in the history, and the
         # listener's session timed out while a node was down. Which errors depends on when the
