@@ -37,7 +37,8 @@ $(CHROMIUM_STAMP):
 
 # Two workers: the suite waits on servers (group joins, fault windows, JVM start-up) far more
 # than it computes, and every scenario test has its own environment. Tests that start Spark
-# share one worker (xdist_group "spark", see tests/support.py).
+# share one worker (xdist_group "spark", see tests/support.py; pytest is kept below 9.2 for it,
+# pyproject.toml says why, tests/test_grouping.py checks it).
 test: $(STAMP) jars $(CHROMIUM_STAMP) lint
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 

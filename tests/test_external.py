@@ -97,18 +97,17 @@ def _scenario(**changes: Any) -> dict[str, Any]:
         "name": "external",
         "seed": 4,
         "workload": {"events": 600, "keys": 150, "partitions": 3, "rate": 150},
-        "runtimes": ["listener", "spark"],
+        # Spark's Java client through the rewriting proxy, one driver: librdkafka through it is
+        # tests/test_proxy_addresses.py's (suite time: with the listener and a second variant
+        # this test took 189 s in a fresh-clone suite).
+        "runtimes": ["spark"],
         "pipeline": {"batch_size": 100, "spark_cluster": "standalone"},
-        "variants": ["naive", "idempotent"],
+        "variants": ["naive"],
         "faults": [
             {"kind": "consumer-crash", "point": "after_write_before_commit", "at_batch": 2},
             {"kind": "network", "link": "consumer-kafka", "action": "cut", "at": 1, "duration": 3},
         ],
-        "expect": {
-            "*": {"lost": 0, "stale": 0},
-            "naive": {"duplicates": ">0"},
-            "idempotent": {"duplicates": 0},
-        },
+        "expect": {"*": {"lost": 0, "stale": 0, "duplicates": ">0"}},
         **changes,
     }
 
@@ -135,12 +134,12 @@ def test_the_pipeline_and_its_faults_run_against_a_cluster_the_lab_did_not_start
         status = env.status()
     assert status.backend == "external" and [s.name for s in status.servers] == ["proxy"]
     rows = {(r.runtime, r.variant): r for r in result.variants}
-    assert len(rows) == 4
+    assert set(rows) == {("spark", "naive")}
     for (runtime, variant), row in rows.items():
         assert row.outcome.value == "pass", (runtime, variant, row.failures)
         assert row.crashes == 1 and row.restarts == 1, (runtime, variant)
-    # Both runtimes' Kafka clients (librdkafka, and Spark's Java client) reached the brokers
-    # only through the external environment's listeners, and the cut acted on them.
+    # Spark's Java Kafka client (in the driver and the executors) reached the brokers through
+    # the external environment's listeners only.
     kafka_listeners = {n: v for n, v in stats["listeners"].items() if n.startswith("kafka/")}
     assert len(kafka_listeners) == len(scenario_env.broker_ids)
     for name, listener in kafka_listeners.items():
@@ -148,7 +147,6 @@ def test_the_pipeline_and_its_faults_run_against_a_cluster_the_lab_did_not_start
         # client learnt the listener's address from the rewritten Metadata.
         fetchers = {c for c, apis in listener["apis"].items() if "Fetch" in apis}
         assert any(c.startswith("chaoslab-consumer-spark") for c in fetchers), (name, fetchers)
-        assert any("spark" not in c and "consumer" in c for c in fetchers), (name, fetchers)
     # The cluster it ran against was not the lab's to stop, and still runs.
     assert scenario_env.status().healthy
 
