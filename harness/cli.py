@@ -14,6 +14,7 @@ from harness import doctor, jars, notebooks, paths
 from harness.doctor import component_versions
 from harness.environment import (
     BACKENDS,
+    BackendAbilities,
     Environment,
     EnvironmentStatus,
     ExternalOptions,
@@ -152,18 +153,20 @@ def _split(value: str | None) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
-def _load(args: argparse.Namespace, path: Path) -> Scenario:
+def _abilities(args: argparse.Namespace) -> BackendAbilities:
+    """What the environment the command line names can do (--env: the running one's)."""
+    if args.env is not None:
+        return attach(args.env).abilities
+    return get_backend(_backend(args)[0]).abilities
+
+
+def _load(args: argparse.Namespace, path: Path, abilities: BackendAbilities) -> Scenario:
     """A scenario with the command line's overrides, refused if the backend cannot run it."""
     scenario = load_scenario(paths.find_scenario(path)).with_overrides(
         seed=args.seed,
         events=args.events,
         variants=_split(getattr(args, "variants", None)),
         runtimes=_split(args.runtime),
-    )
-    abilities = (
-        attach(args.env).abilities
-        if args.env is not None
-        else get_backend(_backend(args)[0]).abilities
     )
     for note in runnable(scenario, abilities):
         say(f"note: {scenario.path}: {note}")
@@ -172,11 +175,11 @@ def _load(args: argparse.Namespace, path: Path) -> Scenario:
 
 def _load_all(args: argparse.Namespace, files: Sequence[Path]) -> list[Scenario]:
     """Every file, checked before anything starts; the problems of all of them at once."""
-    _backend(args)  # its problems once, not once per file
+    abilities = _abilities(args)  # the backend's problems once, not once per file
     loaded, problems = [], []
     for path in files:
         try:
-            loaded.append(_load(args, path))
+            loaded.append(_load(args, path, abilities))
         except BadInput as exc:
             problems.append(str(exc))
     if problems:
@@ -198,7 +201,7 @@ def _run_dir(args: argparse.Namespace, name: str) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    scenario = _load(args, args.scenario)
+    scenario = _load(args, args.scenario, _abilities(args))
     out = _run_dir(args, scenario.name)
     env, owned = _environment_for_run(args, out)
     with stop_on_termination(), ExitStack() as stack:

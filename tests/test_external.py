@@ -130,7 +130,7 @@ def test_the_pipeline_and_its_faults_run_against_a_cluster_the_lab_did_not_start
         assert env.spark_on(SparkCluster.STANDALONE).master == master
         scenario = parse_scenario(_scenario())
         result = run_scenario(env, scenario, tmp_path / "run", progress=lambda _m: None)
-        stats = env._proxy.control().stats()
+        stats = env.fault_proxy.stats()
         status = env.status()
     assert status.backend == "external" and [s.name for s in status.servers] == ["proxy"]
     rows = {(r.runtime, r.variant): r for r in result.variants}

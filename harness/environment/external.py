@@ -34,7 +34,6 @@ from harness.environment.base import (
     BackendUnavailable,
     Component,
     Link,
-    LinkRule,
 )
 from harness.environment.local.fault_proxy import FaultProxy, proxy_port_names
 from harness.environment.local.processes import ProcessEnvironment
@@ -256,15 +255,6 @@ class ExternalEnvironment(ProcessEnvironment[ExternalOptions]):
         return tuple(n for n, _ in self.options.brokers)
 
     # -- what faults use ------------------------------------------------------------------------
-
-    def add_link_rule(self, rule: LinkRule) -> str:
-        return self._proxy.add_rule(rule)
-
-    def remove_link_rule(self, rule_id: str) -> int:
-        return self._proxy.control().remove_rule(rule_id)
-
-    def clear_link_rules(self) -> None:
-        self._proxy.control().clear_rules()
 
     def _refuse(self, component: Component) -> NotStartedHere:
         return NotStartedHere(

@@ -18,7 +18,6 @@ from harness.environment.base import (
     Component,
     KafkaStatus,
     Link,
-    LinkRule,
     ServerStartError,
     ServerStatus,
 )
@@ -34,7 +33,6 @@ from harness.environment.local.spark_standalone import (
     worker_ui_port_name,
 )
 from harness.environment.ports import LOOPBACK
-from harness.environment.proxy.client import ProxyControl
 from harness.environment.spark import SparkCluster, SparkSettings
 from harness.errors import BadInput
 from harness.kafka import await_group_coordinator
@@ -231,21 +229,6 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
         return super()._kafka_status(servers)
 
     # -- what faults use ------------------------------------------------------------------------
-
-    @property
-    def fault_proxy(self) -> ProxyControl:
-        """The fault proxy's control API (rules in force, stats: which clients used which
-        Kafka API versions, how often each rule acted)."""
-        return self._proxy.control()
-
-    def add_link_rule(self, rule: LinkRule) -> str:
-        return self._proxy.add_rule(rule)
-
-    def remove_link_rule(self, rule_id: str) -> int:
-        return self.fault_proxy.remove_rule(rule_id)
-
-    def clear_link_rules(self) -> None:
-        self.fault_proxy.clear_rules()
 
     @property
     def broker_ids(self) -> tuple[int, ...]:

@@ -28,12 +28,15 @@ from harness.environment.base import (
     EnvironmentBusy,
     EnvironmentStatus,
     KafkaStatus,
+    LinkRule,
     NoEnvironment,
     ServerStartError,
     ServerStatus,
 )
+from harness.environment.local.fault_proxy import FaultProxy
 from harness.environment.local.server import LocalServer, ServerContext
 from harness.environment.ports import free_ports
+from harness.environment.proxy.client import ProxyControl
 from harness.environment.spark import checkpoint_root
 from harness.errors import BadInput
 from harness.kafka import lab_groups
@@ -89,6 +92,11 @@ class ProcessEnvironment(Environment, Generic[Options]):
     @abstractmethod
     def _start_servers(self) -> None:
         """Launch the servers (``_launch``) and wait until each answers (``_await_ready``)."""
+
+    @property
+    @abstractmethod
+    def _proxy(self) -> FaultProxy:
+        """The environment's fault proxy (every backend of processes runs one)."""
 
     def _killed_first(self) -> list[str]:
         """Servers ``stop`` SIGKILLs rather than asks to stop (their data is thrown away)."""
@@ -253,6 +261,23 @@ class ProcessEnvironment(Environment, Generic[Options]):
         self._progress(
             f"stopped {len(stopped)} processes; the environment in {self.directory} is down"
         )
+
+    # -- the fault proxy ------------------------------------------------------------------------
+
+    @property
+    def fault_proxy(self) -> ProxyControl:
+        """The fault proxy's control API (rules in force, stats: which clients used which
+        Kafka API versions, how often each rule acted)."""
+        return self._proxy.control()
+
+    def add_link_rule(self, rule: LinkRule) -> str:
+        return self._proxy.add_rule(rule)
+
+    def remove_link_rule(self, rule_id: str) -> int:
+        return self.fault_proxy.remove_rule(rule_id)
+
+    def clear_link_rules(self) -> None:
+        self.fault_proxy.clear_rules()
 
     # -- status ---------------------------------------------------------------------------------
 
