@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -66,24 +65,18 @@ def test_spark_job_runs_with_the_project_interpreter(lab_env: LocalEnvironment) 
     assert list((lab_env.directory / "logs").glob("spark-driver-*.log"))
 
 
-@pytest.fixture(scope="module")
-def standalone_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEnvironment]:
-    with LocalEnvironment(tmp_path_factory.mktemp("standalone")) as env:
-        yield env
-
-
 def test_the_standalone_cluster_starts_when_asked_and_runs_tasks_on_both_workers(
-    standalone_env: LocalEnvironment,
+    lab_env: LocalEnvironment,
 ) -> None:
-    assert standalone_env.spark.master.startswith("local[")
-    assert "spark-master" not in server_handles(standalone_env.directory)
-
-    settings = standalone_env.spark_on(SparkCluster.STANDALONE)  # started now
+    # On the shared environment: `up` without --spark-standalone starts no master
+    # (test_env_supervision's test_down_stops_every_server names every server `up` started), and
+    # an environment of its own cost this test 70 s of the Spark chain in a fresh-clone suite.
+    settings = lab_env.spark_on(SparkCluster.STANDALONE)  # started now, or by an earlier test
     names = {"spark-master", "spark-worker-1", "spark-worker-2"}
-    assert names <= server_handles(standalone_env.directory).keys()
-    status = {s.name: s for s in standalone_env.status().servers}
+    assert names <= server_handles(lab_env.directory).keys()
+    status = {s.name: s for s in lab_env.status().servers}
     assert all(status[name].ready for name in names)
-    assert standalone_env.spark_on(SparkCluster.STANDALONE) == settings  # once is enough
+    assert lab_env.spark_on(SparkCluster.STANDALONE) == settings  # once is enough
 
     result = run_job(settings)
     assert result["master"] == settings.master
