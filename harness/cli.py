@@ -15,11 +15,13 @@ from harness.doctor import component_versions
 from harness.environment import (
     BACKENDS,
     BackendAbilities,
+    ContainersOptions,
     Environment,
     EnvironmentStatus,
     ExternalOptions,
     LocalOptions,
     NoEnvironment,
+    Options,
     attach,
     default_directory,
     get_backend,
@@ -70,7 +72,7 @@ def render_status(st: EnvironmentStatus) -> str:
     return "\n".join(lines)
 
 
-def _backend(args: argparse.Namespace) -> tuple[str, LocalOptions | ExternalOptions | None]:
+def _backend(args: argparse.Namespace) -> tuple[str, Options | None]:
     """The backend the command line asks for, with its options: the external one when any of
     --kafka-bootstrap, --mongo-uri, --spark-master is given; BadInput naming every problem."""
     external = ExternalOptions(
@@ -80,6 +82,13 @@ def _backend(args: argparse.Namespace) -> tuple[str, LocalOptions | ExternalOpti
         spark_cores=getattr(args, "spark_cores", 2),
     )
     given = any((args.kafka_bootstrap, args.mongo_uri, args.spark_master))
+    if not given and args.backend == "containers":
+        if getattr(args, "spark_standalone", False):
+            raise BadInput(
+                "--spark-standalone: the containers backend runs Spark in the consumers' "
+                "containers (local[N]); a standalone cluster in containers is not built yet"
+            )
+        return "containers", ContainersOptions(spark_cores=getattr(args, "spark_cores", 2))
     if not given and args.backend != "external":
         if args.command != "up":
             return args.backend, None

@@ -13,7 +13,7 @@ from importlib import metadata
 from confluent_kafka import libversion
 
 from harness import jars
-from harness.environment.docker import docker_engine_problem
+from harness.environment.containers.engine import describe_engine, engine_problem
 
 PACKAGES = (
     "pyspark",
@@ -105,9 +105,17 @@ def _jars(jar_set: jars.JarSet) -> Check:
     return Check(jar_set.name, True, f"{jar_set.version}, {count} jars in {jar_set.directory}")
 
 
-def _docker() -> Check:
-    problem = docker_engine_problem()
-    return Check("docker engine", problem is None, problem or "answers")
+def _engine() -> Check:
+    problem = engine_problem()
+    return Check("container engine", problem is None, describe_engine())
+
+
+def _debootstrap() -> Check:
+    found = shutil.which("debootstrap")
+    detail = (
+        found or "not installed: the lab's base image is made with it (apt-get install debootstrap)"
+    )
+    return Check("debootstrap", found is not None, detail)
 
 
 def diagnose() -> Diagnosis:
@@ -117,7 +125,8 @@ def diagnose() -> Diagnosis:
         _maven(),
         *(_jars(j) for j in jars.every_set()),
         *(_package(p) for p in PACKAGES),
-        _docker(),
+        _engine(),
+        _debootstrap(),
     )
     by_name = {c.name: c for c in checks}
     local_needs = ("python", "java", "kafka", "spark-kafka", "pyspark", "secantusdb")
@@ -129,12 +138,15 @@ def diagnose() -> Diagnosis:
         not missing,
         "; ".join(missing) or "Apache Kafka, SecantusDB and Spark are here",
     )
-    engine = by_name["docker engine"]
-    if not engine.ok:
-        docker = BackendVerdict("docker", False, engine.detail)
-    else:
-        docker = BackendVerdict("docker", False, "not built yet in this version of chaoslab")
-    return Diagnosis(checks, (local, docker))
+    needs = [by_name[n] for n in ("container engine", "debootstrap", "kafka", "spark-kafka")]
+    lacking = [f"{c.name}: {c.detail}" for c in needs if not c.ok]
+    containers = BackendVerdict(
+        "containers",
+        not lacking,
+        "; ".join(lacking)
+        or f"{by_name['container engine'].detail}; the lab's images are built here",
+    )
+    return Diagnosis(checks, (local, containers))
 
 
 def component_versions() -> dict[str, str]:
@@ -157,5 +169,5 @@ def render(diagnosis: Diagnosis) -> str:
     lines += ["", "backends:"]
     for verdict in diagnosis.backends:
         can = "can run" if verdict.can_run else "cannot run"
-        lines.append(f"  {verdict.backend:<7} {can}: {verdict.reason}")
+        lines.append(f"  {verdict.backend:<10} {can}: {verdict.reason}")
     return "\n".join(lines)

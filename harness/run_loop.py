@@ -178,6 +178,8 @@ class ProducerThread:
         it has in flight); a thread cannot be killed, so a producer stuck past that is logged
         and left to die with the process (it is a daemon thread)."""
         self._stop.set()
+        if self._thread.ident is None:  # never started: a consumer failed to start first
+            return
         self._thread.join(timeout=timeout)
         if self._thread.is_alive():
             log.warning("the producer did not stop within %.0f s; leaving it behind", timeout)

@@ -7,19 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from harness.environment.docker import docker_engine_problem
+from harness.environment.containers.engine import engine_problem
 from tests.support import chaoslab, processes_started_in
 
 
 def test_doctor_says_which_backends_can_run_here() -> None:
     result = chaoslab("doctor")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "local   can run" in result.stdout
-    problem = docker_engine_problem()
-    if problem is None:
-        pytest.skip("a Docker engine answers here, so this machine is not the one this checks")
-    assert f"docker  cannot run: {problem}" in result.stdout
-    assert "no Docker engine" in problem
+    assert "local      can run" in result.stdout
+    problem = engine_problem()
+    if problem is None:  # which engine it found, or that it starts podman itself
+        assert "containers can run" in result.stdout, result.stdout
+        assert "container engine" in result.stdout
+    else:
+        assert f"containers cannot run: container engine: {problem}" in result.stdout
 
 
 def test_doctor_json_lists_versions_and_backends() -> None:
@@ -31,7 +32,7 @@ def test_doctor_json_lists_versions_and_backends() -> None:
     assert checks["kafka"]["ok"] and checks["kafka"]["detail"].startswith("4.3.1, ")
     backends = {b["backend"]: b for b in report["backends"]}
     assert backends["local"]["can_run"] is True
-    assert backends["docker"]["can_run"] is False  # no engine here, and not built yet anyway
+    assert backends["containers"]["can_run"] is (engine_problem() is None)
 
 
 @pytest.mark.parametrize(
@@ -61,12 +62,12 @@ def test_a_directory_that_is_a_file_exits_2(tmp_path: Path) -> None:
     assert f"{not_a_dir} exists and is not a directory" in result.stderr
 
 
-def test_the_docker_backend_is_refused_with_the_reason(tmp_path: Path) -> None:
+def test_the_old_docker_backend_name_is_refused(tmp_path: Path) -> None:
     result = chaoslab("up", "--backend", "docker", "--dir", str(tmp_path))
     assert result.returncode == 2
-    problem = docker_engine_problem()
-    expected = problem if problem is not None else "not built yet"
-    assert expected in result.stderr
+    assert (
+        "invalid choice: 'docker' (choose from 'local', 'external', 'containers')" in result.stderr
+    )
     assert processes_started_in(tmp_path) == []
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.environment import state
-from harness.environment.backends import get_backend, names
+from harness.environment.backends import Options, get_backend, names
 from harness.environment.base import (
     BackendAbilities,
     BackendUnavailable,
@@ -26,6 +26,7 @@ from harness.environment.base import (
     ServerStartError,
     ServerStatus,
 )
+from harness.environment.containers.environment import ContainersEnvironment, ContainersOptions
 from harness.environment.external import ExternalEnvironment, ExternalOptions
 from harness.environment.local import LocalEnvironment, LocalOptions, Progress, reap_orphans
 from harness.environment.local.processes import ProcessEnvironment
@@ -39,6 +40,8 @@ __all__ = [
     "BackendAbilities",
     "BackendUnavailable",
     "Component",
+    "ContainersEnvironment",
+    "ContainersOptions",
     "Environment",
     "EnvironmentBusy",
     "EnvironmentStatus",
@@ -50,6 +53,7 @@ __all__ = [
     "LocalEnvironment",
     "LocalOptions",
     "NoEnvironment",
+    "Options",
     "ServerStartError",
     "ServerStatus",
     "SparkCluster",
@@ -72,7 +76,7 @@ def default_directory() -> Path:
 def open_environment(
     backend: str = "local",
     directory: Path | str | None = None,
-    options: LocalOptions | ExternalOptions | None = None,
+    options: Options | None = None,
     *,
     progress: Progress | None = None,
 ) -> Environment:
@@ -86,9 +90,9 @@ def attach(directory: Path | str | None = None, *, progress: Progress | None = N
     whichever backend started it."""
     directory = Path(directory if directory is not None else default_directory())
     found = state.load(directory.expanduser().resolve())
-    kind: type[ProcessEnvironment[Any]] = (
-        ExternalEnvironment
-        if found is not None and found.backend == "external"
-        else LocalEnvironment
-    )
+    kinds: dict[str, type[ProcessEnvironment[Any]]] = {
+        "external": ExternalEnvironment,
+        "containers": ContainersEnvironment,
+    }
+    kind = kinds.get(found.backend, LocalEnvironment) if found is not None else LocalEnvironment
     return kind.attach(directory, progress=progress)

@@ -12,15 +12,19 @@ from pathlib import Path
 from typing import TypeVar
 
 from harness.environment.base import BackendAbilities, BackendUnavailable, Environment
-from harness.environment.docker import docker_engine_problem
+from harness.environment.containers.engine import engine_problem
+from harness.environment.containers.environment import (
+    CONTAINERS_ABILITIES,
+    ContainersEnvironment,
+    ContainersOptions,
+)
 from harness.environment.external import ExternalEnvironment, ExternalOptions, external_abilities
 from harness.environment.local import LocalEnvironment, LocalOptions, Progress
 from harness.environment.local.environment import LOCAL_ABILITIES
-from harness.environment.local.kafka_node import NODE_IDS
 from harness.errors import BadInput
 
-Options = LocalOptions | ExternalOptions
-T = TypeVar("T", LocalOptions, ExternalOptions)
+Options = LocalOptions | ExternalOptions | ContainersOptions
+T = TypeVar("T", LocalOptions, ExternalOptions, ContainersOptions)
 Opener = Callable[[Path | str, Options | None, Progress | None], Environment]
 
 
@@ -53,15 +57,14 @@ def _open_external(
     return ExternalEnvironment(directory, chosen, progress=progress)
 
 
-def _open_docker(
+def _open_containers(
     directory: Path | str, options: Options | None, progress: Progress | None
 ) -> Environment:
-    problem = docker_engine_problem()
+    chosen = _options(options, ContainersOptions, "containers")
+    problem = engine_problem()
     if problem:
-        raise BackendUnavailable(f"the docker backend cannot run here: {problem}")
-    raise BackendUnavailable(
-        "the docker backend is not built yet in this version of chaoslab; use --backend local"
-    )
+        raise BackendUnavailable(f"the containers backend cannot run here: {problem}")
+    return ContainersEnvironment(directory, chosen, progress=progress)
 
 
 REGISTRY: dict[str, Backend] = {
@@ -69,8 +72,7 @@ REGISTRY: dict[str, Backend] = {
     for b in (
         Backend(LOCAL_ABILITIES, _open_local),
         Backend(external_abilities(), _open_external),
-        # Not built yet: opening it fails with its own reason first.
-        Backend(BackendAbilities("docker", nodes=NODE_IDS, link_faults=False), _open_docker),
+        Backend(CONTAINERS_ABILITIES, _open_containers),
     )
 }
 

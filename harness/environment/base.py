@@ -112,6 +112,55 @@ class BackendAbilities:
     link_faults: bool  # a proxy on each link (network faults, Kafka commit errors)
     server_control: bool = True  # it started its servers: it can stop, kill, pause them
     test_commands: bool = True  # its MongoDB has test commands (failCommand)
+    containers: bool = False  # its servers and consumers are containers (ContainerControl)
+
+
+class ContainerControl(ABC):
+    """What a backend of containers can do to one container, by its server or client name
+    (``kafka-2``, ``mongo``, a consumer's name from ``spawn_client``): the faults only
+    containers make possible - a whole host frozen or cut from its network, its packets delayed
+    or dropped by the kernel, a memory limit the kernel enforces."""
+
+    @abstractmethod
+    def kill(self, name: str) -> None:
+        """SIGKILL the container's processes (the container stops)."""
+
+    @abstractmethod
+    def stop(self, name: str) -> None:
+        """Stop the container (SIGTERM, then SIGKILL after the engine's grace period)."""
+
+    @abstractmethod
+    def start(self, name: str) -> None:
+        """Start a stopped container again (same addresses, same published ports)."""
+
+    @abstractmethod
+    def pause(self, name: str) -> None:
+        """Freeze every process of the container (the cgroup freezer)."""
+
+    @abstractmethod
+    def unpause(self, name: str) -> None: ...
+
+    @abstractmethod
+    def disconnect(self, name: str) -> None:
+        """Take the container off the environment's network: nothing reaches it, it reaches
+        nothing; its connections time out."""
+
+    @abstractmethod
+    def reconnect(self, name: str) -> None:
+        """Put it back on the network under its name."""
+
+    @abstractmethod
+    def netem(self, name: str, rule: Sequence[str]) -> None:
+        """Put ``tc qdisc ... netem RULE`` (e.g. ``delay 200ms``, ``loss 30%``) on the
+        container's interface, in its own network namespace; an empty rule lifts it."""
+
+    @abstractmethod
+    def limit_memory(self, name: str, limit_bytes: int) -> None:
+        """Lower the container's memory limit: above it, the kernel's OOM killer acts."""
+
+    @abstractmethod
+    def state(self, name: str) -> str:
+        """The engine's word for it: running, paused, exited, ..."""
 
 
 class BackendUnavailable(BadInput):
@@ -373,10 +422,20 @@ class Environment(ABC):
             argv, env_id=self.env_id, server=name, log_path=log_path, extra_env=extra_env
         )
 
+    def client_exit_code(self, name: str, handle: ProcessHandle) -> int | None:
+        """The exit status of a client started with ``spawn_client(name=...)`` that is no
+        longer alive (negative: killed by that signal); None if it still runs."""
+        return process.exit_code(handle)
+
     def signal_client(self, name: str, sig: int) -> int:
         """Send ``sig`` to every process of a client started with ``spawn_client(name=...)``,
         children included; returns how many received it."""
         return process.signal_server(self.env_id, name, sig)
+
+    @property
+    def containers(self) -> ContainerControl:
+        """The container faults' handle on this environment's containers."""
+        raise BackendUnavailable(f"the {self.backend} backend runs no containers")
 
     # -- logs ---------------------------------------------------------------------------------
 

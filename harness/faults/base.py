@@ -23,6 +23,7 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -74,6 +75,21 @@ def needs_server_control(backend: BackendAbilities, what: str) -> list[Problem]:
         return []
     return [("", f"the {backend.name} environment did not start {what}: it cannot stop, kill or "
              "pause it")]  # fmt: skip
+
+
+def needs_containers(backend: BackendAbilities) -> list[Problem]:
+    """The refusal of a fault that acts on containers."""
+    if backend.containers:
+        return []
+    return [("", f"the {backend.name} backend runs no containers (use --backend containers)")]
+
+
+class ContainerTarget(StrEnum):
+    """Which containers a container fault acts on."""
+
+    CONSUMER = "consumer"  # every consumer of every variant running
+    MONGO = "mongo"
+    BROKER = "broker"  # the node the fault's ``broker`` names
 
 
 def positive(name: str, value: float, *, allow_zero: bool = False) -> list[Problem]:
@@ -136,6 +152,17 @@ class Context:
         """An event of ``fault`` in every variant's history."""
         for target in self.targets:
             target.history.record(kind, fault=fault.name, detail=detail or fault.kind, count=count)
+
+
+def container_names(context: Context, target: ContainerTarget, broker: int) -> list[str]:
+    """The containers a fault on ``target`` acts on now."""
+    match target:
+        case ContainerTarget.CONSUMER:
+            return [n for t in context.targets for n in t.supervisor.client_names()]
+        case ContainerTarget.MONGO:
+            return ["mongo"]
+        case ContainerTarget.BROKER:
+            return [f"kafka-{broker}"]
 
 
 class Actor:

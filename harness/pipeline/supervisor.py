@@ -103,6 +103,10 @@ class RuntimeSupervisor:
     def _process_name(self, consumer: _Consumer) -> str:
         return f"runtime-{self.config.group}-{consumer.name}"
 
+    def client_names(self) -> list[str]:
+        """The names its consumers were started under (``Environment.spawn_client``)."""
+        return [self._process_name(c) for c in self.consumers]
+
     def _start(self, consumer: _Consumer) -> None:
         consumer.handle = self.env.spawn_client(
             self._argv(consumer), name=self._process_name(consumer), log_path=consumer.log
@@ -147,7 +151,7 @@ class RuntimeSupervisor:
         for c in self.consumers:
             self._thaw_paused(c, now)
             if c.handle is not None and not c.handle.alive():
-                code = proc.exit_code(c.handle)
+                code = self.env.client_exit_code(self._process_name(c), c.handle)
                 c.handle = None
                 c.restart_at = now + self.restart_delay
                 if code == -signal.SIGKILL:

@@ -43,6 +43,25 @@ CLEANER_BUFFER = 16 * 1024 * 1024
 JVM_FLAGS: tuple[str, ...] = ("-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", *LIGHT_JVM)
 
 
+# What every node of the lab's clusters has, whichever backend runs it.
+CLUSTER_SETTINGS: Mapping[str, object] = {
+    "controller.listener.names": "CONTROLLER",
+    "inter.broker.listener.name": "INTERNAL",
+    "num.partitions": 3,
+    "default.replication.factor": 3,
+    "min.insync.replicas": 2,
+    "offsets.topic.replication.factor": 3,
+    # 50 by default: made at the first group's first request, which took 20 s here
+    # (150 replicas on two cores); the lab's few groups need no more than 10.
+    "offsets.topic.num.partitions": 10,
+    "transaction.state.log.num.partitions": 10,
+    "transaction.state.log.replication.factor": 3,
+    "transaction.state.log.min.isr": 2,
+    "group.initial.rebalance.delay.ms": 0,
+    "log.cleaner.dedupe.buffer.size": CLEANER_BUFFER,
+}
+
+
 def port_names(node: int) -> tuple[str, ...]:
     """The ports a node needs, named as in the environment's port map."""
     return (
@@ -128,21 +147,8 @@ class KafkaNode(LocalServer):
             f"CONTROLLER://{LOOPBACK}:{self._port('-controller')}",
             "listener.security.protocol.map": "INTERNAL:PLAINTEXT,CLIENT:PLAINTEXT,"
             "CONTROLLER:PLAINTEXT",
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "INTERNAL",
             "log.dirs": self.data,
-            "num.partitions": 3,
-            "default.replication.factor": 3,
-            "min.insync.replicas": 2,
-            "offsets.topic.replication.factor": 3,
-            # 50 by default: made at the first group's first request, which took 20 s here
-            # (150 replicas on two cores); the lab's few groups need no more than 10.
-            "offsets.topic.num.partitions": 10,
-            "transaction.state.log.num.partitions": 10,
-            "transaction.state.log.replication.factor": 3,
-            "transaction.state.log.min.isr": 2,
-            "group.initial.rebalance.delay.ms": 0,
-            "log.cleaner.dedupe.buffer.size": CLEANER_BUFFER,
+            **CLUSTER_SETTINGS,
         }
 
     def prepare(self) -> None:

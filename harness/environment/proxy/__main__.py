@@ -34,15 +34,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "listener's upstream address by the listener's own (for brokers that advertise their "
         "own addresses)",
     )
+    parser.add_argument(
+        "--bind",
+        default=LOOPBACK,
+        help=f"the address to listen on (default {LOOPBACK}; in a container, 0.0.0.0: its own "
+        "private interfaces)",
+    )
     parser.add_argument("--verbose", action="store_true", help="log every connection's end")
     return parser.parse_args(argv)
 
 
-async def serve(specs: list[ListenerSpec], control_port: int, *, rewrite: bool = False) -> None:
-    proxy = ProxyServer(specs, rewrite=rewrite)
+async def serve(
+    specs: list[ListenerSpec], control_port: int, *, rewrite: bool = False, bind: str = LOOPBACK
+) -> None:
+    proxy = ProxyServer(specs, rewrite=rewrite, bind=bind)
     await proxy.start()
-    control = await asyncio.start_server(ControlApi(proxy).handle, LOOPBACK, control_port)
-    log.info("control API on %s:%d", LOOPBACK, control_port)
+    control = await asyncio.start_server(ControlApi(proxy).handle, bind, control_port)
+    log.info("control API on %s:%d", bind, control_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -60,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
         format="%(asctime)s.%(msecs)03d %(levelname)s %(message)s",
         datefmt="%H:%M:%S",
     )
-    asyncio.run(serve(args.listener, args.control, rewrite=args.rewrite_addresses))
+    asyncio.run(serve(args.listener, args.control, rewrite=args.rewrite_addresses, bind=args.bind))
 
 
 if __name__ == "__main__":

@@ -21,9 +21,13 @@ PROBE_INTERVAL_S = 0.05
 
 
 class ProxyServer:
-    def __init__(self, specs: list[ListenerSpec], *, rewrite: bool = False) -> None:
+    def __init__(
+        self, specs: list[ListenerSpec], *, rewrite: bool = False, bind: str = LOOPBACK
+    ) -> None:
         """``rewrite``: replace the upstream addresses of the Kafka listeners by the listeners'
-        own in the responses that name brokers (see ``addresses``)."""
+        own in the responses that name brokers (see ``addresses``). ``bind``: the address the
+        listeners listen on (a container's own interfaces, in the containers backend)."""
+        self.bind = bind
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             raise ValueError(f"listener names must differ: {names}")
@@ -44,7 +48,7 @@ class ProxyServer:
                 "listener %s (%s) on %s:%d -> %s",
                 spec.name,
                 spec.mode,
-                LOOPBACK,
+                self.bind,
                 spec.port,
                 spec.upstream,
             )
@@ -53,7 +57,7 @@ class ProxyServer:
 
     async def _listen(self, spec: ListenerSpec) -> None:
         self._servers[spec.name] = await asyncio.start_server(
-            functools.partial(self._accept, spec), LOOPBACK, spec.port
+            functools.partial(self._accept, spec), self.bind, spec.port
         )
 
     async def close(self, timeout: float = 2.0) -> None:

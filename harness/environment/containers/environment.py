@@ -1,0 +1,608 @@
+"""The containers backend: the lab's servers and consumers in containers on a private network,
+started with testcontainers on whichever engine answers (``engine``), from images built here
+(``images``), as ``specs`` lays them out.
+
+What it shares with the environments of processes (``ProcessEnvironment``): the directory's
+claim and state file, the ports picked once at ``up`` (published on 127.0.0.1 and kept across a
+container's restarts), the fault proxy's control, orphan reaping. What differs: a server is a
+container, stopped, killed, paused and started again through the engine; every container and
+the network carry the label ``chaoslab.env=<id>``, and ``down``, a failed ``up`` and the next
+``up`` after a harness was SIGKILLed remove what carries an id no live environment owns (Ryuk,
+testcontainers' own reaper, cannot be pulled here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import shutil
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from confluent_kafka.admin import AdminClient
+from docker.models.containers import Container
+from docker.types import EndpointConfig, IPAMConfig, IPAMPool
+from pymongo import MongoClient
+from testcontainers.core.container import DockerContainer
+from testcontainers.core.network import Network
+
+from harness.environment import process, state
+from harness.environment.base import (
+    BackendAbilities,
+    BackendUnavailable,
+    Component,
+    EnvironmentStatus,
+    KafkaStatus,
+    Link,
+    NoEnvironment,
+    ServerStartError,
+    ServerStatus,
+)
+from harness.environment.containers import engine as engines
+from harness.environment.containers import images
+from harness.environment.containers.control import EngineContainers
+from harness.environment.containers.specs import (
+    CLIENT_RANGE,
+    HOSTS,
+    LABEL_ENV,
+    LABEL_SERVER,
+    NODE_IDS,
+    ContainerSpec,
+    Mount,
+    Topology,
+    port_names,
+    supervised,
+)
+from harness.environment.local.fault_proxy import FaultProxy
+from harness.environment.local.kafka_node import LOG4J2
+from harness.environment.local.processes import ProcessEnvironment
+from harness.environment.local.secantus import REPLICA_SET
+from harness.environment.local.server import LocalServer, ServerContext
+from harness.environment.spark import SparkCluster, SparkSettings
+from harness.errors import BadInput
+from harness.kafka import HARNESS_CLIENT, await_group_coordinator
+from harness.readiness import DeadlineExceeded, GaveUp, NotReady, accepts_connections, wait_for
+
+CONTAINERS_ABILITIES = BackendAbilities(
+    "containers", nodes=NODE_IDS, link_faults=True, containers=True
+)
+ENGINE_FILE = "engine.json"
+READY_S = {"mongo": 60.0, "proxy": 30.0}
+KAFKA_READY_S = 180.0  # three JVMs starting together on 2 busy cores
+STOP_TIMEOUT_S = 30  # a Kafka node's controlled shutdown took 2.8-8.2 s as a process here
+REMOVE_TIMEOUT_S = 60.0
+EXITED = ("exited", "stopped", "dead", "created", "configured")
+
+
+@dataclass(frozen=True)
+class ContainersOptions:
+    spark_cores: int = 2
+
+    def __post_init__(self) -> None:
+        if self.spark_cores < 1:
+            raise BadInput(f"spark cores must be at least 1, got {self.spark_cores}")
+
+
+class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
+    backend = "containers"
+    abilities = CONTAINERS_ABILITIES
+
+    @classmethod
+    def _default_options(cls) -> ContainersOptions:
+        return ContainersOptions()
+
+    @classmethod
+    def _options_from(cls, raw: Mapping[str, Any]) -> ContainersOptions:
+        return ContainersOptions(**raw)
+
+    def _port_names(self) -> Sequence[str]:
+        return port_names()
+
+    def _servers(self) -> list[LocalServer]:
+        return []  # servers are containers here (``_specs``)
+
+    # -- the engine and the layout ----------------------------------------------------------------
+
+    def _engine_record(self) -> dict[str, Any]:
+        """``{"engine": ..., "image": ...}``: what ``up`` found and built, for later commands."""
+        path = self.directory / ENGINE_FILE
+        if not path.exists():
+            raise NoEnvironment(f"no containers environment in {self.directory}")
+        found: dict[str, Any] = json.loads(path.read_text())
+        return found
+
+    def _save_engine_record(
+        self, engine: engines.Engine, image: str = "", subnet: str = ""
+    ) -> None:
+        record = {"engine": asdict(engine), "image": image, "subnet": subnet}
+        (self.directory / ENGINE_FILE).write_text(json.dumps(record))
+
+    @property
+    def engine(self) -> engines.Engine:
+        return engines.Engine(**self._engine_record()["engine"])
+
+    def _topology(self) -> Topology:
+        st, record = self._st, self._engine_record()
+        return Topology(self.directory, st.ports, st.env_id, record["image"], record["subnet"])
+
+    def _container_name(self, server: str) -> str:
+        return f"chaoslab-{self._st.env_id}-{server}"
+
+    @property
+    def _network_name(self) -> str:
+        return f"chaoslab-{self._st.env_id}"
+
+    def _labels(self, server: str) -> dict[str, str]:
+        return {LABEL_ENV: self._st.env_id, LABEL_SERVER: server}
+
+    @functools.cached_property
+    def _docker(self) -> docker.DockerClient:
+        """One client for this environment object's calls (each opens a connection pool)."""
+        return self.engine.client()
+
+    def _get(self, server: str) -> Container:
+        return self._docker.containers.get(self._container_name(server))
+
+    # -- starting ---------------------------------------------------------------------------------
+
+    def _start_servers(self) -> None:
+        st = self._st
+        engine = engines.find_or_start(self.directory, st.env_id)
+        self._progress(f"  {'engine':<14} {engine.kind:<34} {engine.base_url}")
+        self._save_engine_record(engine)
+        remove_strays(engine, self._progress)
+        ref = images.build_lab(engine, self._progress)
+        subnet = free_subnet(engine)
+        self._save_engine_record(engine, ref.tag, subnet)
+        self._prepare_files()
+        ipam = IPAMConfig(pool_configs=[IPAMPool(
+            subnet=f"{subnet}.0/24", iprange=f"{subnet}.{CLIENT_RANGE}/25", gateway=f"{subnet}.1"
+        )])  # fmt: skip
+        settings = {"labels": self._labels("network"), "ipam": ipam}
+        network = Network(docker_client_kw=engine.client_kw(), docker_network_kw=settings)
+        network.name = self._network_name  # testcontainers names it by a uuid otherwise
+        network.create()
+        topology = self._topology()
+        mongo, proxy, *nodes = topology.servers()
+        started = time.monotonic()
+        for spec in (mongo, proxy, *nodes):  # the nodes together: one alone has no quorum
+            self._run(spec)
+        self._await(mongo, started)
+        self._await(proxy, started)
+        for node in nodes:
+            self._await(node, started)
+        await_group_coordinator(self.kafka_bootstrap)
+        self._progress(f"  {'groups':<14} {'__consumer_offsets made':<34} {'':<16} "
+                       f"{time.monotonic() - started:5.1f}s")  # fmt: skip
+
+    def _prepare_files(self) -> None:
+        for folder in ("logs", "mongo", "kafka"):
+            (self.directory / folder).mkdir(parents=True, exist_ok=True)
+        (self.directory / "secantusd.toml").write_text("# chaoslab: settings on the command line\n")
+        shutil.copy(LOG4J2, self.directory / "kafka" / "log4j2.properties")
+        topology = self._topology()
+        for node in NODE_IDS:
+            (self.directory / "kafka" / f"node-{node}").mkdir(exist_ok=True)
+            lines = [f"{k}={v}" for k, v in topology.kafka_settings(node).items()]
+            topology.kafka_config(node).write_text(
+                "# written by chaoslab\n" + "\n".join(lines) + "\n"
+            )
+        self.spark.prepare()
+
+    def _container(self, spec: ContainerSpec) -> DockerContainer:
+        engines.configure_testcontainers()  # in every process: ``run --env`` starts consumers
+        engine = self.engine
+        network = Network(docker_client_kw=engine.client_kw())
+        network.name = self._network_name
+        container = (
+            DockerContainer(spec.image, docker_client_kw=engine.client_kw())
+            .with_name(self._container_name(spec.name))
+            .with_network(network)
+            .with_network_aliases(spec.name)
+            .with_command(list(spec.command))
+            .with_envs(**spec.env)
+            .with_kwargs(
+                labels=self._labels(spec.name),
+                cap_add=list(spec.cap_add) or None,
+                mem_limit=spec.mem_limit,
+                # Its own, for the fixed address (testcontainers' sets the aliases only).
+                networking_config={
+                    network.name: EndpointConfig(
+                        self._docker.api.api_version, aliases=[spec.name], ipv4_address=spec.address
+                    )
+                },
+            )
+        )
+        for mount in spec.mounts:
+            container.with_volume_mapping(mount.host, mount.container, mount.mode)
+        for inside, outside in spec.published.items():
+            # On 127.0.0.1 only: testcontainers' with_bind_ports publishes on every interface.
+            container.ports[f"{inside}/tcp"] = ("127.0.0.1", outside)  # type: ignore[assignment]
+        return container
+
+    def _run(self, spec: ContainerSpec) -> None:
+        self._container(spec).start()
+        self._record(spec.name, paused=False)
+
+    def _await(self, spec: ContainerSpec, started: float) -> None:
+        def exited() -> str | None:
+            status = self._get(spec.name).status
+            return f"the container is {status}" if status in EXITED else None
+
+        timeout = READY_S.get(spec.name, KAFKA_READY_S)
+        try:
+            wait_for(lambda: self._probe(spec.name), what=f"{spec.role} ({spec.name})",
+                     timeout=timeout, abort=exited)  # fmt: skip
+        except (DeadlineExceeded, GaveUp) as exc:
+            raise ServerStartError(
+                f"{exc}\n--- last lines of {self.log_path(spec.name)} ---\n"
+                f"{self.log_tail(spec.name)}"
+            ) from None
+        took = time.monotonic() - started
+        address = next((f"127.0.0.1:{p}" for p in spec.published.values()), f"{spec.name} (net)")
+        self._progress(f"  {spec.name:<14} {spec.role:<34} {address:<16} {took:5.1f}s")
+
+    def _probe(self, server: str) -> None:
+        ports = self._st.ports
+        if server == "mongo":
+            accepts_connections("127.0.0.1", ports["mongo"])
+            _mongo_primary(self.mongo_uri)
+        elif server == "proxy":
+            self._proxy.probe()
+        elif server.startswith("kafka-"):
+            # The proxy listens for a node only while the node accepts connections: asked
+            # first, since librdkafka logs every refusal.
+            accepts_connections("127.0.0.1", ports[f"{server}-proxy"])
+            _broker_registered(int(server.split("-")[1]), self.kafka_bootstrap)
+        else:
+            raise KeyError(server)
+
+    # -- stopping ---------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        try:
+            found = self._reload()
+        except NoEnvironment:
+            return
+        removed = 0
+        try:
+            removed = remove_labelled(self.engine, found.env_id)
+        except Exception as exc:  # the engine is gone (a SIGKILLed harness): the next up cleans
+            self._progress(f"could not remove the containers: {exc}")
+        pids = process.reap(found.env_id, grace=10.0)  # the podman service, clients' leftovers
+        shutil.rmtree(engines.socket_path(found.env_id).parent, ignore_errors=True)
+        with state.locked(self.directory):
+            state.remove(self.directory)
+            state.unregister(found.env_id)
+            self._wipe_data()
+            (self.directory / ENGINE_FILE).unlink(missing_ok=True)
+        self._progress(
+            f"removed {removed} containers and stopped {len(pids)} processes; the environment "
+            f"in {self.directory} is down"
+        )
+
+    # -- what clients use -------------------------------------------------------------------------
+
+    @property
+    def _proxy(self) -> FaultProxy:
+        # The proxy runs in its container; this is its control client and rule mapping.
+        ctx = ServerContext(self.directory, {**self._st.ports, "mongo-proxy": 0}, self.env_id)
+        return FaultProxy(ctx, kafka={n: f"kafka-{n}" for n in NODE_IDS}, mongo="mongo")
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return self._topology().kafka_bootstrap
+
+    @property
+    def mongo_uri(self) -> str:
+        return self._topology().mongo_uri
+
+    def kafka_bootstrap_for(self, link: Link) -> str:
+        if link is Link.CONSUMER_KAFKA:  # the consumers run in containers
+            return self._topology().network_kafka_bootstrap
+        return self.kafka_bootstrap
+
+    def mongo_uri_for(self, link: Link) -> str:
+        if link is Link.CONSUMER_MONGO:
+            return self._topology().network_mongo_uri
+        return self.mongo_uri
+
+    @property
+    def spark(self) -> SparkSettings:
+        # For drivers in the consumers' containers: the image's interpreter, local[N].
+        settings = SparkSettings.for_directory(self.directory, f"local[{self.options.spark_cores}]")
+        return SparkSettings(**{**asdict(settings), "python": images.IMAGE_PYTHON})
+
+    def spark_on(self, cluster: SparkCluster) -> SparkSettings:
+        if cluster is SparkCluster.LOCAL:
+            return self.spark
+        return super().spark_on(cluster)
+
+    # -- consumers --------------------------------------------------------------------------------
+
+    def spawn_client(
+        self,
+        argv: Sequence[str],
+        *,
+        name: str,
+        log_path: Path,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> process.ProcessHandle:
+        """The consumer in a container of its own on the network. Its processes carry the
+        environment's marker like the local backend's, so ``signal_client`` reaches them from
+        this machine (a rootful engine's containers are processes of this machine)."""
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        command = [images.IMAGE_PYTHON if a == sys.executable else a for a in argv]
+        folders = {str(self.directory), str(log_path.parent)}
+        folders |= {
+            str(Path(a).parent) for a in argv[1:] if Path(a).is_absolute() and Path(a).exists()
+        }
+        spec = ContainerSpec(
+            name,
+            "consumer",
+            self._topology().image,
+            supervised(command, log_path),
+            env={**(extra_env or {}), process.ENV_ID_VAR: self.env_id, process.SERVER_VAR: name},
+            mounts=tuple(Mount(f, f) for f in sorted(folders)),
+        )
+        self._remove_container(name)  # the same consumer's last container, exited
+        container = self._container(spec).start()
+        wrapped = container.get_wrapped_container()
+        wrapped.reload()
+        pid = int(wrapped.attrs["State"]["Pid"])
+        if pid == 0:  # exited already: its exit status is read like any other's
+            raise ServerStartError(f"consumer {name} exited at once:\n{self.log_tail(name)}")
+        return process.handle_of(pid)
+
+    def client_exit_code(self, name: str, handle: process.ProcessHandle) -> int | None:
+        """The exit status of a consumer's container (negative: killed by that signal)."""
+        try:
+            container = self._get(name)
+            result = container.wait(timeout=30)
+        except docker.errors.NotFound:
+            return None
+        code = int(result.get("StatusCode", 0))
+        return -(code - 128) if code > 128 else code
+
+    def _remove_container(self, server: str) -> None:
+        with contextlib.suppress(docker.errors.NotFound):
+            self._get(server).remove(force=True)
+
+    # -- what faults use --------------------------------------------------------------------------
+
+    @property
+    def containers(self) -> EngineContainers:
+        topology = self._topology()
+        addresses = {name: topology.ip(name) for name in HOSTS}
+        return EngineContainers(lambda: self._docker, self.env_id, self._network_name, addresses)
+
+    @property
+    def broker_ids(self) -> tuple[int, ...]:
+        return NODE_IDS
+
+    def _targets(self, component: Component, broker: int | None) -> list[str]:
+        if component is Component.MONGO:
+            return ["mongo"]
+        if broker is None:
+            return [f"kafka-{n}" for n in NODE_IDS]
+        if broker not in NODE_IDS:
+            raise BadInput(f"the Kafka cluster's nodes are {list(NODE_IDS)}; there is no {broker}")
+        return [f"kafka-{broker}"]
+
+    def _spec(self, server: str) -> ContainerSpec:
+        return next(s for s in self._topology().servers() if s.name == server)
+
+    def _stop(self, servers: Sequence[str], *, hard: bool) -> None:
+        for server in servers:
+            container = self._get(server)
+            if container.status == "paused":
+                container.unpause()
+            if container.status in EXITED:
+                continue
+            if hard:
+                container.kill()
+            else:
+                container.stop(timeout=STOP_TIMEOUT_S)
+        for server in servers:
+            self._get(server).wait(timeout=STOP_TIMEOUT_S + 10)
+            self._record(server, paused=False)
+
+    def _start_again(self, servers: Sequence[str]) -> None:
+        started = time.monotonic()
+        for server in servers:
+            self._get(server).start()
+        for server in servers:
+            self._await(self._spec(server), started)
+
+    def restart(
+        self, component: Component, *, hard: bool = False, broker: int | None = None
+    ) -> None:
+        servers = self._targets(component, broker)
+        self._stop(servers, hard=hard)
+        self._start_again(servers)
+
+    def kill(self, component: Component, *, broker: int | None = None) -> None:
+        self._stop(self._targets(component, broker), hard=True)
+
+    def revive(self, component: Component, *, broker: int | None = None) -> None:
+        servers = self._targets(component, broker)
+        running = [s for s in servers if self._get(s).status not in EXITED]
+        if running:
+            raise BadInput(f"{', '.join(running)}: running; only a killed server can be revived")
+        self._start_again(servers)
+
+    def pause(self, component: Component, *, broker: int | None = None) -> None:
+        for server in self._targets(component, broker):
+            self._get(server).pause()  # the cgroup freezer: every process of the container
+            self._record(server, paused=True)
+
+    def resume(self, component: Component, *, broker: int | None = None) -> None:
+        for server in self._targets(component, broker):
+            self._get(server).unpause()
+            self._record(server, paused=False)
+
+    def begin_stop_broker(self, broker: int, *, hard: bool) -> None:
+        (server,) = self._targets(Component.KAFKA, broker)
+        container = self._get(server)
+        if container.status == "paused":
+            container.unpause()
+        container.kill(signal="SIGKILL" if hard else "SIGTERM")
+
+    def broker_stopped(self, broker: int) -> bool:
+        (server,) = self._targets(Component.KAFKA, broker)
+        return self._get(server).status in EXITED
+
+    def begin_start_broker(self, broker: int) -> None:
+        (server,) = self._targets(Component.KAFKA, broker)
+        self._get(server).start()
+        self._record(server, paused=False)
+
+    def broker_ready(self, broker: int) -> bool:
+        try:
+            self._probe(f"kafka-{broker}")
+        except Exception:
+            return False
+        return True
+
+    # -- status -----------------------------------------------------------------------------------
+
+    def status(self) -> EnvironmentStatus:
+        found = self._reload()
+        servers = []
+        for spec in self._topology().servers():
+            try:
+                container = self._get(spec.name)
+                running, paused = container.status == "running", container.status == "paused"
+                pid = int(container.attrs["State"]["Pid"]) or None
+            except docker.errors.NotFound:
+                running, paused, pid = False, False, None
+            address = next((f"127.0.0.1:{p}" for p in spec.published.values()), spec.name)
+            servers.append(
+                ServerStatus(
+                    name=spec.name,
+                    role=spec.role,
+                    address=address,
+                    pid=pid,
+                    alive=running or paused,
+                    paused=paused,
+                    ready=running and _answers(lambda s=spec.name: self._probe(s)),
+                    log=str(self.log_path(spec.name)),
+                )
+            )
+        return EnvironmentStatus(
+            backend=self.backend,
+            directory=str(self.directory),
+            env_id=found.env_id,
+            detached=found.detached,
+            owner_pid=found.owner_pid,
+            kafka_bootstrap=self.kafka_bootstrap,
+            mongo_uri=self.mongo_uri,
+            spark_master=self.spark.master,
+            servers=tuple(servers),
+            kafka=self._kafka_status(servers),
+        )
+
+    def _kafka_status(self, servers: Sequence[ServerStatus]) -> KafkaStatus | None:
+        if not any(s.ready for s in servers if s.name.startswith("kafka-")):
+            return None
+        return super()._kafka_status(servers)
+
+
+def _answers(probe: Any) -> bool:
+    try:
+        probe()
+    except Exception:
+        return False
+    return True
+
+
+def _mongo_primary(uri: str) -> None:
+    client: MongoClient[dict[str, Any]] = MongoClient(uri, serverSelectionTimeoutMS=2000)
+    with client:
+        hello = client.admin.command("hello")
+    if not hello.get("isWritablePrimary") or hello.get("setName") != REPLICA_SET:
+        raise NotReady(f"not a writable primary of {REPLICA_SET}: {hello}")
+
+
+def _broker_registered(node: int, bootstrap: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": HARNESS_CLIENT,
+                         "socket.timeout.ms": 2000, "log_level": 3})  # fmt: skip
+    brokers = admin.list_topics(timeout=2).brokers
+    if node not in brokers:
+        raise NotReady(f"node {node} is not a registered broker yet ({sorted(brokers)})")
+
+
+# -- cleaning up by label --------------------------------------------------------------------------
+
+
+def remove_labelled(engine: engines.Engine, env_id: str | None = None) -> int:
+    """Remove every container and network labelled with ``env_id`` (any lab id when None);
+    returns how many containers were removed."""
+    selector = f"{LABEL_ENV}={env_id}" if env_id else LABEL_ENV
+    client = engine.client(timeout=int(REMOVE_TIMEOUT_S))
+    try:
+        containers = client.containers.list(all=True, filters={"label": selector})
+        for container in containers:
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
+        for network in client.networks.list(filters={"label": selector}):
+            with contextlib.suppress(docker.errors.NotFound):
+                network.remove()
+    finally:
+        client.close()
+    return len(containers)
+
+
+def free_subnet(engine: engines.Engine) -> str:
+    """``10.89.N`` for a ``/24`` no network of the engine uses (the lab's take N >= 100)."""
+    client = engine.client()
+    try:
+        used = {
+            str(c.get("Subnet", ""))
+            for n in client.networks.list()
+            for c in (n.attrs.get("IPAM") or {}).get("Config") or []
+        }
+    finally:
+        client.close()
+    for n in range(100, 255):
+        if f"10.89.{n}.0/24" not in used:
+            return f"10.89.{n}"
+    raise BackendUnavailable("no free 10.89.N.0/24 subnet for the environment's network")
+
+
+def live_env_ids() -> set[str]:
+    """The ids of the environments someone still owns (running, or detached by ``up``)."""
+    alive = set()
+    for env_id, directory in state.registered():
+        found = state.load(directory)
+        if found is not None and found.env_id == env_id and not found.orphaned():
+            alive.add(env_id)
+    return alive
+
+
+def remove_strays(engine: engines.Engine, progress: Any) -> int:
+    """Remove containers and networks of environments nobody owns any more (a harness that was
+    SIGKILLed could not); returns how many containers."""
+    client = engine.client(timeout=int(REMOVE_TIMEOUT_S))
+    try:
+        labelled = client.containers.list(all=True, filters={"label": LABEL_ENV})
+        networks = client.networks.list(filters={"label": LABEL_ENV})
+    finally:
+        client.close()
+    owners = {c.labels.get(LABEL_ENV) for c in labelled} | {
+        n.attrs.get("Labels", {}).get(LABEL_ENV) for n in networks
+    }
+    alive = live_env_ids()
+    removed = 0
+    for env_id in sorted(o for o in owners if o and o not in alive):
+        removed += remove_labelled(engine, env_id)
+    if removed:
+        progress(f"removed {removed} containers left by environments nobody owns any more")
+    return removed

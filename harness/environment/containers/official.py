@@ -1,0 +1,116 @@
+"""``--images official``: the same topology from upstream images, for users whose engine can pull
+from a registry - ``apache/kafka`` KRaft nodes, ``mongo`` as a 3-member replica set the lab
+initiates, ``apache/spark`` for a standalone master and workers. The fault proxy and the
+consumers stay on the lab's image (they are the lab's own code).
+
+Rendered and unit-tested here; never started in this project's CI, whose machines reach no
+registry (README: "Backends").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from harness import jars
+from harness.environment.containers.specs import (
+    CONTROLLER,
+    HOST,
+    INTERNAL,
+    NET,
+    NODE_IDS,
+    PROXY_NET_BASE,
+    ContainerSpec,
+    Topology,
+)
+from harness.environment.local.kafka_node import CLUSTER_SETTINGS, cluster_id
+
+MONGO_IMAGE = "mongo:8.0"
+MONGO_MEMBERS = ("mongo-1", "mongo-2", "mongo-3")
+MONGO_PORT = 27017
+OFFICIAL_REPLICA_SET = "rs0"
+SPARK_MASTER_PORT = 7077
+
+
+def kafka_image() -> str:
+    return f"apache/kafka:{jars.kafka().version}"  # the version the local backend runs
+
+
+def spark_image() -> str:
+    return f"apache/spark:{jars.spark_kafka().version}"
+
+
+def kafka_env(name: str) -> str:
+    """``log.dirs`` as the apache/kafka image reads it from its environment: KAFKA_LOG_DIRS."""
+    return "KAFKA_" + name.upper().replace(".", "_")
+
+
+@dataclass(frozen=True)
+class OfficialTopology:
+    """The lab's topology (``specs.Topology``) with upstream server images."""
+
+    lab: Topology
+
+    def kafka(self, node: int) -> ContainerSpec:
+        host_port = self.lab.ports[f"kafka-{node}-proxy"]
+        settings: dict[str, object] = {
+            "node.id": node,
+            "process.roles": "broker,controller",
+            "controller.quorum.voters": ",".join(f"{n}@kafka-{n}:{CONTROLLER}" for n in NODE_IDS),
+            "listeners": f"INTERNAL://:{INTERNAL},NET://:{NET},HOST://:{HOST},"
+            f"CONTROLLER://:{CONTROLLER}",
+            "advertised.listeners": f"INTERNAL://kafka-{node}:{INTERNAL},"
+            f"NET://proxy:{PROXY_NET_BASE + node},HOST://127.0.0.1:{host_port}",
+            "listener.security.protocol.map": "INTERNAL:PLAINTEXT,NET:PLAINTEXT,HOST:PLAINTEXT,"
+            "CONTROLLER:PLAINTEXT",
+            "log.dirs": "/var/lib/kafka/data",
+            **CLUSTER_SETTINGS,
+        }
+        env = {kafka_env(k): str(v) for k, v in settings.items()}
+        env["CLUSTER_ID"] = cluster_id(self.lab.env_id)
+        return ContainerSpec(
+            f"kafka-{node}", "Kafka node (KRaft, apache/kafka)", kafka_image(), (), env=env
+        )
+
+    def mongo(self, member: str) -> ContainerSpec:
+        published = {MONGO_PORT: self.lab.ports["mongo"]} if member == MONGO_MEMBERS[0] else {}
+        command = ("mongod", "--replSet", OFFICIAL_REPLICA_SET, "--bind_ip_all",
+                   "--setParameter", "enableTestCommands=1")  # fmt: skip
+        return ContainerSpec(
+            member, f"MongoDB replica set member ({MONGO_IMAGE})", MONGO_IMAGE, command,
+            published=published,
+        )  # fmt: skip
+
+    def spark_master(self) -> ContainerSpec:
+        command = ("/opt/spark/bin/spark-class", "org.apache.spark.deploy.master.Master",
+                   "--host", "spark-master", "--port", str(SPARK_MASTER_PORT))  # fmt: skip
+        return ContainerSpec("spark-master", "Spark master (apache/spark)", spark_image(), command)
+
+    def spark_worker(self, index: int) -> ContainerSpec:
+        command = ("/opt/spark/bin/spark-class", "org.apache.spark.deploy.worker.Worker",
+                   "--cores", "1", f"spark://spark-master:{SPARK_MASTER_PORT}")  # fmt: skip
+        return ContainerSpec(
+            f"spark-worker-{index}", "Spark worker (apache/spark)", spark_image(), command
+        )
+
+    def servers(self) -> list[ContainerSpec]:
+        """Every server, in start order (the proxy from the lab's image)."""
+        return [
+            *(self.mongo(m) for m in MONGO_MEMBERS),
+            self.lab.proxy(),
+            *(self.kafka(n) for n in NODE_IDS),
+            self.spark_master(),
+            *(self.spark_worker(i) for i in (1, 2)),
+        ]
+
+
+def replica_set_config() -> dict[str, Any]:
+    """``replSetInitiate``'s document for the three members (the first preferred as primary:
+    its port is the one published for the harness)."""
+    return {
+        "_id": OFFICIAL_REPLICA_SET,
+        "members": [
+            {"_id": i, "host": f"{m}:{MONGO_PORT}", "priority": 2 if i == 0 else 1}
+            for i, m in enumerate(MONGO_MEMBERS)
+        ],
+    }

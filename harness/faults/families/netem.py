@@ -1,0 +1,114 @@
+"""Packets delayed or dropped by the kernel on one container's interface (the containers
+backend): ``tc qdisc ... netem`` in the container's own network namespace, for ``duration``
+seconds. Every connection of the container is affected, each way it sends - unlike the fault
+proxy's ``delay``, which holds whole chunks of one link, this is per packet, and ``loss`` makes
+TCP retransmit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from harness.environment.base import BackendAbilities
+from harness.faults.base import (
+    Actor,
+    ContainerTarget,
+    Context,
+    Problem,
+    Setting,
+    Step,
+    Timed,
+    container_names,
+    needs_containers,
+    positive,
+)
+from harness.history import EventKind
+
+ON, OFF = "netem-on", "netem-off"
+
+
+@dataclass
+class _NetemActor(Actor):
+    fault: NetemFault
+    context: Context
+    acted: list[str] = field(default_factory=list)
+
+    @property
+    def about(self) -> str:
+        return ", ".join(self.acted) or str(self.fault.target)
+
+    def take(self, step: Step) -> None:
+        if step.action == ON:
+            fault = self.fault
+            self.acted = container_names(self.context, fault.target, fault.broker)
+            for name in self.acted:
+                self.context.env.containers.netem(name, fault.rule)
+            what = f"netem {' '.join(fault.rule)} on {', '.join(self.acted)}"
+            self.context.record(EventKind.FAULT_STEP, fault, count=len(self.acted), detail=what)
+        elif step.action == OFF:
+            self.undo()
+        else:
+            super().take(step)
+
+    def undo(self) -> None:
+        for name in self.acted:
+            self.context.env.containers.netem(name, [])
+        self.acted = []
+
+
+@dataclass(frozen=True)
+class NetemFault(Timed):
+    """Delay (``delay_ms``, give or take ``delay_jitter_ms``) and/or drop (``loss_percent``)
+    the packets a container sends, for ``duration`` seconds."""
+
+    kind: ClassVar[str] = "netem"
+    name: str
+    target: ContainerTarget
+    duration: float
+    delay_ms: int = 0
+    delay_jitter_ms: int = 0
+    loss_percent: float = 0.0
+    broker: int = 1
+    at: float | None = None
+    at_event: int | None = None
+    jitter: float = 0.0
+
+    @property
+    def targets_consumers(self) -> bool:  # type: ignore[override]
+        return self.target is ContainerTarget.CONSUMER
+
+    @property
+    def rule(self) -> tuple[str, ...]:
+        rule: tuple[str, ...] = ()
+        if self.delay_ms:
+            rule += ("delay", f"{self.delay_ms}ms")
+            if self.delay_jitter_ms:
+                rule += (f"{self.delay_jitter_ms}ms",)
+        if self.loss_percent:
+            rule += ("loss", f"{self.loss_percent:g}%")
+        return rule
+
+    def problems(self) -> list[Problem]:
+        found = self.trigger_problems() + positive("duration", self.duration)
+        if not (self.delay_ms or self.loss_percent):
+            found.append(("", "give delay_ms, loss_percent or both"))
+        found += positive("delay_ms", self.delay_ms, allow_zero=True)
+        found += positive("delay_jitter_ms", self.delay_jitter_ms, allow_zero=True)
+        if not 0 <= self.loss_percent <= 100:
+            found.append(("loss_percent", f"must be within 0-100, got {self.loss_percent}"))
+        return found
+
+    def steps(self, seed: int) -> tuple[Step, ...]:
+        return self.window(seed, ON, OFF, self.duration)
+
+    def actor(self, context: Context) -> Actor:
+        return _NetemActor(self, context)
+
+    def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
+        return needs_containers(backend)
+
+    @classmethod
+    def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
+        return {**cls.when(at, at_event), "duration": duration, "target": "consumer",
+                "delay_ms": 200, "loss_percent": 5}  # fmt: skip
