@@ -155,8 +155,8 @@ class ContainerControl(ABC):
         container's interface, in its own network namespace; an empty rule lifts it."""
 
     @abstractmethod
-    def limit_memory(self, name: str, limit_bytes: int) -> None:
-        """Lower the container's memory limit: above it, the kernel's OOM killer acts."""
+    def drop(self, name: str, percent: float) -> None:
+        """Drop ``percent`` of the packets the container sends (0 lifts it)."""
 
     @abstractmethod
     def state(self, name: str) -> str:

@@ -49,7 +49,9 @@ MAX_WINDOW_LABELS = 12
 WINDOW_LABEL_LINES = 3  # faults often start together (a restart and its commit failures)
 PAUSE_COLOR = "#1565C0"
 STEP_COLOR, STEP_STYLE = "0.3", (0, (4, 2))
-STEP_HANDLE = Line2D([], [], color=STEP_COLOR, lw=1.4, ls=STEP_STYLE, label="broker bounce")
+STEP_HANDLE = Line2D(
+    [], [], color=STEP_COLOR, lw=1.4, ls=STEP_STYLE, label="fault step (a bounce, a cut)"
+)
 RESTART_COLOR = "#2E7D32"
 EXECUTOR_LOST_COLOR = "#EF6C00"
 EXECUTOR_LOST_LABEL = "Spark executor lost (its task retried)"

@@ -1,8 +1,13 @@
-"""Packets delayed or dropped by the kernel on one container's interface (the containers
-backend): ``tc qdisc ... netem`` in the container's own network namespace, for ``duration``
-seconds. Every connection of the container is affected, each way it sends - unlike the fault
-proxy's ``delay``, which holds whole chunks of one link, this is per packet, and ``loss`` makes
-TCP retransmit.
+"""Packets dropped or delayed by the kernel on one container's interface (the containers
+backend), for ``duration`` seconds. Every connection of the container is affected, each packet
+it sends - unlike the fault proxy's rules, which act on whole chunks of one link; a dropped
+packet makes TCP retransmit.
+
+* ``loss_percent``: an iptables rule (``statistic --mode random``) in the container's network
+  namespace.
+* ``delay_ms``: ``tc qdisc ... netem delay`` there - on kernels that have sch_netem. This
+  project's machines do not ("Specified qdisc kind is unknown"): a delay fails the run there,
+  with that message; the loss works.
 """
 
 from __future__ import annotations
@@ -43,8 +48,11 @@ class _NetemActor(Actor):
             fault = self.fault
             self.acted = container_names(self.context, fault.target, fault.broker)
             for name in self.acted:
-                self.context.env.containers.netem(name, fault.rule)
-            what = f"netem {' '.join(fault.rule)} on {', '.join(self.acted)}"
+                if fault.loss_percent:
+                    self.context.env.containers.drop(name, fault.loss_percent)
+                if fault.delay_ms:
+                    self.context.env.containers.netem(name, fault.rule)
+            what = f"{fault.describe} on {', '.join(self.acted)}"
             self.context.record(EventKind.FAULT_STEP, fault, count=len(self.acted), detail=what)
         elif step.action == OFF:
             self.undo()
@@ -53,7 +61,10 @@ class _NetemActor(Actor):
 
     def undo(self) -> None:
         for name in self.acted:
-            self.context.env.containers.netem(name, [])
+            if self.fault.loss_percent:
+                self.context.env.containers.drop(name, 0)
+            if self.fault.delay_ms:
+                self.context.env.containers.netem(name, [])
         self.acted = []
 
 
@@ -80,14 +91,18 @@ class NetemFault(Timed):
 
     @property
     def rule(self) -> tuple[str, ...]:
+        """The netem rule of the delay."""
         rule: tuple[str, ...] = ()
         if self.delay_ms:
             rule += ("delay", f"{self.delay_ms}ms")
             if self.delay_jitter_ms:
                 rule += (f"{self.delay_jitter_ms}ms",)
-        if self.loss_percent:
-            rule += ("loss", f"{self.loss_percent:g}%")
         return rule
+
+    @property
+    def describe(self) -> str:
+        parts = [f"loss {self.loss_percent:g}%"] if self.loss_percent else []
+        return " ".join([*parts, *self.rule])
 
     def problems(self) -> list[Problem]:
         found = self.trigger_problems() + positive("duration", self.duration)
