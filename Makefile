@@ -35,11 +35,25 @@ $(CHROMIUM_STAMP):
 	else echo "note: no Debian chromium and no way to install it here; the screenshot test will skip"; fi
 	@mkdir -p $(VENV) && touch $@
 
+# The containers backend's engine and image tools: Debian's podman and runc (crun fails on these
+# machines' cgroups) and debootstrap (the lab's base image). Installed once, on Debian as root,
+# unless a Docker engine answers; elsewhere `chaoslab doctor` says what is missing (the
+# containers tests skip, naming it).
+CONTAINERS_STAMP := $(VENV)/.containers-tools
+$(CONTAINERS_STAMP):
+	@if command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null; then :; \
+	elif [ -S /var/run/docker.sock ] || [ -n "$$DOCKER_HOST" ]; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+		echo "installing Debian's podman, runc and debootstrap for the containers backend (once; about a minute)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap >/dev/null; \
+	else echo "note: no container engine and no way to install podman here; the containers tests will skip"; fi
+	@mkdir -p $(VENV) && touch $@
+
 # Two workers: the suite waits on servers (group joins, fault windows, JVM start-up) far more
 # than it computes, and every scenario test has its own environment. Tests that start Spark
 # share one worker (xdist_group "spark", see tests/support.py; pytest is kept below 9.2 for it,
 # pyproject.toml says why, tests/test_grouping.py checks it).
-test: $(STAMP) jars $(CHROMIUM_STAMP) lint
+test: $(STAMP) jars $(CHROMIUM_STAMP) $(CONTAINERS_STAMP) lint
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 lint: $(STAMP)
@@ -56,6 +70,7 @@ bench: $(STAMP) jars
 	$(BIN)/python tests/benchmarks/bench_checker.py
 	$(BIN)/python tests/benchmarks/bench_runtimes.py
 	$(BIN)/python tests/benchmarks/bench_mongo_writes.py
+	$(BIN)/python tests/benchmarks/bench_containers.py
 
 lab: $(STAMP) jars
 	$(BIN)/jupyter lab --ip 127.0.0.1 --notebook-dir notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)

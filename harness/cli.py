@@ -209,7 +209,16 @@ def _run_dir(args: argparse.Namespace, name: str) -> Path:
     return args.out or paths.runs_dir() / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def _scenario_backend(args: argparse.Namespace, files: Sequence[Path]) -> None:
+    """``--backend`` unless given: the one the scenarios name (``backend:``), else local."""
+    if args.backend is not None or args.env is not None:
+        return
+    wanted = {s.backend for s in (load_scenario(paths.find_scenario(f)) for f in files)}
+    args.backend = wanted.pop() if len(wanted) == 1 and None not in wanted else "local"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    _scenario_backend(args, [args.scenario])
     scenario = _load(args, args.scenario, _abilities(args))
     out = _run_dir(args, scenario.name)
     env, owned = _environment_for_run(args, out)
@@ -230,6 +239,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     files = args.scenarios or paths.library()
     if not files:
         raise BadInput(f"no scenarios given and none in {paths.scenarios_dir()}")
+    _scenario_backend(args, files)
     scenarios = _load_all(args, files)
     out = _run_dir(args, "matrix")
     env, owned = _environment_for_run(args, out)
@@ -322,7 +332,11 @@ def _add_scenario_options(p: argparse.ArgumentParser, what: str) -> None:
         "--out", type=Path, help="where results and the report go (default: the project's runs/)"
     )
     p.add_argument("--env", type=Path, help="use the environment running in this directory")
-    p.add_argument("--backend", choices=BACKENDS, default="local")
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        help="default: the scenario's own (`backend:` in its file), else local",
+    )
     _add_external(p)
 
 

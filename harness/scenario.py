@@ -29,6 +29,7 @@ from typing import Any, Self
 import yaml
 
 from harness.checker.model import Verdict
+from harness.environment.backends import names as backend_names
 from harness.environment.base import BackendAbilities
 from harness.environment.spark import SparkCluster
 from harness.errors import BadInput
@@ -179,6 +180,7 @@ class Scenario:
     faults: tuple[Fault, ...]
     expect: dict[str, tuple[Expectation, ...]]
     producer: ProducerSpec = field(default_factory=ProducerSpec)
+    backend: str | None = None  # the backend it needs, if only one can play it (containers)
 
     @property
     def crash_plans(self) -> tuple[CrashPlan, ...]:
@@ -291,6 +293,9 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
         if runtime not in names():
             pr.add(f"runtimes[{i}]", f"unknown runtime {runtime!r} ({', '.join(names())})")
     pipeline = _dataclass(pr, "pipeline", PipelineSpec, top.get("pipeline", {}))
+    backend = _typed(pr, "backend", top["backend"], str) if "backend" in top else None
+    if backend is not None and backend not in backend_names():
+        pr.add("backend", f"unknown backend {backend!r} ({', '.join(backend_names())})")
     producer = _dataclass(pr, "producer", ProducerSpec, top.get("producer", {}))
     variants = [
         _variant(pr, f"variants[{i}]", v)
@@ -334,6 +339,7 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
         faults=tuple(f for f in faults if f is not None),
         expect=expect,
         producer=producer,
+        backend=backend,
     )
 
 

@@ -7,16 +7,16 @@ import json
 import sys
 from pathlib import Path
 
-from harness.environment import LocalEnvironment
+from harness.environment import open_environment
 from tests.support import server_handles
 
 
-def main(directory: str) -> None:
-    with LocalEnvironment(Path(directory)) as env:
+def main(directory: str, backend: str = "local") -> None:
+    with open_environment(backend, Path(directory)) as env:
         pids = {name: h.pid for name, h in server_handles(env.directory).items()}
         print(json.dumps(pids), flush=True)
         sys.stdin.read()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])

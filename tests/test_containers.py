@@ -5,15 +5,21 @@ everything it labelled is gone after ``down`` - and after a SIGKILLed harness, a
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
 import yaml
+from pymongo import MongoClient, errors
 
-from harness.environment import ContainersEnvironment
+from harness.environment import ContainersEnvironment, state
 from harness.environment.containers import images
 from harness.environment.containers.engine import engine_problem
 from harness.environment.containers.official import (
@@ -25,13 +31,17 @@ from harness.environment.containers.official import (
 from harness.environment.containers.specs import LABEL_ENV, Topology
 from harness.environment.local.kafka_node import cluster_id
 from harness.faults.kinds import parse_fault
+from harness.history import EventKind, read_history
+from harness.paths import project_root
+from harness.readiness import wait_for
+from harness.scenario import load_scenario
 from tests.support import chaoslab
+from tests.test_library import replayed_by_crashes
 
 ENGINE_PROBLEM = engine_problem()
 needs_engine = pytest.mark.skipif(
     ENGINE_PROBLEM is not None, reason=f"no container engine: {ENGINE_PROBLEM}"
 )
-CONTAINERS = pytest.mark.xdist_group("containers")
 
 
 def labelled(engine_url: str, env_id: str | None = None) -> list[str]:
@@ -46,6 +56,8 @@ def labelled(engine_url: str, env_id: str | None = None) -> list[str]:
     return sorted(containers + networks)
 
 
+# Per test worker, like the local environment (no xdist group: the suite's Spark chain already
+# holds one worker, and these tests balance across both).
 @pytest.fixture(scope="module")
 def containers_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainersEnvironment]:
     directory = tmp_path_factory.mktemp("containers")
@@ -106,14 +118,25 @@ def test_container_faults_are_refused_elsewhere_by_name(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stdout + result.stderr
     assert "the local backend runs no containers (use --backend containers)" in result.stderr
     netem = {"kind": "netem", "target": "broker", "duration": 2, "at": 1}
-    assert parse_fault({**netem, "delay_ms": 200, "loss_percent": 5}, "n").rule == (  # type: ignore[attr-defined]
-        "delay",
-        "200ms",
-        "loss",
-        "5%",
-    )
+    fault = parse_fault({**netem, "delay_ms": 200, "loss_percent": 5}, "n")
+    assert fault.describe == "loss 5% delay 200ms"  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="give delay_ms, loss_percent or both"):
         parse_fault({**netem, "delay_ms": 0}, "n")
+
+
+def test_a_scenario_names_the_backend_it_needs(tmp_path: Path) -> None:
+    partition = project_root() / "scenarios" / "containers" / "consumer-partition.yaml"
+    assert load_scenario(partition).backend == "containers"
+    assert load_scenario(project_root() / "scenarios" / "baseline.yaml").backend is None
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nbackend: kubernetes\nvariants: [naive]\n")
+    result = chaoslab("run", str(bad), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert "backend: unknown backend 'kubernetes' (local, external, containers)" in result.stderr
+    # Given on the command line, another backend is refused by the scenario's own fault.
+    result = chaoslab("run", str(partition), "--backend", "local", "--out", str(tmp_path / "o"))
+    assert result.returncode == 2
+    assert "the local backend runs no containers" in result.stderr
 
 
 # -- on the engine ---------------------------------------------------------------------------------
@@ -121,7 +144,6 @@ def test_container_faults_are_refused_elsewhere_by_name(tmp_path: Path) -> None:
 
 @pytest.mark.servers
 @needs_engine
-@CONTAINERS
 def test_the_environment_runs_in_labelled_containers_on_loopback_ports(
     containers_env: ContainersEnvironment,
 ) -> None:
@@ -139,3 +161,124 @@ def test_the_environment_runs_in_labelled_containers_on_loopback_ports(
                 assert all(b["HostIp"] == "127.0.0.1" for b in bindings), container.name
     finally:
         client.close()
+
+
+def run_on(env: ContainersEnvironment, out: Path, *args: str) -> tuple[Any, dict[str, Any]]:
+    result = chaoslab(*args, "--env", str(env.directory), "--out", str(out), timeout=900)
+    report = (
+        json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
+    )
+    return result, report
+
+
+@pytest.mark.servers
+@needs_engine
+@pytest.mark.parametrize("name", ["baseline", "cdc-crash-before-ack", "msk-rolling-upgrade"])
+def test_library_scenarios_hold_their_expectations_on_containers(
+    containers_env: ContainersEnvironment, tmp_path: Path, name: str
+) -> None:
+    # The listener runs (Spark's drivers in containers are not part of this test's budget).
+    result, report = run_on(containers_env, tmp_path / "run", "run", name, "--runtime", "listener")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert report["backend"] == "containers"
+    rows = {r["variant"]: r for r in report["results"]}
+    for variant, r in rows.items():
+        assert (r["lost"], r["phantoms"]) == (0, 0), variant
+    if name == "baseline":
+        assert all((r["duplicates"], r["acked"]) == (0, 1000) for r in rows.values())
+    if name == "cdc-crash-before-ack":  # as on the local backend: each kill re-delivers its batch
+        for variant, r in rows.items():
+            assert r["crashes"] == 3, variant
+        assert rows["naive"]["duplicates"] == replayed_by_crashes(rows["naive"]) > 0
+    if name == "msk-rolling-upgrade":  # the coordinators' own errors, from the real brokers
+        events = read_history(Path(rows["naive"]["directory"]) / "history")
+        errors = {e.detail.split()[0] for e in events if e.kind is EventKind.KAFKA_ERROR}
+        assert "SESSION_TIMED_OUT" in errors, errors
+        downs = [e.detail for e in events if e.kind is EventKind.FAULT_STEP]
+        assert len(downs) == 3 and all("SIGKILL" in d for d in downs), downs
+
+
+@pytest.mark.servers
+@needs_engine
+def test_a_partition_of_the_consumers_containers_shows_on_the_timeline(
+    containers_env: ContainersEnvironment, tmp_path: Path
+) -> None:
+    scenario = project_root() / "scenarios" / "containers" / "consumer-partition.yaml"
+    result, report = run_on(containers_env, tmp_path / "run", "run", str(scenario))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    for r in report["results"]:
+        events = read_history(Path(r["directory"]) / "history")
+        steps = [e for e in events if e.kind is EventKind.FAULT_STEP]
+        # The engine took the consumer's own container off the network - not a proxy rule.
+        assert len(steps) == 1 and steps[0].detail.startswith("disconnect runtime-"), steps
+        start = next(e.t for e in events if e.kind is EventKind.FAULT_START)
+        end = next(e.t for e in events if e.kind is EventKind.FAULT_END)
+        assert 11.5 <= end - start <= 20, (start, end)
+        # Cut off, the consumer's client reported the brokers gone (its own words).
+        assert [e for e in events if e.kind is EventKind.KAFKA_ERROR], r["variant"]
+    assert (tmp_path / "run" / "timeline.png").stat().st_size > 10_000
+    # Back on the network at its fixed place: the environment is whole again.
+    assert containers_env.status().healthy
+
+
+@pytest.mark.servers
+@needs_engine
+def test_container_faults_act_on_the_containers(containers_env: ContainersEnvironment) -> None:
+    control = containers_env.containers
+    control.pause("kafka-3")
+    try:
+        assert control.state("kafka-3") == "paused"
+    finally:
+        control.unpause("kafka-3")
+    assert control.state("kafka-3") == "running"
+    control.drop("mongo", 100)  # every packet it sends
+    try:
+        client: MongoClient[dict[str, Any]] = MongoClient(
+            containers_env.mongo_uri, serverSelectionTimeoutMS=1500, connectTimeoutMS=1500
+        )
+        with client, pytest.raises(errors.PyMongoError):
+            client.admin.command("ping")
+    finally:
+        control.drop("mongo", 0)
+    wait_for(lambda: _ping(containers_env.mongo_uri), what="MongoDB answering again", timeout=30)
+
+
+def _ping(uri: str) -> None:
+    client: MongoClient[dict[str, Any]] = MongoClient(uri, serverSelectionTimeoutMS=2000)
+    with client:
+        client.admin.command("ping")
+
+
+@pytest.mark.servers
+@needs_engine
+def test_what_a_sigkilled_harness_left_is_removed_by_the_next_up(tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.harness_child", str(first), "containers"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert line, "the child harness did not start its environment"
+        found = state.load(first)
+        assert found is not None
+        env_id = found.env_id
+        engine_url = ContainersEnvironment.attach(first).engine.base_url
+        assert len(labelled(engine_url, env_id)) == 6  # 5 servers and the network
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    up = chaoslab("up", "--backend", "containers", "--dir", str(second), timeout=600)
+    try:
+        assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
+        assert "removed 5 containers left by environments nobody owns any more" in up.stdout
+        new = ContainersEnvironment.attach(second)
+        assert labelled(new.engine.base_url, env_id) == []
+    finally:
+        down = chaoslab("down", "--dir", str(second), timeout=300)
+    assert down.returncode == 0, down.stderr
+    assert "removed 5 containers" in down.stdout + down.stderr
+    assert not (second / "state.json").exists()

@@ -43,18 +43,21 @@ def test_a_job_is_checked_before_anything_starts() -> None:
 def test_a_users_job_runs_under_cdc_crash_before_acks_faults(
     scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:
-    scenario = parse_scenario(cdc_crash_before_ack())
+    # One kill, not the scenario's three (each restart of a driver costs ~30 s of the suite's
+    # Spark chain; the library test plays all three on the lab's own variants).
+    kill = {"kind": "consumer-crash", "point": "after_write_before_commit", "at_batch": 2}
+    scenario = parse_scenario(cdc_crash_before_ack(faults=[kill]))
     result = run_scenario(scenario_env, scenario, tmp_path / "run", progress=lambda _m: None)
     rows = {r.variant: r for r in result.variants}
     job = rows["job-ingest"]
-    # Its driver was killed three times after the job's write, before Spark's commit, and
-    # restarted; Spark replayed each of those batches into the job.
-    assert (job.crashes, job.restarts) == (3, 3)
+    # Its driver was killed after the job's write, before Spark's commit, and restarted; Spark
+    # replayed that batch into the job.
+    assert (job.crashes, job.restarts) == (1, 1)
     assert job.directory is not None
     events = read_history(job.directory / "history")
     crashed = [e.batch for e in events if e.kind is EventKind.CRASH]
     written = [e.batch for e in events if e.kind is EventKind.WRITTEN]
-    assert len(crashed) == 3 and all(written.count(b) == 2 for b in crashed), (crashed, written)
+    assert len(crashed) == 1 and all(written.count(b) == 2 for b in crashed), (crashed, written)
     # Counted like any variant: the replayed batches' changes twice, nothing lost.
     assert job.verdict.duplicates > 0 and set(job.verdict.copies) == {2}
     assert (job.verdict.lost, job.verdict.phantoms, job.verdict.stale) == (0, 0, 0)

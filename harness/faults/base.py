@@ -22,7 +22,7 @@ import math
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar
@@ -184,6 +184,19 @@ class Actor:
     def about(self) -> str:
         """What it acts on, for an error message (``node 2``)."""
         return ""
+
+
+@dataclass
+class ContainersActor(Actor):
+    """Acts on containers (a container fault): remembers which, to undo and to name them."""
+
+    fault: Fault
+    context: Context
+    acted: list[str] = field(default_factory=list)
+
+    @property
+    def about(self) -> str:
+        return ", ".join(self.acted) or "containers"
 
 
 @dataclass

@@ -246,7 +246,7 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
                 f"{self.log_tail(spec.name)}"
             ) from None
         took = time.monotonic() - started
-        address = next((f"127.0.0.1:{p}" for p in spec.published.values()), f"{spec.name} (net)")
+        address = where(spec)
         self._progress(f"  {spec.name:<14} {spec.role:<34} {address:<16} {took:5.1f}s")
 
     def _probe(self, server: str) -> None:
@@ -260,7 +260,8 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
             # The proxy listens for a node only while the node accepts connections: asked
             # first, since librdkafka logs every refusal.
             accepts_connections("127.0.0.1", ports[f"{server}-proxy"])
-            _broker_registered(int(server.split("-")[1]), self.kafka_bootstrap)
+            own = f"127.0.0.1:{ports[f'{server}-proxy']}"  # not the others': not yet up, maybe
+            _broker_registered(int(server.split("-")[1]), own)
         else:
             raise KeyError(server)
 
@@ -483,7 +484,7 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
                 pid = int(container.attrs["State"]["Pid"]) or None
             except docker.errors.NotFound:
                 running, paused, pid = False, False, None
-            address = next((f"127.0.0.1:{p}" for p in spec.published.values()), spec.name)
+            address = where(spec)
             servers.append(
                 ServerStatus(
                     name=spec.name,
@@ -496,23 +497,17 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
                     log=str(self.log_path(spec.name)),
                 )
             )
-        return EnvironmentStatus(
-            backend=self.backend,
-            directory=str(self.directory),
-            env_id=found.env_id,
-            detached=found.detached,
-            owner_pid=found.owner_pid,
-            kafka_bootstrap=self.kafka_bootstrap,
-            mongo_uri=self.mongo_uri,
-            spark_master=self.spark.master,
-            servers=tuple(servers),
-            kafka=self._kafka_status(servers),
-        )
+        return self._status_of(found, servers)
 
     def _kafka_status(self, servers: Sequence[ServerStatus]) -> KafkaStatus | None:
         if not any(s.ready for s in servers if s.name.startswith("kafka-")):
             return None
         return super()._kafka_status(servers)
+
+
+def where(spec: ContainerSpec) -> str:
+    """Where people reach a server: its first published port, else its network address."""
+    return next((f"127.0.0.1:{p}" for p in spec.published.values()), spec.address or spec.name)
 
 
 def _answers(probe: Any) -> bool:

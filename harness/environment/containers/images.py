@@ -143,10 +143,11 @@ def exists(engine: Engine, ref: ImageRef) -> bool:
 # -- building -----------------------------------------------------------------------------------
 
 
-def build_base(engine: Engine, progress: Progress) -> ImageRef:
-    """Make the base image's root filesystem with debootstrap and import it (once)."""
+def build_base(engine: Engine, progress: Progress, *, force: bool = False) -> ImageRef:
+    """Make the base image's root filesystem with debootstrap and import it (once; again when
+    ``force``d, as ``make bench`` does to time it)."""
     ref = base_ref()
-    if exists(engine, ref):
+    if exists(engine, ref) and not force:
         return ref
     if shutil.which("debootstrap") is None:
         raise BackendUnavailable(
@@ -223,6 +224,7 @@ def _build(
     base: ImageRef,
     context: Callable[[Path, ImageRef], None],
     progress: Progress,
+    force: bool,
 ) -> ImageRef:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="chaoslab-image-") as tmp:
@@ -235,6 +237,7 @@ def _build(
             docker_client_kw=engine.client_kw(),
             labels={LABEL: ref.name},
             rm=True,
+            no_cache=force,
         )
         try:
             image.build()
@@ -245,22 +248,24 @@ def _build(
     return ref
 
 
-def build_deps(engine: Engine, progress: Progress) -> ImageRef:
-    """The requirements' image, built if its tag is absent (after the base image)."""
+def build_deps(engine: Engine, progress: Progress, *, force: bool = False) -> ImageRef:
+    """The requirements' image, built if its tag is absent (after the base image); ``force``:
+    built again without the engine's layer cache."""
     ref = deps_ref()
-    if exists(engine, ref):
+    if exists(engine, ref) and not force:
         return ref
     base = build_base(engine, progress)
     progress(f"building {ref.tag}: the lab's Python requirements and jars (once per change of "
              "them; a few minutes)")  # fmt: skip
-    return _build(engine, ref, base, _deps_context, progress)
+    return _build(engine, ref, base, _deps_context, progress, force)
 
 
-def build_lab(engine: Engine, progress: Progress) -> ImageRef:
-    """The lab's image, built if its tag is absent (after the requirements' image)."""
+def build_lab(engine: Engine, progress: Progress, *, force: bool = False) -> ImageRef:
+    """The lab's image, built if its tag is absent (after the requirements' image); ``force``:
+    built again without the engine's layer cache."""
     ref = lab_ref()
-    if exists(engine, ref):
+    if exists(engine, ref) and not force:
         return ref
     deps = build_deps(engine, progress)
     progress(f"building {ref.tag}: the lab itself (once per change of the lab)")
-    return _build(engine, ref, deps, _lab_context, progress)
+    return _build(engine, ref, deps, _lab_context, progress, force)

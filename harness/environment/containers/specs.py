@@ -201,7 +201,7 @@ class Topology:
                 "--control", str(control),
                 *(arg for spec in listeners for arg in ("--listener", spec))]  # fmt: skip
         kafka_ports = [self.ports[f"kafka-{n}-proxy"] for n in NODE_IDS]
-        published = {port: port for port in [control, *kafka_ports]}
+        published = {port: port for port in [*kafka_ports, control]}
         return ContainerSpec(
             "proxy",
             "fault proxy (Kafka, MongoDB links)",

@@ -299,6 +299,11 @@ class ProcessEnvironment(Environment, Generic[Options]):
                     log=str(server.log_path),
                 )
             )
+        return self._status_of(found, servers)
+
+    def _status_of(
+        self, found: state.EnvironmentState, servers: Sequence[ServerStatus]
+    ) -> EnvironmentStatus:
         return EnvironmentStatus(
             backend=self.backend,
             directory=str(self.directory),

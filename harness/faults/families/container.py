@@ -13,13 +13,14 @@ started again by its supervisor, in a new container), ``mongo``, or ``broker`` (
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
 
 from harness.environment.base import BackendAbilities
 from harness.faults.base import (
     Actor,
+    ContainersActor,
     ContainerTarget,
     Context,
     Problem,
@@ -42,15 +43,8 @@ class ContainerAction(StrEnum):
     DISCONNECT = "disconnect"  # off the network, back on when the window closes
 
 
-@dataclass
-class _ContainerActor(Actor):
+class _ContainerActor(ContainersActor):
     fault: ContainerFault
-    context: Context
-    acted: list[str] = field(default_factory=list)
-
-    @property
-    def about(self) -> str:
-        return ", ".join(self.acted) or str(self.fault.target)
 
     def take(self, step: Step) -> None:
         control = self.context.env.containers

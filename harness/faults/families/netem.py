@@ -12,12 +12,13 @@ packet makes TCP retransmit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from harness.environment.base import BackendAbilities
 from harness.faults.base import (
     Actor,
+    ContainersActor,
     ContainerTarget,
     Context,
     Problem,
@@ -33,15 +34,8 @@ from harness.history import EventKind
 ON, OFF = "netem-on", "netem-off"
 
 
-@dataclass
-class _NetemActor(Actor):
+class _NetemActor(ContainersActor):
     fault: NetemFault
-    context: Context
-    acted: list[str] = field(default_factory=list)
-
-    @property
-    def about(self) -> str:
-        return ", ".join(self.acted) or str(self.fault.target)
 
     def take(self, step: Step) -> None:
         if step.action == ON:
