@@ -27,6 +27,7 @@ from harness.environment import (
     get_backend,
     open_environment,
 )
+from harness.environment.containers import official
 from harness.environment.signals import stop_on_termination
 from harness.errors import BadInput, LabError
 from harness.repair import add_repair_parser
@@ -109,6 +110,17 @@ def _backend(args: argparse.Namespace) -> tuple[str, Options | None]:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    if args.dry_run or args.images != "lab":
+        if args.backend != "containers":
+            raise BadInput("--images and --dry-run are for --backend containers")
+        if args.dry_run:
+            print(official.to_json(official.rendered(args.images, args.dir or default_directory())))
+            return 0
+        raise BadInput(
+            "--images official: this version renders the upstream images' topology (see it "
+            "with --dry-run) but does not start it - the project's machines reach no registry "
+            "to try it on; use the lab's images (the default)"
+        )
     backend, options = _backend(args)
     env = open_environment(backend, args.dir, options, progress=say)
     say(f"starting the {backend} environment in {env.directory}")
@@ -367,6 +379,18 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="start an environment and leave it running")
     up.add_argument("--backend", choices=BACKENDS, default="local")
     _add_dir(up)
+    up.add_argument(
+        "--images",
+        choices=("lab", "official"),
+        default="lab",
+        help="containers: the lab's images, built here (default), or upstream ones "
+        "(apache/kafka, mongo, apache/spark; rendered only, see --dry-run)",
+    )
+    up.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="containers: print the containers it would start (JSON) and start nothing",
+    )
     up.add_argument(
         "--spark-standalone",
         action="store_true",

@@ -83,7 +83,7 @@ def test_the_official_images_render_the_same_topology() -> None:
     assert kafka.env["KAFKA_PROCESS_ROLES"] == "broker,controller"
     # Clients reach it through the proxy, as on the lab's images: both client listeners are
     # advertised as the proxy's.
-    assert "NET://proxy:19092" in kafka.env["KAFKA_ADVERTISED_LISTENERS"]
+    assert "NET://10.89.100.11:19092" in kafka.env["KAFKA_ADVERTISED_LISTENERS"]
     assert "HOST://127.0.0.1:4002" in kafka.env["KAFKA_ADVERTISED_LISTENERS"]
     assert kafka.env["KAFKA_MIN_INSYNC_REPLICAS"] == "2"
     assert kafka.env["CLUSTER_ID"] == cluster_id("abc123")
@@ -97,6 +97,21 @@ def test_the_official_images_render_the_same_topology() -> None:
     assert [m["host"] for m in config["members"]] == [f"{m}:27017" for m in MONGO_MEMBERS]
     assert specs["spark-worker-1"].command[-1] == "spark://spark-master:7077"
     assert specs["spark-master"].image.startswith("apache/spark:4.2")
+    # Every server at a fixed address on the network, none twice.
+    addresses = [s.address for s in specs.values() if not s.name.startswith("spark")]
+    assert None not in addresses and len(set(addresses)) == len(addresses)
+
+
+def test_up_renders_the_official_images_and_does_not_start_them(tmp_path: Path) -> None:
+    shown = chaoslab("up", "--backend", "containers", "--images", "official", "--dry-run",
+                     "--dir", str(tmp_path))  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    images = {c["image"].split(":")[0] for c in json.loads(shown.stdout)}
+    assert {"apache/kafka", "mongo", "apache/spark", "localhost/chaoslab-lab"} == images
+    refused = chaoslab("up", "--backend", "containers", "--images", "official",
+                       "--dir", str(tmp_path))  # fmt: skip
+    assert refused.returncode == 2 and "renders the upstream images' topology" in refused.stderr
+    assert not (tmp_path / "state.json").exists()
 
 
 def test_the_lab_image_pins_what_the_local_backend_runs() -> None:

@@ -9,10 +9,13 @@ registry (README: "Backends").
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from harness import jars
+from harness.environment.containers.images import lab_ref
 from harness.environment.containers.specs import (
     CONTROLLER,
     HOST,
@@ -22,6 +25,7 @@ from harness.environment.containers.specs import (
     PROXY_NET_BASE,
     ContainerSpec,
     Topology,
+    port_names,
 )
 from harness.environment.local.kafka_node import CLUSTER_SETTINGS, cluster_id
 
@@ -56,11 +60,13 @@ class OfficialTopology:
         settings: dict[str, object] = {
             "node.id": node,
             "process.roles": "broker,controller",
-            "controller.quorum.voters": ",".join(f"{n}@kafka-{n}:{CONTROLLER}" for n in NODE_IDS),
+            "controller.quorum.voters": ",".join(
+                f"{n}@{self.lab.ip(f'kafka-{n}')}:{CONTROLLER}" for n in NODE_IDS
+            ),
             "listeners": f"INTERNAL://:{INTERNAL},NET://:{NET},HOST://:{HOST},"
             f"CONTROLLER://:{CONTROLLER}",
-            "advertised.listeners": f"INTERNAL://kafka-{node}:{INTERNAL},"
-            f"NET://proxy:{PROXY_NET_BASE + node},HOST://127.0.0.1:{host_port}",
+            "advertised.listeners": f"INTERNAL://{self.lab.ip(f'kafka-{node}')}:{INTERNAL},"
+            f"NET://{self.lab.ip('proxy')}:{PROXY_NET_BASE + node},HOST://127.0.0.1:{host_port}",
             "listener.security.protocol.map": "INTERNAL:PLAINTEXT,NET:PLAINTEXT,HOST:PLAINTEXT,"
             "CONTROLLER:PLAINTEXT",
             "log.dirs": "/var/lib/kafka/data",
@@ -68,17 +74,22 @@ class OfficialTopology:
         }
         env = {kafka_env(k): str(v) for k, v in settings.items()}
         env["CLUSTER_ID"] = cluster_id(self.lab.env_id)
+        address = self.lab.ip(f"kafka-{node}")
         return ContainerSpec(
-            f"kafka-{node}", "Kafka node (KRaft, apache/kafka)", kafka_image(), (), env=env
-        )
+            f"kafka-{node}", "Kafka node (KRaft, apache/kafka)", kafka_image(), (), env=env,
+            address=address,
+        )  # fmt: skip
 
     def mongo(self, member: str) -> ContainerSpec:
         published = {MONGO_PORT: self.lab.ports["mongo"]} if member == MONGO_MEMBERS[0] else {}
         command = ("mongod", "--replSet", OFFICIAL_REPLICA_SET, "--bind_ip_all",
                    "--setParameter", "enableTestCommands=1")  # fmt: skip
+        # The first member where the lab's SecantusDB is (the proxy's upstream), then .12, .13.
+        index = MONGO_MEMBERS.index(member)
+        address = self.lab.ip("mongo") if index == 0 else f"{self.lab.subnet}.{11 + index}"
         return ContainerSpec(
             member, f"MongoDB replica set member ({MONGO_IMAGE})", MONGO_IMAGE, command,
-            published=published,
+            published=published, address=address,
         )  # fmt: skip
 
     def spark_master(self) -> ContainerSpec:
@@ -114,3 +125,15 @@ def replica_set_config() -> dict[str, Any]:
             for i, m in enumerate(MONGO_MEMBERS)
         ],
     }
+
+
+def rendered(images: str, directory: Path) -> list[ContainerSpec]:
+    """The containers ``up`` would start with ``--images lab|official`` (``--dry-run``), with
+    example ports and id: nothing is claimed or started."""
+    ports = dict(zip(port_names(), range(40001, 40001 + len(port_names())), strict=True))
+    lab = Topology(directory, ports, "dry-run", lab_ref().tag)
+    return OfficialTopology(lab).servers() if images == "official" else lab.servers()
+
+
+def to_json(specs: list[ContainerSpec]) -> str:
+    return json.dumps([asdict(s) for s in specs], indent=2, default=str)
