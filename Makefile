@@ -53,7 +53,13 @@ $(CONTAINERS_STAMP):
 # than it computes, and every scenario test has its own environment. Tests that start Spark
 # share one worker (xdist_group "spark", see tests/support.py; pytest is kept below 9.2 for it,
 # pyproject.toml says why, tests/test_grouping.py checks it).
-test: $(STAMP) jars $(CHROMIUM_STAMP) $(CONTAINERS_STAMP) lint
+# The containers backend's images (a no-op once built for this version of the lab; a few minutes
+# on a machine that has none).
+.PHONY: images
+images: $(STAMP) jars $(CONTAINERS_STAMP)
+	@$(BIN)/chaoslab images
+
+test: $(STAMP) jars $(CHROMIUM_STAMP) $(CONTAINERS_STAMP) images lint
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 lint: $(STAMP)

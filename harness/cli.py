@@ -27,7 +27,8 @@ from harness.environment import (
     get_backend,
     open_environment,
 )
-from harness.environment.containers import official
+from harness.environment.containers import images, official
+from harness.environment.containers.engine import engine_for_building, engine_problem
 from harness.environment.signals import stop_on_termination
 from harness.errors import BadInput, LabError
 from harness.repair import add_repair_parser
@@ -158,6 +159,18 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     for jar_set in jars.every_set():
         jars.fetch(jar_set, progress=say)
         say(f"{jar_set.name} {jar_set.version}: {len(jar_set.jars())} jars in {jar_set.directory}")
+    return 0
+
+
+def cmd_images(args: argparse.Namespace) -> int:
+    """Build the containers backend's images now (``up`` builds what is missing anyway)."""
+    problem = engine_problem()
+    if problem:
+        say(f"no images built: the containers backend cannot run here ({problem})")
+        return 0  # nothing to build for; doctor says what is missing
+    with engine_for_building(paths.project_root() / ".chaoslab" / "images") as engine:
+        ref = images.build_lab(engine, say)
+    say(f"the containers backend's images are ready: {ref.tag}")
     return 0
 
 
@@ -417,6 +430,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="fetch Kafka's and Spark's Kafka connector's jars with Maven (once; make runs it)",
     )
     fetch.set_defaults(handler=cmd_fetch)
+
+    img = sub.add_parser(
+        "images", help="build the containers backend's images now (once per change; make test)"
+    )
+    img.set_defaults(handler=cmd_images)
 
     doc = sub.add_parser("doctor", help="what this machine has; which backends can run here")
     doc.add_argument("--json", action="store_true")

@@ -5,11 +5,11 @@
 * ``chaoslab-deps``: ``deps.Containerfile`` on top of it - the lab's Python dependencies, pinned
   to the versions installed here and installed from wheels built here (pip's cache: no download
   the host has not made already), and the jars ``chaoslab fetch`` put in ``.chaoslab/jars``.
-* ``chaoslab-lab``: ``lab.Containerfile``, the lab itself on top of that. Every server and client
+* ``chaoslab-lab``: ``lab.Containerfile``, the lab's sources on top of that. Every server and client
   of the containers backend runs it: a Kafka node, MongoDB (SecantusDB), the fault proxy, a
   consumer. They differ only by command, as the local backend's processes do, so one image
   keeps them at one version. Apart from ``chaoslab-deps`` because the lab changes far more
-  often: its build context is one small wheel (the requirements' is ~640 MB).
+  often: its build context is the lab's sources (the requirements' is ~640 MB).
 
 Each image is tagged with a hash of everything it is made of (the package list, the
 Containerfile, the pinned requirements, the jars' names and sizes, the lab's sources): an image
@@ -208,9 +208,9 @@ def _deps_context(directory: Path, base: ImageRef) -> None:
 
 
 def _lab_context(directory: Path, base: ImageRef) -> None:
-    """The lab's build context: its own wheel."""
-    _run([sys.executable, *_PIP, "--wheel-dir", str(directory / "lab"), str(project_root())],
-         "building the lab's wheel")  # fmt: skip
+    """The lab's build context: its sources."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(project_root() / "harness", directory / "harness", ignore=ignore)
     _containerfile(directory, LAB_CONTAINERFILE, base)
 
 
