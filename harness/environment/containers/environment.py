@@ -26,10 +26,8 @@ from typing import Any
 
 import docker
 import docker.errors
-from confluent_kafka.admin import AdminClient
 from docker.models.containers import Container
 from docker.types import EndpointConfig, IPAMConfig, IPAMPool
-from pymongo import MongoClient
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 
@@ -61,14 +59,14 @@ from harness.environment.containers.specs import (
     supervised,
 )
 from harness.environment.local.fault_proxy import FaultProxy
-from harness.environment.local.kafka_node import LOG4J2
+from harness.environment.local.kafka_node import LOG4J2, broker_registered
 from harness.environment.local.processes import ProcessEnvironment
-from harness.environment.local.secantus import REPLICA_SET
+from harness.environment.local.secantus import writable_primary
 from harness.environment.local.server import LocalServer, ServerContext
 from harness.environment.spark import SparkCluster, SparkSettings
 from harness.errors import BadInput
-from harness.kafka import HARNESS_CLIENT, await_group_coordinator
-from harness.readiness import DeadlineExceeded, GaveUp, NotReady, accepts_connections, wait_for
+from harness.kafka import await_group_coordinator
+from harness.readiness import DeadlineExceeded, GaveUp, accepts_connections, wait_for
 
 CONTAINERS_ABILITIES = BackendAbilities(
     "containers", nodes=NODE_IDS, link_faults=True, containers=True
@@ -211,7 +209,6 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
             .with_kwargs(
                 labels=self._labels(spec.name),
                 cap_add=list(spec.cap_add) or None,
-                mem_limit=spec.mem_limit,
                 # Its own, for the fixed address (testcontainers' sets the aliases only).
                 networking_config={
                     network.name: EndpointConfig(
@@ -253,7 +250,7 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
         ports = self._st.ports
         if server == "mongo":
             accepts_connections("127.0.0.1", ports["mongo"])
-            _mongo_primary(self.mongo_uri)
+            writable_primary(self.mongo_uri)
         elif server == "proxy":
             self._proxy.probe()
         elif server.startswith("kafka-"):
@@ -261,7 +258,7 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
             # first, since librdkafka logs every refusal.
             accepts_connections("127.0.0.1", ports[f"{server}-proxy"])
             own = f"127.0.0.1:{ports[f'{server}-proxy']}"  # not the others': not yet up, maybe
-            _broker_registered(int(server.split("-")[1]), own)
+            broker_registered(int(server.split("-")[1]), own)
         else:
             raise KeyError(server)
 
@@ -516,22 +513,6 @@ def _answers(probe: Any) -> bool:
     except Exception:
         return False
     return True
-
-
-def _mongo_primary(uri: str) -> None:
-    client: MongoClient[dict[str, Any]] = MongoClient(uri, serverSelectionTimeoutMS=2000)
-    with client:
-        hello = client.admin.command("hello")
-    if not hello.get("isWritablePrimary") or hello.get("setName") != REPLICA_SET:
-        raise NotReady(f"not a writable primary of {REPLICA_SET}: {hello}")
-
-
-def _broker_registered(node: int, bootstrap: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": HARNESS_CLIENT,
-                         "socket.timeout.ms": 2000, "log_level": 3})  # fmt: skip
-    brokers = admin.list_topics(timeout=2).brokers
-    if node not in brokers:
-        raise NotReady(f"node {node} is not a registered broker yet ({sorted(brokers)})")
 
 
 # -- cleaning up by label --------------------------------------------------------------------------

@@ -70,7 +70,6 @@ class ContainerSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     mounts: tuple[Mount, ...] = ()
     cap_add: tuple[str, ...] = CAPS
-    mem_limit: str | None = None
 
 
 # Fixed hosts of the servers; the engine gives clients addresses from the upper half.

@@ -173,12 +173,18 @@ class KafkaNode(LocalServer):
         """Ready when this node is a registered, unfenced broker (it is in the metadata its own
         INTERNAL listener serves); registering needs a quorum leader, so that holds too."""
         accepts_connections(LOOPBACK, self.port)  # first: librdkafka logs every refusal
-        settings: dict[str, str | int] = {
-            "client.id": HARNESS_CLIENT,
-            "socket.timeout.ms": 2000,
-            "log_level": 3,
-        }
-        admin = AdminClient({"bootstrap.servers": self.address, **settings})
-        brokers = admin.list_topics(timeout=2).brokers
-        if self.node not in brokers:
-            raise NotReady(f"node {self.node} is not a registered broker yet ({sorted(brokers)})")
+        broker_registered(self.node, self.address)
+
+
+def broker_registered(node: int, bootstrap: str) -> None:
+    """Probe: raises unless ``node`` is a registered, unfenced broker in the metadata that
+    ``bootstrap`` serves (registering needs a quorum leader, so that holds too)."""
+    settings: dict[str, str | int] = {
+        "client.id": HARNESS_CLIENT,
+        "socket.timeout.ms": 2000,
+        "log_level": 3,
+    }
+    admin = AdminClient({"bootstrap.servers": bootstrap, **settings})
+    brokers = admin.list_topics(timeout=2).brokers
+    if node not in brokers:
+        raise NotReady(f"node {node} is not a registered broker yet ({sorted(brokers)})")

@@ -58,10 +58,13 @@ class SecantusMongo(LocalServer):
 
     def probe(self) -> None:
         accepts_connections(LOOPBACK, self.port)
-        c: MongoClient[dict[str, Any]] = MongoClient(
-            self.address, directConnection=True, serverSelectionTimeoutMS=2000
-        )
-        with c:
-            hello = c.admin.command("hello")
-        if not hello.get("isWritablePrimary") or hello.get("setName") != REPLICA_SET:
-            raise NotReady(f"not a writable primary of {REPLICA_SET}: {hello}")
+        writable_primary(f"mongodb://{self.address}/?directConnection=true")
+
+
+def writable_primary(uri: str) -> None:
+    """Probe: raises unless the server at ``uri`` is the writable primary of ``REPLICA_SET``."""
+    c: MongoClient[dict[str, Any]] = MongoClient(uri, serverSelectionTimeoutMS=2000)
+    with c:
+        hello = c.admin.command("hello")
+    if not hello.get("isWritablePrimary") or hello.get("setName") != REPLICA_SET:
+        raise NotReady(f"not a writable primary of {REPLICA_SET}: {hello}")
