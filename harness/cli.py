@@ -85,12 +85,10 @@ def _backend(args: argparse.Namespace) -> tuple[str, Options | None]:
     )
     given = any((args.kafka_bootstrap, args.mongo_uri, args.spark_master))
     if not given and args.backend == "containers":
-        if getattr(args, "spark_standalone", False):
-            raise BadInput(
-                "--spark-standalone: the containers backend runs Spark in the consumers' "
-                "containers (local[N]); a standalone cluster in containers is not built yet"
-            )
-        return "containers", ContainersOptions(spark_cores=getattr(args, "spark_cores", 2))
+        return "containers", ContainersOptions(
+            spark_cores=getattr(args, "spark_cores", 2),
+            spark_standalone=getattr(args, "spark_standalone", False),
+        )
     if not given and args.backend != "external":
         if args.command != "up":
             return args.backend, None

@@ -135,7 +135,8 @@ def _lane(
     group = f"{topic}.{_slug(variant.label)}"
     database = database_for(run_id, slug)
     # The scenario's Spark cluster (started now if it is the standalone one and not running).
-    spark = env.spark_on(SparkCluster(scenario.pipeline.spark_cluster)) if runtime.spark else None
+    cluster = SparkCluster(scenario.pipeline.spark_cluster)
+    spark = env.spark_on(cluster, out_dir) if runtime.spark else None
     create_topic(env.kafka_bootstrap, dead_letter_topic(group), 1)
     prepare_sink(env.mongo_uri, database, variant)
     config = RuntimeConfig(

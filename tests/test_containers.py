@@ -154,6 +154,32 @@ def test_a_scenario_names_the_backend_it_needs(tmp_path: Path) -> None:
     assert "the local backend runs no containers" in result.stderr
 
 
+def test_the_spark_cluster_runs_at_fixed_addresses_and_shares_the_runs_folder() -> None:
+    ports = {"spark-master-ui": 4006}
+    topology = Topology(Path("/env"), ports, "abc123", "localhost/chaoslab-lab:x", "10.89.101")
+    master, one, two = topology.spark_cluster(("/runs/out",))
+    assert topology.spark_master_url == "spark://10.89.101.30:7077"
+    assert master.published == {8080: 4006}  # the UI, for the lab's readiness probe
+    assert (one.address, two.address) == ("10.89.101.31", "10.89.101.32")
+    assert one.env["SPARK_LOCAL_IP"] == "10.89.101.31"
+    assert {m.container for m in one.mounts} == {"/env", "/runs/out"}  # same paths as here
+    assert topology.spark_master_url in one.command
+
+
+def test_a_spark_worker_fault_needs_the_standalone_cluster_in_containers(tmp_path: Path) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump({
+        "name": "lose-a-worker", "backend": "containers", "workload": {"events": 300},
+        "variants": ["naive"], "runtimes": ["listener", "spark"],
+        "faults": [{"kind": "container", "target": "spark-worker", "worker": 3,
+                    "action": "kill", "at": 1, "duration": 3}],
+    }))  # fmt: skip
+    result = chaoslab("run", str(scenario), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "the Spark cluster's workers are [1, 2], not 3" in result.stderr
+    assert "a Spark worker exists when the scenario runs only spark" in result.stderr
+
+
 # -- on the engine ---------------------------------------------------------------------------------
 
 
@@ -164,7 +190,10 @@ def test_the_environment_runs_in_labelled_containers_on_loopback_ports(
 ) -> None:
     status = containers_env.status()
     assert status.backend == "containers" and status.healthy, status
-    assert {s.name for s in status.servers} == {"mongo", "proxy", "kafka-1", "kafka-2", "kafka-3"}
+    servers = {s.name for s in status.servers}
+    # (and Spark's master and workers, once a test on this environment asked for them)
+    assert {"mongo", "proxy", "kafka-1", "kafka-2", "kafka-3"} <= servers
+    assert all(s.startswith("spark-") for s in servers - {"mongo", "proxy"} if "kafka" not in s)
     assert status.kafka is not None and sorted(status.kafka.brokers) == [1, 2, 3]
     env_id = containers_env.env_id
     names = labelled(containers_env.engine.base_url, env_id)
@@ -234,6 +263,43 @@ def test_a_partition_of_the_consumers_containers_shows_on_the_timeline(
     assert (tmp_path / "run" / "timeline.png").stat().st_size > 10_000
     # Back on the network at its fixed place: the environment is whole again.
     assert containers_env.status().healthy
+
+
+@pytest.mark.servers
+@needs_engine
+def test_a_spark_worker_container_killed_mid_stream_loses_its_executor_and_nothing_else(
+    containers_env: ContainersEnvironment, tmp_path: Path
+) -> None:
+    scenario = project_root() / "scenarios" / "containers" / "spark-worker-loss.yaml"
+    # Two of its four variants: the transaction's stall after a lost task (60 s) is
+    # spark-executor-loss's subject, not this test's.
+    result, report = run_on(
+        containers_env, tmp_path / "run", "run", str(scenario), "--variants", "naive,idempotent"
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    rows = {r["variant"]: r for r in report["results"]}
+    assert set(rows) == {"naive", "idempotent"}
+    assert all((r["lost"], r["phantoms"], r["acked"]) == (0, 0, 1500) for r in rows.values())
+    assert rows["idempotent"]["duplicates"] == 0
+    for r in rows.values():
+        events = read_history(Path(r["directory"]) / "history")
+        steps = [e.detail for e in events if e.kind is EventKind.FAULT_STEP]
+        assert steps == ["kill spark-worker-1"], steps
+    # The driver (in a consumer's container) lost worker 1's executor - Spark's own words.
+    worker_1 = containers_env.address("spark-worker-1")
+    drivers = (containers_env.directory / "logs").glob("spark-driver-*.log")
+    lines = [ln for log in drivers for ln in log.read_text().splitlines() if "Lost executor" in ln]
+    assert any(f"on {worker_1}:" in line for line in lines), lines
+    # Started again when the window closed, the worker registered anew: the cluster is whole.
+    wait_for(lambda: _healthy(containers_env), what="the environment healthy again", timeout=120)
+    names = {s.name for s in containers_env.status().servers}
+    assert {"spark-master", "spark-worker-1", "spark-worker-2"} <= names
+
+
+def _healthy(env: ContainersEnvironment) -> None:
+    status = env.status()
+    if not status.healthy:
+        raise AssertionError([s.name for s in status.servers if not s.ready])
 
 
 @pytest.mark.servers

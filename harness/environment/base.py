@@ -292,8 +292,11 @@ class Environment(ABC):
     def spark(self) -> SparkSettings:
         """How to build a Spark session against this environment (see ``spark_session``)."""
 
-    def spark_on(self, cluster: SparkCluster) -> SparkSettings:
-        """Session settings on ``cluster``, starting it if the environment can."""
+    def spark_on(self, cluster: SparkCluster, run_dir: Path | None = None) -> SparkSettings:
+        """Session settings on ``cluster``, starting it if the environment can. ``run_dir``: the
+        folder a run's executors write into (its crash plans' counts, its history), which they
+        must see at the same path - a backend whose executors have filesystems of their own
+        shares it with them."""
         if cluster is SparkCluster.LOCAL:
             return self.spark
         raise BackendUnavailable(f"the {self.backend} backend has no Spark {cluster} cluster")

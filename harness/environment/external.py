@@ -22,6 +22,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Self
 from urllib.parse import urlsplit
 
@@ -242,7 +243,7 @@ class ExternalEnvironment(ProcessEnvironment[ExternalOptions]):
         master = self.options.spark_master or f"local[{self.options.spark_cores}]"
         return SparkSettings.for_directory(self.directory, master)
 
-    def spark_on(self, cluster: SparkCluster) -> SparkSettings:
+    def spark_on(self, cluster: SparkCluster, run_dir: Path | None = None) -> SparkSettings:
         if cluster is SparkCluster.STANDALONE and not self.options.spark_master:
             raise BackendUnavailable(
                 "the scenario runs Spark on a standalone cluster: give the external "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 from dataclasses import asdict, dataclass
 from enum import StrEnum
@@ -52,6 +53,10 @@ class SparkCluster(StrEnum):
     LOCAL = "local"
     STANDALONE = "standalone"
 
+
+# The standalone cluster's workers (both backends that start one): two, so that a task lost with
+# one worker's executor has another to run on.
+WORKERS = (1, 2)
 
 # On the standalone cluster every application (a scenario runs one driver per variant when a
 # fault targets one variant's processes) gets one single-core executor on each of the two
@@ -113,14 +118,29 @@ class SparkSettings:
         return cls(**json.loads(text))
 
 
+def driver_address(master: str) -> str:
+    """The address executors connect back to the driver at: this machine's (or container's)
+    interface toward a standalone master ``spark://HOST:PORT`` - 127.0.0.1 for the local
+    backend's master, the container's address on the environment's network for a driver in a
+    consumer's container; 127.0.0.1 in local mode (the executors are in the driver's JVM)."""
+    if not master.startswith("spark://"):
+        return "127.0.0.1"
+    host, port = master.removeprefix("spark://").rsplit(":", 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((host, int(port)))  # a UDP connect picks the route; nothing is sent
+        address: str = probe.getsockname()[0]
+    return address
+
+
 def spark_session(
     settings: SparkSettings, app_name: str = "chaoslab", conf: dict[str, str] | None = None
 ) -> SparkSession:
     """Build (or return this process's existing) Spark session for ``settings``."""
     from pyspark.sql import SparkSession
 
-    # Read by the JVM launcher: bind to loopback and stop Spark guessing a public interface.
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Read by the JVM launcher: bind to that address and stop Spark guessing another interface.
+    address = driver_address(settings.master)
+    os.environ.setdefault("SPARK_LOCAL_IP", address)
     os.environ["PYSPARK_PYTHON"] = settings.python
     log_file = Path(settings.log_dir) / f"spark-driver-{os.getpid()}.log"
     java_opts = (
@@ -132,8 +152,8 @@ def spark_session(
         "spark.pyspark.driver.python": settings.python,
         "spark.driver.extraJavaOptions": java_opts,
         "spark.executor.extraJavaOptions": java_opts,
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": address,
+        "spark.driver.bindAddress": address,
         # The UI would take port 4040 (or the next free one): a fixed port, and not needed.
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",

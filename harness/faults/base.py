@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from harness.environment import Environment, LinkRule, SparkCluster
 from harness.environment.base import BackendAbilities
+from harness.environment.spark import WORKERS
 from harness.errors import LabError
 from harness.history import EventKind, HistoryEvent, HistoryWriter
 from harness.pipeline.crash import CrashPlan
@@ -90,6 +91,26 @@ class ContainerTarget(StrEnum):
     CONSUMER = "consumer"  # every consumer of every variant running
     MONGO = "mongo"
     BROKER = "broker"  # the node the fault's ``broker`` names
+    SPARK_WORKER = "spark-worker"  # the standalone worker the fault's ``worker`` names
+
+
+def target_problems(
+    target: ContainerTarget, broker: int, worker: int, setting: Setting, backend: BackendAbilities
+) -> list[Problem]:
+    """Why a container fault on ``target`` cannot run in ``setting`` on ``backend``."""
+    found = needs_containers(backend)
+    nodes = backend.nodes
+    if target is ContainerTarget.BROKER and nodes is not None and broker not in nodes:
+        found.append(("broker", f"the cluster's nodes are {list(nodes)}, not {broker}"))
+    if target is ContainerTarget.SPARK_WORKER:
+        if worker not in WORKERS:
+            found.append(
+                ("worker", f"the Spark cluster's workers are {list(WORKERS)}, not {worker}")
+            )
+        if setting.runtimes != {"spark"} or setting.spark_cluster is not SparkCluster.STANDALONE:
+            found.append(("target", "a Spark worker exists when the scenario runs only spark, "
+                                    "with pipeline.spark_cluster: standalone"))  # fmt: skip
+    return found
 
 
 def positive(name: str, value: float, *, allow_zero: bool = False) -> list[Problem]:
@@ -154,7 +175,9 @@ class Context:
             target.history.record(kind, fault=fault.name, detail=detail or fault.kind, count=count)
 
 
-def container_names(context: Context, target: ContainerTarget, broker: int) -> list[str]:
+def container_names(
+    context: Context, target: ContainerTarget, broker: int, worker: int
+) -> list[str]:
     """The containers a fault on ``target`` acts on now."""
     match target:
         case ContainerTarget.CONSUMER:
@@ -163,6 +186,8 @@ def container_names(context: Context, target: ContainerTarget, broker: int) -> l
             return ["mongo"]
         case ContainerTarget.BROKER:
             return [f"kafka-{broker}"]
+        case ContainerTarget.SPARK_WORKER:
+            return [f"spark-worker-{worker}"]
 
 
 class Actor:

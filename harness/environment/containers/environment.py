@@ -20,7 +20,7 @@ import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ from harness.environment.containers.specs import (
     LABEL_ENV,
     LABEL_SERVER,
     NODE_IDS,
+    SPARK_WORKER_UI,
     ContainerSpec,
     Mount,
     Topology,
@@ -63,6 +64,7 @@ from harness.environment.local.kafka_node import LOG4J2, broker_registered
 from harness.environment.local.processes import ProcessEnvironment
 from harness.environment.local.secantus import writable_primary
 from harness.environment.local.server import LocalServer, ServerContext
+from harness.environment.local.spark_standalone import master_alive, worker_registered
 from harness.environment.spark import SparkCluster, SparkSettings
 from harness.errors import BadInput
 from harness.kafka import await_group_coordinator
@@ -74,14 +76,17 @@ CONTAINERS_ABILITIES = BackendAbilities(
 ENGINE_FILE = "engine.json"
 READY_S = {"mongo": 60.0, "proxy": 30.0}
 KAFKA_READY_S = 180.0  # three JVMs starting together on 2 busy cores
+SPARK_READY_S = 90.0  # the local backend's master and workers: 60 s each, one at a time
 STOP_TIMEOUT_S = 30  # a Kafka node's controlled shutdown took 2.8-8.2 s as a process here
 REMOVE_TIMEOUT_S = 60.0
+SUBNET_TRIES = 10
 EXITED = ("exited", "stopped", "dead", "created", "configured")
 
 
 @dataclass(frozen=True)
 class ContainersOptions:
     spark_cores: int = 2
+    spark_standalone: bool = False  # start the Spark master and workers at up
 
     def __post_init__(self) -> None:
         if self.spark_cores < 1:
@@ -130,6 +135,10 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
         st, record = self._st, self._engine_record()
         return Topology(self.directory, st.ports, st.env_id, record["image"], record["subnet"])
 
+    def address(self, server: str) -> str:
+        """A server's fixed address on the environment's network."""
+        return self._topology().ip(server)
+
     def _container_name(self, server: str) -> str:
         return f"chaoslab-{self._st.env_id}-{server}"
 
@@ -157,16 +166,9 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
         self._save_engine_record(engine)
         remove_strays(engine, self._progress)
         ref = images.build_lab(engine, self._progress)
-        subnet = free_subnet(engine)
+        subnet = self._create_network(engine)
         self._save_engine_record(engine, ref.tag, subnet)
         self._prepare_files()
-        ipam = IPAMConfig(pool_configs=[IPAMPool(
-            subnet=f"{subnet}.0/24", iprange=f"{subnet}.{CLIENT_RANGE}/25", gateway=f"{subnet}.1"
-        )])  # fmt: skip
-        settings = {"labels": self._labels("network"), "ipam": ipam}
-        network = Network(docker_client_kw=engine.client_kw(), docker_network_kw=settings)
-        network.name = self._network_name  # testcontainers names it by a uuid otherwise
-        network.create()
         topology = self._topology()
         mongo, proxy, *nodes = topology.servers()
         started = time.monotonic()
@@ -179,6 +181,32 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
         await_group_coordinator(self.kafka_bootstrap)
         self._progress(f"  {'groups':<14} {'__consumer_offsets made':<34} {'':<16} "
                        f"{time.monotonic() - started:5.1f}s")  # fmt: skip
+        if self.options.spark_standalone:
+            self._spark_cluster_sharing(())
+
+    def _create_network(self, engine: engines.Engine) -> str:
+        """The environment's network on a free subnet; returns its first three octets. Another
+        environment starting at the same time may take the subnet found free first (measured:
+        two test workers' ``up``s, "subnet 10.89.100.0/24 is already used on the host"): then
+        the next one is tried."""
+        taken: set[str] = set()
+        while True:
+            subnet = free_subnet(engine, taken)
+            ipam = IPAMConfig(pool_configs=[IPAMPool(
+                subnet=f"{subnet}.0/24", iprange=f"{subnet}.{CLIENT_RANGE}/25",
+                gateway=f"{subnet}.1",
+            )])  # fmt: skip
+            settings = {"labels": self._labels("network"), "ipam": ipam}
+            network = Network(docker_client_kw=engine.client_kw(), docker_network_kw=settings)
+            network.name = self._network_name  # testcontainers names it by a uuid otherwise
+            try:
+                network.create()
+            except docker.errors.APIError as exc:
+                if "already used" not in str(exc) or len(taken) >= SUBNET_TRIES:
+                    raise
+                taken.add(subnet)
+                continue
+            return subnet
 
     def _prepare_files(self) -> None:
         for folder in ("logs", "mongo", "kafka"):
@@ -233,7 +261,10 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
             status = self._get(spec.name).status
             return f"the container is {status}" if status in EXITED else None
 
-        timeout = READY_S.get(spec.name, KAFKA_READY_S)
+        if spec.name.startswith("spark-"):
+            timeout = SPARK_READY_S
+        else:
+            timeout = READY_S.get(spec.name, KAFKA_READY_S)
         try:
             wait_for(lambda: self._probe(spec.name), what=f"{spec.role} ({spec.name})",
                      timeout=timeout, abort=exited)  # fmt: skip
@@ -259,6 +290,12 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
             accepts_connections("127.0.0.1", ports[f"{server}-proxy"])
             own = f"127.0.0.1:{ports[f'{server}-proxy']}"  # not the others': not yet up, maybe
             broker_registered(int(server.split("-")[1]), own)
+        elif server == "spark-master":
+            master_alive(ports["spark-master-ui"])
+        elif server.startswith("spark-worker-"):
+            index = int(server.rsplit("-", 1)[1])
+            ui = f"{self._topology().ip(server)}:{SPARK_WORKER_UI}"
+            worker_registered(ports["spark-master-ui"], ui, index)
         else:
             raise KeyError(server)
 
@@ -314,14 +351,60 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
 
     @property
     def spark(self) -> SparkSettings:
-        # For drivers in the consumers' containers: the image's interpreter, local[N].
-        settings = SparkSettings.for_directory(self.directory, f"local[{self.options.spark_cores}]")
-        return SparkSettings(**{**asdict(settings), "python": images.IMAGE_PYTHON})
+        cluster = SparkCluster.STANDALONE if self.options.spark_standalone else SparkCluster.LOCAL
+        return self._spark_settings(cluster)
 
-    def spark_on(self, cluster: SparkCluster) -> SparkSettings:
-        if cluster is SparkCluster.LOCAL:
-            return self.spark
-        return super().spark_on(cluster)
+    def _spark_settings(self, cluster: SparkCluster) -> SparkSettings:
+        # For drivers in the consumers' containers: the image's interpreter.
+        if cluster is SparkCluster.STANDALONE:
+            master = self._topology().spark_master_url
+        else:
+            master = f"local[{self.options.spark_cores}]"
+        settings = SparkSettings.for_directory(self.directory, master)
+        return replace(settings, python=images.IMAGE_PYTHON)
+
+    def spark_on(self, cluster: SparkCluster, run_dir: Path | None = None) -> SparkSettings:
+        if cluster is SparkCluster.STANDALONE:
+            self._spark_cluster_sharing(() if run_dir is None else (str(run_dir),))
+        return self._spark_settings(cluster)
+
+    def _spark_cluster_sharing(self, shared: tuple[str, ...]) -> None:
+        """The standalone cluster, running, its workers with ``shared`` mounted: started if it
+        is not, its workers started again (new containers) if they lack a folder - a mount
+        cannot be added to a running container."""
+        master, *workers = self._topology().spark_cluster(shared)
+        if self._state_of(master.name) != "running":
+            due = [master, *workers]
+        else:
+            due = [w for w in workers if not self._runs_with_mounts(w)]
+        if not due:
+            return
+        self._progress(f"starting the Spark standalone cluster ({', '.join(s.name for s in due)})")
+        started = time.monotonic()
+        try:
+            for spec in due:
+                self._remove_container(spec.name)
+                self._run(spec)
+            for spec in due:
+                self._await(spec, started)
+        except BaseException:
+            for spec in due:
+                self._remove_container(spec.name)
+            raise
+
+    def _state_of(self, server: str) -> str:
+        try:
+            return str(self._get(server).status)
+        except docker.errors.NotFound:
+            return "absent"
+
+    def _runs_with_mounts(self, spec: ContainerSpec) -> bool:
+        try:
+            container = self._get(spec.name)
+        except docker.errors.NotFound:
+            return False
+        mounted = {m.get("Destination") for m in container.attrs.get("Mounts") or []}
+        return container.status == "running" and all(m.container in mounted for m in spec.mounts)
 
     # -- consumers --------------------------------------------------------------------------------
 
@@ -474,12 +557,15 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
     def status(self) -> EnvironmentStatus:
         found = self._reload()
         servers = []
-        for spec in self._topology().servers():
+        topology = self._topology()
+        for spec in [*topology.servers(), *topology.spark_cluster()]:
             try:
                 container = self._get(spec.name)
                 running, paused = container.status == "running", container.status == "paused"
                 pid = int(container.attrs["State"]["Pid"]) or None
             except docker.errors.NotFound:
+                if spec.name.startswith("spark-"):
+                    continue  # started when a scenario first asks for it
                 running, paused, pid = False, False, None
             address = where(spec)
             servers.append(
@@ -536,8 +622,9 @@ def remove_labelled(engine: engines.Engine, env_id: str | None = None) -> int:
     return len(containers)
 
 
-def free_subnet(engine: engines.Engine) -> str:
-    """``10.89.N`` for a ``/24`` no network of the engine uses (the lab's take N >= 100)."""
+def free_subnet(engine: engines.Engine, taken: set[str] | None = None) -> str:
+    """``10.89.N`` for a ``/24`` no network of the engine uses (the lab's take N >= 100), nor
+    one in ``taken``."""
     client = engine.client()
     try:
         used = {
@@ -548,7 +635,7 @@ def free_subnet(engine: engines.Engine) -> str:
     finally:
         client.close()
     for n in range(100, 255):
-        if f"10.89.{n}.0/24" not in used:
+        if f"10.89.{n}.0/24" not in used and f"10.89.{n}" not in (taken or set()):
             return f"10.89.{n}"
     raise BackendUnavailable("no free 10.89.N.0/24 subnet for the environment's network")
 

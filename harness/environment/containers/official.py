@@ -132,7 +132,9 @@ def rendered(images: str, directory: Path) -> list[ContainerSpec]:
     example ports and id: nothing is claimed or started."""
     ports = dict(zip(port_names(), range(40001, 40001 + len(port_names())), strict=True))
     lab = Topology(directory, ports, "dry-run", lab_ref().tag)
-    return OfficialTopology(lab).servers() if images == "official" else lab.servers()
+    if images == "official":
+        return OfficialTopology(lab).servers()
+    return [*lab.servers(), *lab.spark_cluster()]  # the cluster: when a scenario asks for it
 
 
 def to_json(specs: list[ContainerSpec]) -> str:

@@ -20,6 +20,10 @@ under 10 ms; the names remain as aliases, for people.
 * ``proxy`` - the lab's fault proxy: per node a host-side and a network-side Kafka listener
   (``kafka/N`` and ``kafka/N/net``: a rule on ``kafka/N`` covers both), the consumers' MongoDB
   link, and its control API (published).
+* ``spark-master``, ``spark-worker-1``, ``spark-worker-2`` - a Spark standalone cluster, started
+  at ``up --spark-standalone`` or when a scenario first asks for it; the drivers run in the
+  consumers' containers and reach the master and their executors by address. The master's web
+  UI is published (the lab reads its JSON to know the workers registered).
 * consumers - one container per consumer process, started by ``spawn_client``.
 
 Every container has the environment's folder mounted at the same path, so configuration, data
@@ -33,9 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import jars
-from harness.environment.containers.images import IMAGE_PYTHON
+from harness.environment.containers.images import IMAGE_HOME, IMAGE_PYTHON
 from harness.environment.local.kafka_node import CLUSTER_SETTINGS, HEAP, JVM_FLAGS, cluster_id
 from harness.environment.local.secantus import REPLICA_SET
+from harness.environment.local.spark_standalone import WORKER_CORES, WORKER_MEMORY
+from harness.environment.process import SERVER_VAR
+from harness.environment.spark import WORKERS
 
 NODE_IDS = (1, 2, 3)
 # Ports inside the containers (each has its own network namespace, so they are fixed); the
@@ -43,6 +50,8 @@ NODE_IDS = (1, 2, 3)
 INTERNAL, NET, HOST, CONTROLLER = 9092, 9093, 9094, 9095
 PROXY_NET_BASE = 19090  # the proxy's network-side listener for node N: 19090 + N
 PROXY_MONGO = 27018
+SPARK_MASTER, SPARK_MASTER_UI, SPARK_WORKER_UI = 7077, 8080, 8081
+SPARK_CLASS = f"{IMAGE_HOME}/venv/bin/spark-class"  # pyspark's launcher, in the image's venv
 LABEL_ENV = "chaoslab.env"  # every container and network of an environment carries it
 LABEL_SERVER = "chaoslab.server"
 ANY = "0.0.0.0"  # inside a container: its own interfaces (the network's, and published ports)
@@ -73,13 +82,19 @@ class ContainerSpec:
 
 
 # Fixed hosts of the servers; the engine gives clients addresses from the upper half.
-HOSTS = {"mongo": 10, "proxy": 11, **{f"kafka-{n}": 20 + n for n in NODE_IDS}}
+HOSTS = {
+    "mongo": 10,
+    "proxy": 11,
+    **{f"kafka-{n}": 20 + n for n in NODE_IDS},
+    "spark-master": 30,
+    **{f"spark-worker-{n}": 30 + n for n in WORKERS},
+}
 CLIENT_RANGE = 128  # .128/25
 
 
 def port_names() -> list[str]:
     """The environment's published ports, named."""
-    return [*(f"kafka-{n}-proxy" for n in NODE_IDS), "mongo", "proxy-control"]
+    return [*(f"kafka-{n}-proxy" for n in NODE_IDS), "mongo", "proxy-control", "spark-master-ui"]
 
 
 def supervised(argv: list[str], log: Path) -> tuple[str, ...]:
@@ -89,8 +104,17 @@ def supervised(argv: list[str], log: Path) -> tuple[str, ...]:
     Not the container's first process: signals from inside a container's PID namespace to its
     init are dropped (measured: a consumer as PID 1 could not SIGKILL itself, and its
     ``killpg(1)`` was ``kill(-1)``). ``sh`` stays PID 1, waits, and exits with the consumer's
-    status (137 for a SIGKILL), which becomes the container's."""
-    return ("sh", "-c", f'setsid "$@" >>{log} 2>&1; exit $?', "sh", *argv)
+    status (137 for a SIGKILL), which becomes the container's. Its trap passes SIGTERM and
+    SIGINT on to the consumer's group: init gets only the signals it has a handler for, so
+    without one a stop asked from outside never reached the consumer (measured: every Spark
+    driver was SIGKILLed after the 20 s grace instead of finishing its batch)."""
+    script = (
+        "trap 'kill -TERM -\"$c\" 2>/dev/null' TERM INT; "
+        f'setsid "$@" >>{log} 2>&1 & c=$!; '
+        # wait returns early when the trap runs: wait again while the consumer lives.
+        'while :; do wait "$c"; s=$?; kill -0 "$c" 2>/dev/null || exit "$s"; done'
+    )
+    return ("sh", "-c", script, "sh", *argv)
 
 
 def logged(argv: list[str], log: Path) -> tuple[str, ...]:
@@ -211,8 +235,50 @@ class Topology:
             address=self.ip("proxy"),
         )
 
+    # -- Spark standalone ---------------------------------------------------------------------
+
+    @property
+    def spark_master_url(self) -> str:
+        return f"spark://{self.ip('spark-master')}:{SPARK_MASTER}"
+
+    def _spark(
+        self,
+        name: str,
+        role: str,
+        argv: list[str],
+        mounts: tuple[Mount, ...],
+        published: Mapping[int, int] | None = None,
+    ) -> ContainerSpec:
+        # SPARK_LOCAL_IP: where the daemon binds and what it tells others (its fixed address).
+        # SERVER_VAR: an executor-loss names the worker its executor ran on (``crash``).
+        env = {"SPARK_LOCAL_IP": self.ip(name), SERVER_VAR: name}
+        return ContainerSpec(name, role, self.image, logged([SPARK_CLASS, *argv], self.log(name)),
+                             published=published or {}, address=self.ip(name), env=env,
+                             mounts=mounts)  # fmt: skip
+
+    def spark_master(self) -> ContainerSpec:
+        argv = ["org.apache.spark.deploy.master.Master", "--host", self.ip("spark-master"),
+                "--port", str(SPARK_MASTER), "--webui-port", str(SPARK_MASTER_UI)]  # fmt: skip
+        ui = self.ports["spark-master-ui"]
+        return self._spark("spark-master", "Spark standalone master", argv, self._mounts(),
+                           published={SPARK_MASTER_UI: ui})  # fmt: skip
+
+    def spark_worker(self, index: int, shared: tuple[str, ...] = ()) -> ContainerSpec:
+        """Worker ``index``; ``shared``: folders its executors write into besides the
+        environment's (a run's directory: crash plans and the history are kept there)."""
+        name = f"spark-worker-{index}"
+        argv = ["org.apache.spark.deploy.worker.Worker", self.spark_master_url,
+                "--host", self.ip(name), "--cores", str(WORKER_CORES), "--memory", WORKER_MEMORY,
+                "--webui-port", str(SPARK_WORKER_UI),
+                "--work-dir", str(self.directory / "spark" / f"work-{index}")]  # fmt: skip
+        mounts = (*self._mounts(), *(Mount(f, f) for f in shared if f != str(self.directory)))
+        return self._spark(name, "Spark standalone worker", argv, mounts)
+
+    def spark_cluster(self, shared: tuple[str, ...] = ()) -> list[ContainerSpec]:
+        return [self.spark_master(), *(self.spark_worker(n, shared) for n in WORKERS)]
+
     def servers(self) -> list[ContainerSpec]:
-        """Every server, in start order."""
+        """Every server, in start order (the Spark cluster is started on demand)."""
         return [self.mongo(), self.proxy(), *(self.kafka(n) for n in NODE_IDS)]
 
     # -- addresses ----------------------------------------------------------------------------

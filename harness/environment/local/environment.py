@@ -10,6 +10,7 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from harness.environment import process, state
@@ -27,13 +28,12 @@ from harness.environment.local.processes import ProcessEnvironment, answers
 from harness.environment.local.secantus import SecantusMongo
 from harness.environment.local.server import LocalServer, ServerContext
 from harness.environment.local.spark_standalone import (
-    WORKERS,
     SparkMaster,
     SparkWorker,
     worker_ui_port_name,
 )
 from harness.environment.ports import LOOPBACK
-from harness.environment.spark import SparkCluster, SparkSettings
+from harness.environment.spark import WORKERS, SparkCluster, SparkSettings
 from harness.errors import BadInput
 from harness.kafka import await_group_coordinator
 
@@ -195,7 +195,8 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
             master = f"local[{self.options.spark_cores}]"
         return SparkSettings.for_directory(self.directory, master)
 
-    def spark_on(self, cluster: SparkCluster) -> SparkSettings:
+    def spark_on(self, cluster: SparkCluster, run_dir: Path | None = None) -> SparkSettings:
+        # The workers are processes of this machine: they see every folder already.
         if cluster is SparkCluster.STANDALONE and not self._reload().options["spark_standalone"]:
             self._start_spark_cluster()
         return self._spark_settings(cluster)

@@ -32,6 +32,22 @@ def _master_json(ui_port: int) -> dict[str, Any]:
     return master
 
 
+def master_alive(ui_port: int) -> None:
+    """Raises ``NotReady`` unless the master whose web UI is on ``ui_port`` here is ALIVE."""
+    status = _master_json(ui_port).get("status")
+    if status != "ALIVE":
+        raise NotReady(f"master status {status}")
+
+
+def worker_registered(ui_port: int, worker_ui: str, index: int) -> None:
+    """Raises ``NotReady`` unless the worker whose web UI is at ``worker_ui`` (``host:port``)
+    is ALIVE among the workers of the master whose UI is on ``ui_port`` here."""
+    workers = _master_json(ui_port).get("workers", [])
+    alive = (w for w in workers if w.get("state") == "ALIVE")
+    if not any(worker_ui in w.get("webuiaddress", "") for w in alive):
+        raise NotReady(f"worker {index} has not registered with the master yet")
+
+
 class SparkMaster(LocalServer):
     name = "spark-master"
     role = "Spark standalone master"
@@ -61,12 +77,9 @@ class SparkMaster(LocalServer):
         return _spark_env()
 
     def probe(self) -> None:
-        status = _master_json(self.ui_port).get("status")
-        if status != "ALIVE":
-            raise NotReady(f"master status {status}")
+        master_alive(self.ui_port)
 
 
-WORKERS = (1, 2)
 # Each worker offers slots for eight single-core executors of 512 MiB (``spark.STANDALONE_APP``):
 # several variants' drivers at once, on a two-core machine.
 WORKER_CORES = 8
@@ -111,8 +124,4 @@ class SparkWorker(LocalServer):
         return _spark_env()
 
     def probe(self) -> None:
-        workers = _master_json(self.ctx.ports["spark-master-ui"]).get("workers", [])
-        mine = f"{LOOPBACK}:{self.port}"
-        alive = (w for w in workers if w.get("state") == "ALIVE")
-        if not any(mine in w.get("webuiaddress", "") for w in alive):
-            raise NotReady(f"worker {self.index} has not registered with the master yet")
+        worker_registered(self.ctx.ports["spark-master-ui"], f"{LOOPBACK}:{self.port}", self.index)

@@ -7,8 +7,9 @@ brokers and to MongoDB - stops answering, as a host whose switch port died. ``pa
 cgroup freezer (every process of the container at once, not a signal to one).
 
 Targets: ``consumer`` (every consumer of every variant running; a killed or stopped consumer is
-started again by its supervisor, in a new container), ``mongo``, or ``broker`` (the node
-``broker`` names; started again when the window closes).
+started again by its supervisor, in a new container), ``mongo``, ``broker`` (the node ``broker``
+names), or ``spark-worker`` (the standalone worker ``worker`` names, with its executors: their
+tasks are retried on the other worker's); a server is started again when the window closes.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from harness.faults.base import (
     Step,
     Timed,
     container_names,
-    needs_containers,
     positive,
+    target_problems,
 )
 from harness.history import EventKind
 
@@ -50,7 +51,7 @@ class _ContainerActor(ContainersActor):
         control = self.context.env.containers
         fault = self.fault
         if step.action == ON:
-            self.acted = container_names(self.context, fault.target, fault.broker)
+            self.acted = container_names(self.context, fault.target, fault.broker, fault.worker)
             for name in self.acted:
                 match fault.action:
                     case ContainerAction.KILL:
@@ -94,6 +95,7 @@ class ContainerFault(Timed):
     action: ContainerAction
     duration: float
     broker: int = 1  # target broker: the node
+    worker: int = 1  # target spark-worker: the worker
     at: float | None = None
     at_event: int | None = None
     jitter: float = 0.0
@@ -115,11 +117,7 @@ class ContainerFault(Timed):
         return _ContainerActor(self, context)
 
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
-        found = needs_containers(backend)
-        nodes = backend.nodes
-        if self.target is ContainerTarget.BROKER and nodes is not None and self.broker not in nodes:
-            found.append(("broker", f"the cluster's nodes are {list(nodes)}, not {self.broker}"))
-        return found
+        return target_problems(self.target, self.broker, self.worker, setting, backend)
 
     @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:

@@ -26,8 +26,8 @@ from harness.faults.base import (
     Step,
     Timed,
     container_names,
-    needs_containers,
     positive,
+    target_problems,
 )
 from harness.history import EventKind
 
@@ -40,7 +40,7 @@ class _NetemActor(ContainersActor):
     def take(self, step: Step) -> None:
         if step.action == ON:
             fault = self.fault
-            self.acted = container_names(self.context, fault.target, fault.broker)
+            self.acted = container_names(self.context, fault.target, fault.broker, fault.worker)
             for name in self.acted:
                 if fault.loss_percent:
                     self.context.env.containers.drop(name, fault.loss_percent)
@@ -74,7 +74,8 @@ class NetemFault(Timed):
     delay_ms: int = 0
     delay_jitter_ms: int = 0
     loss_percent: float = 0.0
-    broker: int = 1
+    broker: int = 1  # target broker: the node
+    worker: int = 1  # target spark-worker: the worker
     at: float | None = None
     at_event: int | None = None
     jitter: float = 0.0
@@ -115,7 +116,7 @@ class NetemFault(Timed):
         return _NetemActor(self, context)
 
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
-        return needs_containers(backend)
+        return target_problems(self.target, self.broker, self.worker, setting, backend)
 
     @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
