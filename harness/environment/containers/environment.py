@@ -65,7 +65,7 @@ from harness.environment.local.processes import ProcessEnvironment
 from harness.environment.local.secantus import writable_primary
 from harness.environment.local.server import LocalServer, ServerContext
 from harness.environment.local.spark_standalone import master_alive, worker_registered
-from harness.environment.spark import SparkCluster, SparkSettings
+from harness.environment.spark import WORKERS, SparkCluster, SparkSettings
 from harness.errors import BadInput
 from harness.kafka import await_group_coordinator
 from harness.readiness import DeadlineExceeded, GaveUp, accepts_connections, wait_for
@@ -74,9 +74,10 @@ CONTAINERS_ABILITIES = BackendAbilities(
     "containers", nodes=NODE_IDS, link_faults=True, containers=True
 )
 ENGINE_FILE = "engine.json"
-READY_S = {"mongo": 60.0, "proxy": 30.0}
+SPARK_NAMES = ("master", *(f"worker-{n}" for n in WORKERS))
 KAFKA_READY_S = 180.0  # three JVMs starting together on 2 busy cores
-SPARK_READY_S = 90.0  # the local backend's master and workers: 60 s each, one at a time
+# Spark's: the local backend's master and workers take 60 s each, one at a time.
+READY_S = {"mongo": 60.0, "proxy": 30.0, **{f"spark-{n}": 90.0 for n in SPARK_NAMES}}
 STOP_TIMEOUT_S = 30  # a Kafka node's controlled shutdown took 2.8-8.2 s as a process here
 REMOVE_TIMEOUT_S = 60.0
 SUBNET_TRIES = 10
@@ -261,10 +262,7 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
             status = self._get(spec.name).status
             return f"the container is {status}" if status in EXITED else None
 
-        if spec.name.startswith("spark-"):
-            timeout = SPARK_READY_S
-        else:
-            timeout = READY_S.get(spec.name, KAFKA_READY_S)
+        timeout = READY_S.get(spec.name, KAFKA_READY_S)
         try:
             wait_for(lambda: self._probe(spec.name), what=f"{spec.role} ({spec.name})",
                      timeout=timeout, abort=exited)  # fmt: skip
@@ -373,7 +371,7 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
         is not, its workers started again (new containers) if they lack a folder - a mount
         cannot be added to a running container."""
         master, *workers = self._topology().spark_cluster(shared)
-        if self._state_of(master.name) != "running":
+        if self.containers.state(master.name) != "running":
             due = [master, *workers]
         else:
             due = [w for w in workers if not self._runs_with_mounts(w)]
@@ -391,12 +389,6 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
             for spec in due:
                 self._remove_container(spec.name)
             raise
-
-    def _state_of(self, server: str) -> str:
-        try:
-            return str(self._get(server).status)
-        except docker.errors.NotFound:
-            return "absent"
 
     def _runs_with_mounts(self, spec: ContainerSpec) -> bool:
         try:
