@@ -52,7 +52,7 @@ def test_the_library_has_every_scenario_the_issue_names() -> None:
     assert {p.stem for p in LIBRARY} >= {
         "baseline", "cdc-crash-before-ack", "msk-rolling-upgrade", "commit-failure-window",
         "mongo-partition", "concurrent-duplicates", "producer-resend", "poison-records",
-        "commit-failure-storm", "producer-exactly-once",
+        "commit-failure-storm", "producer-exactly-once", "processed-log-crash",
     }  # fmt: skip
     for path in LIBRARY:
         scenario = load_scenario(path)
@@ -127,6 +127,20 @@ def test_a_library_scenario_holds_its_expectations(
                     assert len(writes) == 2 and writes[0].t < crash.t < writes[1].t, variant
                     assert writes[0].offsets == writes[1].offsets and writes[0].offsets, variant
                     assert writes[0].count == writes[1].count, variant
+    if name == "processed-log-crash":  # seed 004's log against seed 001's
+        for (_, variant), r in rows.items():
+            assert r["crashes"] == 2, variant
+        assert rows[(runtime, "dedup-log[expiry_s=5]")]["copies"] == {"2": 1}
+        txn = rows[(runtime, "processed-log-txn")]
+        assert (txn["duplicates"], txn["lost"], txn["in_sink"]) == (0, 0, txn["acked"])
+        # Every message stored has its id logged, and no id is logged without its message.
+        database = json.loads((Path(txn["directory"]) / "runtime.json").read_text())["database"]
+        mongo: MongoClient[dict[str, Any]] = MongoClient(scenario_env.mongo_uri)
+        with mongo:
+            db = mongo[database]
+            logged = {d["_id"] for d in db.consumed_messages.find({}, {"_id": 1})}
+            stored = {d["event_id"] for d in db.events.find({}, {"event_id": 1})}
+        assert logged == stored and len(logged) == txn["acked"]
     if name == "msk-rolling-upgrade":
         # Nothing injected: the group coordinators' own errors are in the history, and the
         # listener's session timed out while a node was down. Which errors depends on when the

@@ -79,7 +79,7 @@ def test_a_crash_in_the_middle_of_a_write(scenario_env: LocalEnvironment, tmp_pa
         tmp_path,
         workload={"events": 1500, "keys": 150, "partitions": 3},
         runtimes=["listener"],
-        variants=["naive", "transactional", "dedup-log", "idempotent"],
+        variants=["naive", "transactional", "dedup-log", "idempotent", "processed-log-txn"],
         faults=[{"kind": "consumer-crash", "point": "mid_write", "at_batch": 2, "after_docs": 100}],
     )
     by_variant = {r.variant: r.verdict for r in results.values()}
@@ -93,6 +93,8 @@ def test_a_crash_in_the_middle_of_a_write(scenario_env: LocalEnvironment, tmp_pa
     # once its entry expired it was processed again. The 99 before it were CONSUMED.
     assert by_variant["dedup-log"].duplicates == 1
     assert by_variant["idempotent"].duplicates == 0
+    # Seed 004's log is written in the batch's transaction: killed, it left neither.
+    assert by_variant["processed-log-txn"].duplicates == 0
 
 
 def test_crashes_before_the_write_and_after_the_commit_cost_nothing(

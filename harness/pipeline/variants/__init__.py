@@ -13,13 +13,23 @@ from harness.pipeline.variants.check_then_insert import CheckThenInsert
 from harness.pipeline.variants.dedup_log import DedupLog
 from harness.pipeline.variants.idempotent import Idempotent
 from harness.pipeline.variants.naive import Naive
+from harness.pipeline.variants.processed_log_txn import ProcessedLogTxn
 from harness.pipeline.variants.spark_job import SparkJob
 from harness.pipeline.variants.transactional import Transactional
 from harness.pipeline.variants.unique_index import UniqueIndex
 
 BUILT_IN: dict[str, type[Variant]] = {
     cls.name: cls
-    for cls in (Naive, Idempotent, Transactional, UniqueIndex, DedupLog, CheckThenInsert, SparkJob)
+    for cls in (
+        Naive,
+        Idempotent,
+        Transactional,
+        UniqueIndex,
+        DedupLog,
+        ProcessedLogTxn,
+        CheckThenInsert,
+        SparkJob,
+    )
 }
 
 __all__ = ["BUILT_IN", "Key", "Variant", "WriteContext", "import_path", "make_variant"]

@@ -24,7 +24,8 @@ class DedupLog(Variant):
     Seed 001: "when the message comes ... insert a record with status 'consuming' ... if it is
     consumed, return directly; if it is being consumed, delay consumption ... the record needs
     an expiration time, so that a consumer that crashed does not block the message forever."
-    Seed 004 keeps a ``consumed_messages`` log keyed by the producer's unique message id.
+    (Seed 004's log, written in the business change's own transaction, is
+    ``processed-log-txn``.)
     Seed 001 also warns the key must be the business key, "because upstream producers resend
     with new ids": ``key=event_id`` lets an upstream resend through, ``key=business`` does not.
     A crash after the business write but before CONSUMED is marked leaves the record to expire
