@@ -53,6 +53,9 @@ class EventKind(StrEnum):
     # The variant's consumers have committed past every acknowledged record: its work is done,
     # and a fault that starts later hits nothing (it did not fire, for this variant).
     CAUGHT_UP = "caught-up"
+    # An outbox relay could not resume its change stream: the resume point is no longer in the
+    # oplog (ChangeStreamHistoryLost). What happened in between is not relayed; the lab counts it.
+    HISTORY_LOST = "history-lost"
 
 
 @dataclass(frozen=True)

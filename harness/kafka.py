@@ -197,6 +197,9 @@ class StoredRecord:
     partition: int
     offset: int
     headers: dict[str, bytes]
+    value: bytes | None = None
+    key: bytes | None = None
+    timestamp: float = 0.0  # unix seconds, the record's create time
 
 
 def read_topic(bootstrap: str, topic: str, *, timeout: float = 120.0) -> list[StoredRecord]:
@@ -220,7 +223,10 @@ def read_topic(bootstrap: str, topic: str, *, timeout: float = 120.0) -> list[St
                 # A consumed record's headers are (name, bytes) pairs; the client's type also
                 # covers what a producer may send (a dict, str values).
                 headers: dict[str, bytes] = dict(m.headers() or [])  # type: ignore[arg-type]
-                records.append(StoredRecord(*partition_offset(m), headers))
+                _, ms = m.timestamp()
+                records.append(
+                    StoredRecord(*partition_offset(m), headers, m.value(), m.key(), ms / 1000)
+                )
             elif error.code() == KafkaError._PARTITION_EOF:
                 partition, offset = partition_offset(m)
                 if offset >= ends[partition]:

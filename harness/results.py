@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from harness.checker.load import read_ledger_columns
-from harness.checker.model import Verdict
+from harness.checker.model import RelayStage, Verdict
 from harness.history import HistoryEvent, read_history
 from harness.outcome import Outcome, UnfiredFault, reason_text
 from harness.scenario import Scenario
@@ -69,6 +69,8 @@ class VariantResult:
     unfired: tuple[UnfiredFault, ...] = ()  # planned faults that did not fire in this run
     directory: Path | None = None  # the variant's history, logs and runtime configuration
     ledger: Path | None = None  # the ledger of the topic it consumed (shared side by side)
+    # An outbox relay's stage (seed 003); ``verdict`` is then end to end (written -> stored).
+    relay: RelayStage | None = None
     # Attached by ``load``, never written: the variant's history and its ledger's ack times.
     events: tuple[HistoryEvent, ...] = ()
     acked_at: np.ndarray = field(default_factory=lambda: np.empty(0))  # unix seconds, sorted
@@ -111,6 +113,7 @@ class VariantResult:
             "reason": self.reason,
             "directory": None if self.directory is None else str(self.directory),
             "ledger": None if self.ledger is None else str(self.ledger),
+            **({} if self.relay is None else {"relay": self.relay.to_dict()}),
         }
 
     @classmethod
@@ -130,6 +133,7 @@ class VariantResult:
             unfired=unfired,
             directory=_resolve(raw.get("directory"), run_dir),
             ledger=_resolve(raw.get("ledger"), run_dir),
+            relay=RelayStage.from_dict(raw["relay"]) if raw.get("relay") else None,
         )
 
 

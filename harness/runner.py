@@ -30,6 +30,7 @@ from harness.history import (
     read_history,
 )
 from harness.kafka import create_topic, delete_topics
+from harness.outbox.run import run_outbox
 from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.kafka_log import harvest
 from harness.pipeline.runtime import RuntimeConfig
@@ -79,6 +80,10 @@ def run_scenario(
             out_dir,
         )
 
+    if scenario.outbox is not None:  # seed 003: the relays side by side, then the sink
+        results.extend(run_outbox(env, scenario, out_dir, progress, keep_topics))
+        so_far().write(out_dir / RESULTS)
+        return so_far()
     for runtime in scenario.runtimes:
         # Side by side, variants share one topic and one broker's weather (as seed 002's
         # three channels did); one at a time, each has the machine to itself (throughput).

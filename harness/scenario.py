@@ -28,13 +28,15 @@ from typing import Any, Self
 
 import yaml
 
-from harness.checker.model import Verdict
+from harness.checker.model import RelayStage, Verdict
 from harness.environment.backends import names as backend_names
 from harness.environment.base import BackendAbilities
 from harness.environment.spark import SparkCluster
 from harness.errors import BadInput
 from harness.faults.base import Fault, FieldErrors, Setting
 from harness.faults.kinds import parse_fault
+from harness.outbox.relays import make_relay
+from harness.outbox.workload import OutboxSpec
 from harness.pipeline.crash import CrashPlan
 from harness.pipeline.runtimes import get_runtime, names
 from harness.pipeline.variants import make_variant
@@ -44,6 +46,8 @@ from harness.workload.producer import ProducerSpec
 EXPECTABLE = (
     "duplicates", "duplicated_keys", "lost", "stale", "dead_lettered", "poison_missing",
     "phantoms", "in_sink", "unique_in_sink", "acked", "offsets_consistent",
+    # An outbox relay's stage (seed 003): the target topics against what MongoDB acknowledged.
+    "published_lost", "published_duplicates", "history_lost",
 )  # fmt: skip
 OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le,
@@ -105,6 +109,18 @@ class VariantSpec:
 
 
 @dataclass(frozen=True)
+class RelaySpec:
+    """An outbox relay of the scenario (seed 003), by name and options."""
+
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return make_relay(self.name, self.options).label
+
+
+@dataclass(frozen=True)
 class PipelineSpec:
     batch_size: int = 250  # records per poll (listener) / per trigger (spark)
     consumers: int = 1  # listener processes in the group
@@ -156,9 +172,19 @@ class Expectation:
     def holds(self, actual: int | bool | None) -> bool:
         return actual is not None and OPERATORS[self.op](actual, self.value)
 
-    def failure(self, verdict: Verdict) -> str | None:
+    def actual(self, verdict: Verdict, relay: RelayStage | None = None) -> int | bool | None:
+        """The value this expectation is about: the verdict's, or the relay stage's."""
+        if self.field == "history_lost":
+            return None if relay is None else relay.history_lost
+        if self.field.startswith("published_"):
+            stage = None if relay is None else relay.published
+            return getattr(stage, self.field.removeprefix("published_"), None)
+        value: int | bool | None = getattr(verdict, self.field)
+        return value
+
+    def failure(self, verdict: Verdict, relay: RelayStage | None = None) -> str | None:
         """None if the verdict meets this expectation; else what was expected and found."""
-        actual = getattr(verdict, self.field)
+        actual = self.actual(verdict, relay)
         return None if self.holds(actual) else f"expected {self}, got {actual}"
 
     def __str__(self) -> str:
@@ -181,6 +207,10 @@ class Scenario:
     expect: dict[str, tuple[Expectation, ...]]
     producer: ProducerSpec = field(default_factory=ProducerSpec)
     backend: str | None = None  # the backend it needs, if only one can play it (containers)
+    # Seed 003's way back: an application writing outboxes to MongoDB, relays carrying them to
+    # Kafka, the scenario's (first) sink variant storing the target topics downstream.
+    outbox: OutboxSpec | None = None
+    relays: tuple[RelaySpec, ...] = ()
 
     @property
     def crash_plans(self) -> tuple[CrashPlan, ...]:
@@ -199,9 +229,10 @@ class Scenario:
             commit_failure=frozenset(get_runtime(r).commit_failure for r in self.runtimes),
             runtimes=frozenset(self.runtimes),
             spark_cluster=SparkCluster(self.pipeline.spark_cluster),
+            relays=frozenset({r.name for r in self.relays} | {r.label for r in self.relays}),
         )
 
-    def expectations_for(self, variant: VariantSpec, runtime: str) -> list[Expectation]:
+    def expectations_for(self, variant: VariantSpec | RelaySpec, runtime: str) -> list[Expectation]:
         """``*`` first, then the variant's name, its label, and ``label@runtime``; a later
         entry replaces an earlier one's expectation on the same field."""
         chosen: dict[str, Expectation] = {}
@@ -297,6 +328,15 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
     if backend is not None and backend not in backend_names():
         pr.add("backend", f"unknown backend {backend!r} ({', '.join(backend_names())})")
     producer = _dataclass(pr, "producer", ProducerSpec, top.get("producer", {}))
+    outbox = _dataclass(pr, "outbox", OutboxSpec, top["outbox"]) if "outbox" in top else None
+    relays = [
+        _relay(pr, f"relays[{i}]", r)
+        for i, r in enumerate(_typed(pr, "relays", top.get("relays", []), list) or ())
+    ]
+    if "outbox" in top and not relays:
+        pr.add("relays", "an outbox scenario needs at least one relay (e.g. [naive, seed-003])")
+    if relays and "outbox" not in top:
+        pr.add("relays", "relays carry an outbox workload: add an outbox: section")
     variants = [
         _variant(pr, f"variants[{i}]", v)
         for i, v in enumerate(
@@ -318,6 +358,7 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
     }
     if all(v is not None for v in variants):
         labels = {"*"} | {v.name for v in variants if v} | {v.label for v in variants if v}
+        labels |= {r.name for r in relays if r} | {r.label for r in relays if r}
         for key in expect:
             if key.split("@")[0] not in labels:
                 pr.add(f"expect.{key}", f"no such variant (have: {sorted(labels)})")
@@ -340,6 +381,8 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
         expect=expect,
         producer=producer,
         backend=backend,
+        outbox=outbox,
+        relays=tuple(r for r in relays if r is not None),
     )
 
 
@@ -423,6 +466,22 @@ def _variant(pr: Problems, where: str, raw: Any) -> VariantSpec | None:
         pr.add(where, problem)
         return None
     return VariantSpec(name, options)
+
+
+def _relay(pr: Problems, where: str, raw: Any) -> RelaySpec | None:
+    if isinstance(raw, str):
+        name, options = raw, {}
+    else:
+        options = dict(_mapping(pr, where, raw) or {})
+        name = _typed(pr, f"{where}.name", options.pop("name", None), str, required=True)
+    if name is None:
+        return None
+    try:
+        make_relay(name, options)
+    except BadInput as exc:
+        pr.add(where, str(exc))
+        return None
+    return RelaySpec(name, options)
 
 
 def _fault(pr: Problems, index: int, raw: Any) -> Fault | None:

@@ -14,6 +14,7 @@ from harness.checker.model import (
     KIND_NAMES,
     Anomaly,
     LedgerArrays,
+    RelayStage,
     SinkSnapshot,
     Verdict,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "VERSION_BITS",
     "Anomaly",
     "LedgerArrays",
+    "RelayStage",
     "SinkSnapshot",
     "Verdict",
     "check",

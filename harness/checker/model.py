@@ -365,3 +365,21 @@ class Verdict:
             anomalies=anomalies,
             anomalies_total=int(raw.get("anomalies_total", len(anomalies)) or 0),
         )
+
+
+@dataclass(frozen=True)
+class RelayStage:
+    """An outbox relay's stage (seed 003), beside the end-to-end verdict: ``published`` judges
+    what the relay's target topics hold against the entries MongoDB acknowledged (duplicates:
+    extra copies in the topics; lost: entries never published); ``history_lost`` counts the
+    times the relay could not resume its change stream (ChangeStreamHistoryLost)."""
+
+    published: Verdict
+    history_lost: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"published": self.published.to_dict(), "history_lost": self.history_lost}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> RelayStage:
+        return cls(Verdict.from_dict(raw.get("published") or {}), int(raw.get("history_lost", 0)))

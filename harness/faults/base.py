@@ -260,6 +260,7 @@ class Setting:
     commit_failure: frozenset[CommitFailureVia]  # how the scenario's runtimes fail commits
     runtimes: frozenset[str] = frozenset({"listener"})
     spark_cluster: SparkCluster = SparkCluster.LOCAL
+    relays: frozenset[str] = frozenset()  # an outbox scenario's relays (names and labels)
 
     @property
     def readers(self) -> int:

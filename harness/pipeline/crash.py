@@ -28,6 +28,9 @@ class CrashPoint(StrEnum):
     MID_WRITE = "mid_write"  # after k of the batch's documents were written
     AFTER_WRITE_BEFORE_COMMIT = "after_write_before_commit"  # seed 000's gap
     AFTER_COMMIT = "after_commit"  # written and committed: a restart must not redo anything
+    # An outbox relay's (seed 003): a change's messages published and flushed, its resume token
+    # not saved yet. ``batch`` counts the change events the relay process handled.
+    AFTER_PUBLISH_BEFORE_TOKEN = "after_publish_before_token"
 
 
 class Struck(StrEnum):

@@ -22,7 +22,7 @@ from harness.environment.base import tail
 from harness.errors import LabError
 from harness.history import EventKind, HistoryWriter
 from harness.pipeline.runtime import RuntimeConfig
-from harness.pipeline.runtimes import get_runtime
+from harness.pipeline.runtimes import Runtime, get_runtime
 
 MAX_FAILURES_IN_A_ROW = 3
 
@@ -69,11 +69,12 @@ class RuntimeSupervisor:
         consumers: int,
         restart_delay: float,
         log_dir: Path,
+        runtime: Runtime | None = None,  # default: the registered runtime the lanes name
     ) -> None:
         self.env = env
         self.lanes = lanes
         self.restart_delay = restart_delay
-        self.runtime = runtime = get_runtime(lanes[0].config.runtime)
+        self.runtime = runtime = runtime or get_runtime(lanes[0].config.runtime)
         if runtime.process_per_consumer and len(lanes) != 1:
             raise ValueError(f"a {runtime.name} process serves one variant")
         count = consumers if runtime.process_per_consumer else 1

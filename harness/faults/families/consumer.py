@@ -25,6 +25,13 @@ from harness.history import EventKind
 from harness.pipeline.crash import CrashPlan, CrashPoint
 
 
+def sink_point(point: CrashPoint) -> list[Problem]:
+    """A consumer's crash point: the relay's is a relay-crash fault's."""
+    if point is CrashPoint.AFTER_PUBLISH_BEFORE_TOKEN:
+        return [("point", f"{point.value} is an outbox relay's: use kind relay-crash")]
+    return []
+
+
 class _AtPoint(Fault):
     """Armed inside the runtime at a crash point: the nemesis has no steps for it, and the
     history has no window (its CRASH / PAUSED events say where it struck)."""
@@ -118,7 +125,7 @@ class ConsumerCrash(_AtPoint):
         return self.probability is not None
 
     def problems(self) -> list[Problem]:
-        found = self.crash_plan(0).problems()
+        found = self.crash_plan(0).problems() + sink_point(self.point)
         if self.restart_after is not None:
             found += positive("restart_after", self.restart_after, allow_zero=True)
         return found
@@ -154,9 +161,11 @@ class ConsumerPause(_AtPoint):
 
     def problems(self) -> list[Problem]:
         # crash_plan() reports a bad duration too (as pause_s): once is enough.
-        return positive("duration", self.duration) + [
-            p for p in self.crash_plan(0).problems() if p[0] != "duration"
-        ]
+        return (
+            positive("duration", self.duration)
+            + [p for p in self.crash_plan(0).problems() if p[0] != "duration"]
+            + sink_point(self.point)
+        )
 
     @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:

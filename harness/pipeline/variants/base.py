@@ -116,6 +116,9 @@ class Variant(ABC):
 
 def landing_doc(record: Record, batch: Batch) -> dict[str, Any]:
     doc = dict(record.event.document)
+    # A message's own "_id" (an outbox entry's, seed 003) is not the landing document's: which
+    # _id a document gets is the variant's choice (naive lets the driver mint one).
+    doc.pop("_id", None)
     # payload.source.txId again at the top: SecantusDB upserts on a compound index of dotted
     # paths ~7x slower than on top-level fields (measured: 85 vs 572 per second in a transaction).
     doc["tx_id"] = record.event.tx_id

@@ -1,0 +1,199 @@
+"""The relay process: one outbox relay variant reading the business collection's change stream
+and publishing each change's outbox entries to Kafka. One process per relay lane, started (and
+restarted after a crash) by the runtime supervisor, like a listener.
+
+    python -m harness.outbox.relay CONFIG.json 0
+
+The configuration is a ``RuntimeConfig``: ``database`` is the application's database (the
+change stream's and the MongoDB token's), ``topic`` the prefix of the lane's target topics
+(``<topic>.<targetTopic>``), ``group`` the lane's name (its token's id, its transactional.id),
+``variant`` the relay.
+
+History: BATCH when a change event is read (count: the messages the relay made of it; detail:
+the operation and its outbox fields), WRITTEN when they are published and flushed, COMMIT when
+the token is saved (with offsets {0: 1} at the application's end marker), HISTORY_LOST when
+the stream cannot be resumed (the relay then starts again from the present; the gap is
+counted).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+from pymongo import MongoClient
+from pymongo.change_stream import CollectionChangeStream
+from pymongo.collection import Collection
+from pymongo.errors import OperationFailure
+
+from harness.history import EventKind, HistoryWriter
+from harness.kafka import producer_config, read_topic
+from harness.outbox.relays import Relay, TokenStore, make_relay, outbox_fields
+from harness.outbox.writer import END_ID, SOURCE
+from harness.pipeline.crash import Crasher, CrashPoint
+from harness.pipeline.runtime import CONSUMER_APP, RuntimeConfig, StopFlag
+
+TOKENS = "relay_tokens"  # the MongoDB token store's collection, in the source database
+HISTORY_LOST = 286  # ChangeStreamHistoryLost
+RELAY_CLIENT = "chaoslab-relay"
+
+
+def target(config: RuntimeConfig, topic: str) -> str:
+    """The run's Kafka topic for an entry's targetTopic."""
+    return f"{config.topic}.{topic}"
+
+
+def token_topic(config: RuntimeConfig) -> str:
+    return f"{config.group}.token"
+
+
+class Tokens:
+    """Loads and saves the lane's resume token where its relay keeps it."""
+
+    def __init__(self, config: RuntimeConfig, relay: Relay, source: Collection[Any]) -> None:
+        self.config = config
+        self.kafka = relay.tokens == TokenStore.KAFKA
+        self.mongo = source.database[TOKENS]
+
+    def load(self) -> Mapping[str, Any] | None:
+        if self.kafka:
+            # The last committed token record: a killed relay's open transaction is aborted
+            # when the next one starts (same transactional.id), and read_committed skips it.
+            records = read_topic(self.config.bootstrap, token_topic(self.config))
+            last = max(records, key=lambda r: r.offset, default=None)
+            return None if last is None or last.value is None else json.loads(last.value)
+        found = self.mongo.find_one({"_id": self.config.group})
+        return None if found is None else found["token"]
+
+    def save_in_mongo(self, token: Mapping[str, Any]) -> None:
+        self.mongo.replace_one({"_id": self.config.group}, {"token": dict(token)}, upsert=True)
+
+
+def publish(
+    producer: Producer, relay: Relay, config: RuntimeConfig, change: Mapping[str, Any]
+) -> int:
+    """Produce the change's messages and wait for every acknowledgement."""
+    errors: list[str] = []
+
+    def delivered(err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    messages = relay.messages(change)
+    for m in messages:
+        producer.produce(
+            target(config, m.topic),
+            key=m.key,
+            value=m.value,
+            headers=dict(relay.headers(m)),
+            on_delivery=delivered,
+        )
+    unsent = producer.flush(120)
+    if unsent or errors:
+        raise RuntimeError(f"{unsent} messages not acknowledged: {errors[:3]}")
+    return len(messages)
+
+
+def save(
+    producer: Producer,
+    tokens: Tokens,
+    token: Mapping[str, Any] | None,
+    *,
+    in_transaction: bool = False,
+) -> None:
+    """Save the resume token: in MongoDB, or as the token topic's record committed with the
+    change's messages (``in_transaction``: the change's transaction is open)."""
+    if token is None:
+        raise RuntimeError("the change stream gave no resume token")
+    if not tokens.kafka:
+        tokens.save_in_mongo(token)
+        return
+    if not in_transaction:
+        producer.begin_transaction()
+    producer.produce(token_topic(tokens.config), value=json.dumps(token).encode())
+    producer.commit_transaction()
+
+
+def open_stream(
+    source: Collection[Any], token: Mapping[str, Any] | None, history: HistoryWriter
+) -> CollectionChangeStream[Any]:
+    try:
+        return source.watch(resume_after=token, max_await_time_ms=250)
+    except OperationFailure as exc:
+        if exc.code != HISTORY_LOST:
+            raise
+    # The resume point fell out of the oplog: the changes between it and now are gone from the
+    # stream. Said in the history (and counted by the lab), then relayed from the present on.
+    history.record(EventKind.HISTORY_LOST, detail=f"resume token {token}: ChangeStreamHistoryLost")
+    return source.watch(max_await_time_ms=250)
+
+
+def run(config: RuntimeConfig) -> None:
+    stop = StopFlag()
+    relay = make_relay(config.variant, config.variant_options)
+    history = HistoryWriter(config.history_dir, "relay-0", relay.label)
+    crasher = Crasher(list(config.crash_plans), Path(config.run_dir) / "crashes", history)
+    client: MongoClient[dict[str, Any]] = MongoClient(
+        config.mongo_uri, heartbeatFrequencyMS=500, appname=CONSUMER_APP
+    )
+    source = client[config.database][SOURCE]
+    tokens = Tokens(config, relay, source)
+    settings: dict[str, Any] = {"client.id": RELAY_CLIENT, **relay.producer_settings()}
+    if tokens.kafka:
+        settings |= {
+            "transactional.id": f"chaoslab-{config.group}",
+            "transaction.timeout.ms": 120_000,
+        }
+    producer = Producer(producer_config(config.bootstrap, **settings))
+    if tokens.kafka:
+        producer.init_transactions()  # fences a killed predecessor, aborting its transaction
+    token = tokens.load()
+    changes = 0
+    with client, open_stream(source, token, history) as stream:
+        if token is None:
+            # The stream's position before any change is saved at once: a relay killed before
+            # its first change resumes from here, not from whatever is "now" when it restarts.
+            save(producer, tokens, stream.resume_token)
+        # Only now: the lab starts the application once every relay listens.
+        history.record(
+            EventKind.RUNTIME_START,
+            detail=f"pid {os.getpid()}, {'resumed' if token else 'a new'} change stream",
+        )
+        while not stop:
+            change = stream.try_next()
+            if change is None:
+                continue
+            changes += 1
+            fields = outbox_fields(change)
+            history.record(
+                EventKind.BATCH,
+                batch=changes,
+                count=len(relay.messages(change)),
+                detail=f"{change['operationType']} {' '.join(fields) or '-'}",
+            )
+            if tokens.kafka:
+                producer.begin_transaction()
+            count = publish(producer, relay, config, change)
+            history.record(EventKind.WRITTEN, batch=changes, count=count)
+            crasher.reached(CrashPoint.AFTER_PUBLISH_BEFORE_TOKEN, changes)
+            save(producer, tokens, change["_id"], in_transaction=True)
+            # The application's end marker relayed: the lab's wait loop reads this commit as
+            # "position 1 of the one-partition 'stream'" (harness.outbox.run).
+            done = (change.get("documentKey") or {}).get("_id") == END_ID
+            history.record(EventKind.COMMIT, batch=changes, offsets={0: 1} if done else {})
+    history.record(EventKind.RUNTIME_EXIT, detail="stopped")
+
+
+def main(argv: list[str]) -> None:
+    config = RuntimeConfig.load(argv[0])
+    config.use_import_path()
+    run(config)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,46 @@
+"""An outbox run's stages as the checker's inputs (pure: no servers).
+
+The entries MongoDB acknowledged are the expected changes (an entry is (order_id, version));
+what the target topics hold is judged against them like a sink's landing collection (copies,
+losses), and so is what the downstream sink stored. So each stage is one ``check``:
+
+    written -> published:  check(written, published)   lost at publish, copies in the topics
+    written -> stored:     check(written, stored)      end to end
+
+and the counts add up: expected = unique published + lost at publish.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+
+from harness.checker import KIND_CODES, LedgerArrays, SinkSnapshot
+from harness.kafka import StoredRecord
+from harness.outbox.writer import WrittenEntry
+from harness.workload.events import Kind
+
+
+def written_ledger(entries: Sequence[WrittenEntry]) -> LedgerArrays:
+    """The entries as the checker's ledger (no Kafka position: -1)."""
+    return LedgerArrays(
+        order_id=[e.order_id for e in entries],
+        version=[e.version for e in entries],
+        kind=[KIND_CODES[Kind.NORMAL]] * len(entries),
+        partition=[-1] * len(entries),
+        offset=[-1] * len(entries),
+        acked_at=[e.acked_at for e in entries],
+    )
+
+
+def published_snapshot(records: Iterable[StoredRecord]) -> SinkSnapshot:
+    """The target topics' records as a snapshot: one change per record (its entry's order and
+    version, at the record's timestamp); the projection is each order's newest version."""
+    changes: list[tuple[int, int, float]] = []
+    newest: dict[int, int] = {}
+    for r in records:
+        entry = json.loads(r.value or b"{}")
+        order_id, version = int(entry["order_id"]), int(entry["version"])
+        changes.append((order_id, version, r.timestamp))
+        newest[order_id] = max(newest.get(order_id, 0), version)
+    return SinkSnapshot.from_lists(changes, sorted(newest.items()))
