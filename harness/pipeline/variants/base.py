@@ -43,6 +43,12 @@ class Key(StrEnum):
     BUSINESS = "business"  # the business change itself: (order_id, version)
 
 
+def message_key(key: Key, record: Record) -> str:
+    """A record's de-duplication key: its event id, or its business change."""
+    event = record.event
+    return event.event_id if key is Key.EVENT_ID else f"{event.order_id}:{event.version}"
+
+
 @dataclass
 class WriteContext:
     """What a variant may use while writing one batch."""

@@ -10,7 +10,14 @@ from pymongo.database import Database
 from pymongo.errors import DuplicateKeyError
 
 from harness.pipeline.batch import Batch, Record
-from harness.pipeline.variants.base import Key, Variant, WriteContext, landing_doc, project
+from harness.pipeline.variants.base import (
+    Key,
+    Variant,
+    WriteContext,
+    landing_doc,
+    message_key,
+    project,
+)
 
 CONSUMING = "CONSUMING"
 CONSUMED = "CONSUMED"
@@ -47,8 +54,7 @@ class DedupLog(Variant):
             db.create_collection(LOG)
 
     def _key(self, record: Record) -> str:
-        event = record.event
-        return event.event_id if self.key is Key.EVENT_ID else f"{event.order_id}:{event.version}"
+        return message_key(self.key, record)
 
     def _claim(self, db: Database[dict[str, Any]], key: str) -> bool:
         """True when this consumer may process the message, False when it was consumed.

@@ -10,7 +10,14 @@ from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
 from harness.pipeline.batch import Batch, Record
-from harness.pipeline.variants.base import Key, Variant, WriteContext, landing_doc, project
+from harness.pipeline.variants.base import (
+    Key,
+    Variant,
+    WriteContext,
+    landing_doc,
+    message_key,
+    project,
+)
 
 LOG = "consumed_messages"
 
@@ -48,8 +55,7 @@ class ProcessedLogTxn(Variant):
             db.create_collection(LOG)
 
     def _key(self, record: Record) -> str:
-        event = record.event
-        return event.event_id if self.key is Key.EVENT_ID else f"{event.order_id}:{event.version}"
+        return message_key(self.key, record)
 
     def write(self, batch: Batch, ctx: WriteContext) -> None:
         db = ctx.db
