@@ -7,7 +7,7 @@ recoveries to play out in seconds, so every client the lab makes starts from the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -202,9 +202,13 @@ class StoredRecord:
     timestamp: float = 0.0  # unix seconds, the record's create time
 
 
-def read_topic(bootstrap: str, topic: str, *, timeout: float = 120.0) -> list[StoredRecord]:
+def read_topic(
+    bootstrap: str, topic: str, *, timeout: float = 120.0, contents: bool = False
+) -> list[StoredRecord]:
     """Every committed record of ``topic`` up to its current end, as the lab's own bookkeeping
-    reads it (read_committed: records of aborted transactions are not returned)."""
+    reads it (read_committed: records of aborted transactions are not returned). Keys and
+    values are kept only with ``contents`` (a run's topic is read whole after every run, for
+    its headers)."""
     ends = end_offsets(bootstrap, topic)
     records: list[StoredRecord] = []
     if sum(ends.values()) == 0:
@@ -223,10 +227,11 @@ def read_topic(bootstrap: str, topic: str, *, timeout: float = 120.0) -> list[St
                 # A consumed record's headers are (name, bytes) pairs; the client's type also
                 # covers what a producer may send (a dict, str values).
                 headers: dict[str, bytes] = dict(m.headers() or [])  # type: ignore[arg-type]
-                _, ms = m.timestamp()
-                records.append(
-                    StoredRecord(*partition_offset(m), headers, m.value(), m.key(), ms / 1000)
-                )
+                stored = StoredRecord(*partition_offset(m), headers)
+                if contents:
+                    _, ms = m.timestamp()
+                    stored = replace(stored, value=m.value(), key=m.key(), timestamp=ms / 1000)
+                records.append(stored)
             elif error.code() == KafkaError._PARTITION_EOF:
                 partition, offset = partition_offset(m)
                 if offset >= ends[partition]:

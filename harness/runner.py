@@ -8,7 +8,6 @@ that crash); then the sink is read back and the checker judges it against the le
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.kafka_log import harvest
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.runtimes import Runtime, get_runtime
-from harness.pipeline.sink import database_for, prepare_sink, read_sink
+from harness.pipeline.sink import database_for, prepare_sink, read_sink, slug
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
 from harness.pipeline.variants import Variant, import_path, make_variant
 from harness.results import RESULTS, ScenarioResult, UntimedFault, VariantResult
@@ -100,10 +99,6 @@ def run_scenario(
     return so_far()
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
-
-
 @dataclass(frozen=True)
 class _Lane:
     """One variant's consumers, database and history within a side-by-side run."""
@@ -133,12 +128,12 @@ def _lane(
     out_dir: Path,
 ) -> _Lane:
     variant = make_variant(spec.name, spec.options)
-    slug = f"{runtime.name}-{_slug(variant.label)}"
-    run_dir = out_dir / slug
+    lane_name = f"{runtime.name}-{slug(variant.label)}"
+    run_dir = out_dir / lane_name
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = topic.rsplit(".", 1)[-1]
-    group = f"{topic}.{_slug(variant.label)}"
-    database = database_for(run_id, slug)
+    group = f"{topic}.{slug(variant.label)}"
+    database = database_for(run_id, lane_name)
     # The scenario's Spark cluster (started now if it is the standalone one and not running).
     cluster = SparkCluster(scenario.pipeline.spark_cluster)
     spark = env.spark_on(cluster, out_dir) if runtime.spark else None
@@ -158,7 +153,7 @@ def _lane(
         crash_plans=scenario.crash_plans,
         write_retry_s=scenario.pipeline.write_retry_s,
         spark_settings=spark.to_json() if spark else "",
-        checkpoint=spark.checkpoint(f"{run_id}-{slug}") if spark else "",
+        checkpoint=spark.checkpoint(f"{run_id}-{lane_name}") if spark else "",
         trigger_ms=scenario.pipeline.trigger_ms,
         commit=scenario.pipeline.commit,
         kafka=scenario.pipeline.kafka,

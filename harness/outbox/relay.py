@@ -33,6 +33,7 @@ from pymongo.errors import OperationFailure
 
 from harness.history import EventKind, HistoryWriter
 from harness.kafka import producer_config, read_topic
+from harness.outbox.relays import Message as OutboxMessage
 from harness.outbox.relays import Relay, TokenStore, make_relay, outbox_fields
 from harness.outbox.writer import END_ID, SOURCE
 from harness.pipeline.crash import Crasher, CrashPoint
@@ -41,6 +42,9 @@ from harness.pipeline.runtime import CONSUMER_APP, RuntimeConfig, StopFlag
 TOKENS = "relay_tokens"  # the MongoDB token store's collection, in the source database
 HISTORY_LOST = 286  # ChangeStreamHistoryLost
 RELAY_CLIENT = "chaoslab-relay"
+# What a relay's commit of the application's end marker records: the wait loop of the sink runs
+# (harness.run_loop) reads it as position 1 of a one-partition stream, i.e. "everything relayed".
+RELAYED = {0: 1}
 
 
 def target(config: RuntimeConfig, topic: str) -> str:
@@ -64,7 +68,7 @@ class Tokens:
         if self.kafka:
             # The last committed token record: a killed relay's open transaction is aborted
             # when the next one starts (same transactional.id), and read_committed skips it.
-            records = read_topic(self.config.bootstrap, token_topic(self.config))
+            records = read_topic(self.config.bootstrap, token_topic(self.config), contents=True)
             last = max(records, key=lambda r: r.offset, default=None)
             return None if last is None or last.value is None else json.loads(last.value)
         found = self.mongo.find_one({"_id": self.config.group})
@@ -75,16 +79,15 @@ class Tokens:
 
 
 def publish(
-    producer: Producer, relay: Relay, config: RuntimeConfig, change: Mapping[str, Any]
-) -> int:
-    """Produce the change's messages and wait for every acknowledgement."""
+    producer: Producer, relay: Relay, config: RuntimeConfig, messages: list[OutboxMessage]
+) -> None:
+    """Produce a change's messages and wait for every acknowledgement."""
     errors: list[str] = []
 
     def delivered(err: KafkaError | None, _msg: Message) -> None:
         if err is not None:
             errors.append(str(err))
 
-    messages = relay.messages(change)
     for m in messages:
         producer.produce(
             target(config, m.topic),
@@ -96,7 +99,6 @@ def publish(
     unsent = producer.flush(120)
     if unsent or errors:
         raise RuntimeError(f"{unsent} messages not acknowledged: {errors[:3]}")
-    return len(messages)
 
 
 def save(
@@ -169,23 +171,23 @@ def run(config: RuntimeConfig) -> None:
             if change is None:
                 continue
             changes += 1
-            fields = outbox_fields(change)
+            messages = relay.messages(change)
             history.record(
                 EventKind.BATCH,
                 batch=changes,
-                count=len(relay.messages(change)),
-                detail=f"{change['operationType']} {' '.join(fields) or '-'}",
+                count=len(messages),
+                detail=f"{change['operationType']} {' '.join(outbox_fields(change)) or '-'}",
             )
             if tokens.kafka:
                 producer.begin_transaction()
-            count = publish(producer, relay, config, change)
-            history.record(EventKind.WRITTEN, batch=changes, count=count)
+            publish(producer, relay, config, messages)
+            history.record(EventKind.WRITTEN, batch=changes, count=len(messages))
             crasher.reached(CrashPoint.AFTER_PUBLISH_BEFORE_TOKEN, changes)
             save(producer, tokens, change["_id"], in_transaction=True)
             # The application's end marker relayed: the lab's wait loop reads this commit as
             # "position 1 of the one-partition 'stream'" (harness.outbox.run).
             done = (change.get("documentKey") or {}).get("_id") == END_ID
-            history.record(EventKind.COMMIT, batch=changes, offsets={0: 1} if done else {})
+            history.record(EventKind.COMMIT, batch=changes, offsets=RELAYED if done else {})
     history.record(EventKind.RUNTIME_EXIT, detail="stopped")
 
 

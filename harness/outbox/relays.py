@@ -29,8 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from harness.errors import BadInput
-from harness.pipeline.variants.base import import_callable
+from harness.pipeline.variants.base import make_plugin
 
 ENTRY_HEADER = "outbox-entry-id"
 
@@ -148,21 +147,4 @@ BUILT_IN: dict[str, type[Relay]] = {
 
 def make_relay(name: str, options: Mapping[str, Any] | None = None) -> Relay:
     """A built-in relay by name, or a user's own as ``module:callable``."""
-    options = dict(options or {})
-    if ":" in name:
-        factory = import_callable(name, "relay")
-        try:
-            relay = factory(**options)
-        except TypeError as exc:
-            raise BadInput(f"relay {name}: {exc}") from None
-        if not isinstance(relay, Relay):
-            raise BadInput(f"relay {name} returned {type(relay).__name__}, not a Relay")
-        return relay
-    cls = BUILT_IN.get(name)
-    if cls is None:
-        known = ", ".join(sorted(BUILT_IN))
-        raise BadInput(f"unknown relay {name!r} (built in: {known}; or module:callable)")
-    try:
-        return cls(**options)
-    except TypeError as exc:
-        raise BadInput(f"relay {name}: {exc}") from None
+    return make_plugin(name, options, BUILT_IN, Relay, "relay")

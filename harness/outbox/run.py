@@ -13,9 +13,10 @@ sink variant's own write - faults downstream are the sink scenarios' business.
 
 from __future__ import annotations
 
-import re
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,18 +30,18 @@ from harness.faults.fired import unfired
 from harness.faults.nemesis import Nemesis
 from harness.faults.schedule import plan
 from harness.history import EventKind, HistoryTail, HistoryWriter, fault_windows, read_history
-from harness.kafka import create_topic, delete_topics, read_topic
-from harness.outbox.relay import target, token_topic
+from harness.kafka import StoredRecord, create_topic, delete_topics, read_topic
+from harness.outbox.relay import RELAYED, target, token_topic
 from harness.outbox.relays import make_relay
 from harness.outbox.stages import published_snapshot, written_ledger
 from harness.outbox.workload import OutboxSpec, generate_writes
-from harness.outbox.writer import SOURCE, read_written, write_all
+from harness.outbox.writer import SOURCE, WrittenEntry, read_written, write_all
 from harness.pipeline.batch import RawRecord, split
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.runtimes import CommitFailureVia, Runtime
-from harness.pipeline.sink import database_for, prepare_sink, read_sink
+from harness.pipeline.sink import database_for, prepare_sink, read_sink, slug
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
-from harness.pipeline.variants import WriteContext, make_variant
+from harness.pipeline.variants import Variant, WriteContext, make_variant
 from harness.readiness import NotReady, wait_for
 from harness.results import UntimedFault, VariantResult
 from harness.run_loop import ProducerThread, Progress, Watch, wait_until_consumed
@@ -57,11 +58,6 @@ RELAY = Runtime(
     spark=False,
     read_committed=True,
 )
-RELAYED = {0: 1}  # what a relay's commit at the application's end marker says (relay.py)
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
 
 
 @dataclass(frozen=True)
@@ -176,10 +172,9 @@ def _lane(
 ) -> _RelayLane:
     assert scenario.outbox is not None
     relay = make_relay(spec.name, spec.options)
-    slug = f"relay-{_slug(relay.label)}"
-    run_dir = out_dir / slug
+    run_dir = out_dir / f"relay-{slug(relay.label)}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    group = f"{scenario.name}.{run_id}.{_slug(relay.label)}"
+    group = f"{scenario.name}.{run_id}.{slug(relay.label)}"
     config = RuntimeConfig(
         runtime=RELAY.name,
         bootstrap=env.kafka_bootstrap_for(Link.CONSUMER_KAFKA),
@@ -218,8 +213,8 @@ def _write(
     seed: int,
     app_db: str,
     ledger: Path,
-    stop: Any,
-    on_ack: Any,
+    stop: threading.Event,
+    on_ack: Callable[[int], None],
 ) -> ProduceSummary:
     """The application, in the writer's thread."""
     started = time.monotonic()
@@ -239,11 +234,14 @@ def _write(
 
 
 def _store(
-    env: Environment, scenario: Scenario, lane: _RelayLane, records: list[Any], database: str
+    env: Environment,
+    scenario: Scenario,
+    lane: _RelayLane,
+    variant: Variant,
+    records: list[tuple[str, list[StoredRecord]]],
+    database: str,
 ) -> None:
     """The downstream sink: the scenario's sink variant writes what the relay published."""
-    spec = scenario.variants[0]
-    variant = make_variant(spec.name, spec.options)
     prepare_sink(env.mongo_uri, database, variant)
     client: MongoClient[dict[str, Any]] = MongoClient(env.mongo_uri)
     size = scenario.pipeline.batch_size
@@ -262,7 +260,7 @@ def _judge(
     env: Environment,
     scenario: Scenario,
     lane: _RelayLane,
-    entries: list[Any],
+    entries: list[WrittenEntry],
     summary: ProduceSummary,
     ledger: Path,
     run_id: str,
@@ -271,11 +269,11 @@ def _judge(
 ) -> VariantResult:
     assert scenario.outbox is not None
     topics = [target(lane.config, t) for t in scenario.outbox.topics]
-    published = [(t, read_topic(env.kafka_bootstrap, t)) for t in topics]
-    database = database_for(run_id, f"sink-{_slug(lane.label)}")
-    _store(env, scenario, lane, published, database)
+    published = [(t, read_topic(env.kafka_bootstrap, t, contents=True)) for t in topics]
+    database = database_for(run_id, f"sink-{slug(lane.label)}")
     spec = scenario.variants[0]
     variant = make_variant(spec.name, spec.options)
+    _store(env, scenario, lane, variant, published, database)
     lane.history.record(EventKind.PRODUCED, count=summary.acked)
     lane.history.record(EventKind.RUN_END)
     lane.history.close()

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,11 @@ from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.variants import Variant
 
 CURSOR_BATCH = 10_000
+
+
+def slug(text: str) -> str:
+    """A label as a name part of a lane's folder, group, topic or database."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
 
 
 def database_for(run_id: str, lane: str) -> str:

@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.errors import BadInput
-from harness.pipeline.variants.base import Key, Variant, WriteContext, import_callable
+from harness.pipeline.variants.base import Key, Variant, WriteContext, make_plugin
 from harness.pipeline.variants.check_then_insert import CheckThenInsert
 from harness.pipeline.variants.dedup_log import DedupLog
 from harness.pipeline.variants.idempotent import Idempotent
@@ -38,24 +37,8 @@ __all__ = ["BUILT_IN", "Key", "Variant", "WriteContext", "import_path", "make_va
 def make_variant(name: str, options: Mapping[str, Any] | None = None) -> Variant:
     """A built-in variant by name, or a user's own as ``module:callable`` (called with the
     options as keyword arguments; it must return a ``Variant``)."""
-    options = dict(options or {})
-    if ":" in name:
-        factory = import_callable(name, "variant")
-        try:
-            variant = factory(**options)
-        except TypeError as exc:
-            raise BadInput(f"variant {name}: {exc}") from None
-        if not isinstance(variant, Variant):
-            raise BadInput(f"variant {name} returned {type(variant).__name__}, not a Variant")
-        return variant
-    cls = BUILT_IN.get(name)
-    if cls is None:
-        known = ", ".join(sorted(BUILT_IN))
-        raise BadInput(f"unknown variant {name!r} (built in: {known}; or module:callable)")
-    try:
-        return cls(**options)
-    except (TypeError, ValueError) as exc:
-        raise BadInput(f"variant {name}: {exc}") from None
+    # Variant is abstract: it is only the isinstance check of a user's factory's product.
+    return make_plugin(name, options, BUILT_IN, Variant, "variant")  # type: ignore[type-abstract]
 
 
 def import_path(name: str, options: Mapping[str, Any]) -> tuple[str, ...]:

@@ -17,10 +17,10 @@ from __future__ import annotations
 import importlib
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from enum import StrEnum
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 from pymongo import ASCENDING, MongoClient, ReplaceOne, UpdateOne
 from pymongo.client_session import ClientSession
@@ -47,6 +47,9 @@ def message_key(key: Key, record: Record) -> str:
     """A record's de-duplication key: its event id, or its business change."""
     event = record.event
     return event.event_id if key is Key.EVENT_ID else f"{event.order_id}:{event.version}"
+
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -85,6 +88,8 @@ class Variant(ABC):
     name: ClassVar[str]
     # The runtimes it can run on (None: any).
     runtimes: ClassVar[frozenset[str] | None] = None
+    # Its collections: the landing zone and the projection, and whatever its own bookkeeping needs.
+    collections: ClassVar[tuple[str, ...]] = ("events", "orders")
 
     @property
     def label(self) -> str:
@@ -97,9 +102,11 @@ class Variant(ABC):
         return f"{self.name}[{','.join(changed)}]" if changed else self.name
 
     def prepare(self, db: Database[dict[str, Any]]) -> None:
-        """Create the collections and indexes (before the first batch, once per run)."""
-        for name in ("events", "orders"):
-            if name not in db.list_collection_names():
+        """Create the collections and indexes (before the first batch, once per run). Every
+        collection is made here, before any write: a transaction cannot create one."""
+        existing = set(db.list_collection_names())
+        for name in self.collections:
+            if name not in existing:
                 db.create_collection(name)
 
     @abstractmethod
@@ -233,6 +240,36 @@ def write_ignoring_duplicates(
             raise
         return len(errors)
     return 0
+
+
+def make_plugin(
+    name: str,
+    options: Mapping[str, Any] | None,
+    built_in: Mapping[str, type[T]],
+    kind: type[T],
+    what: str,
+) -> T:
+    """A built-in ``what`` (a sink variant, a relay) by name, or a user's own as
+    ``module:callable`` called with the options as keyword arguments, which must return a
+    ``kind``. BadInput names what is wrong."""
+    options = dict(options or {})
+    if ":" in name:
+        factory = import_callable(name, what)
+        try:
+            made = factory(**options)
+        except TypeError as exc:
+            raise BadInput(f"{what} {name}: {exc}") from None
+        if not isinstance(made, kind):
+            raise BadInput(f"{what} {name} returned {type(made).__name__}, not a {kind.__name__}")
+        return made
+    cls = built_in.get(name)
+    if cls is None:
+        known = ", ".join(sorted(built_in))
+        raise BadInput(f"unknown {what} {name!r} (built in: {known}; or module:callable)")
+    try:
+        return cls(**options)
+    except (TypeError, ValueError) as exc:
+        raise BadInput(f"{what} {name}: {exc}") from None
 
 
 def import_callable(spec: str, what: str) -> Callable[..., Any]:

@@ -40,6 +40,7 @@ class DedupLog(Variant):
     """
 
     name = "dedup-log"
+    collections = (*Variant.collections, LOG)
     key: Key = Key.EVENT_ID
     expiry_s: float = 10.0
 
@@ -47,11 +48,6 @@ class DedupLog(Variant):
         self.key = Key(self.key)
         if self.expiry_s <= 0:
             raise ValueError(f"expiry_s must be > 0, got {self.expiry_s}")
-
-    def prepare(self, db: Database[dict[str, Any]]) -> None:
-        super().prepare(db)
-        if LOG not in db.list_collection_names():
-            db.create_collection(LOG)
 
     def _key(self, record: Record) -> str:
         return message_key(self.key, record)

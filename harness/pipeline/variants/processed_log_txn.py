@@ -2,10 +2,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from pymongo.client_session import ClientSession
-from pymongo.database import Database
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
@@ -43,16 +41,11 @@ class ProcessedLogTxn(Variant):
     """
 
     name = "processed-log-txn"
+    collections = (*Variant.collections, LOG)
     key: Key = Key.EVENT_ID
 
     def __post_init__(self) -> None:
         self.key = Key(self.key)
-
-    def prepare(self, db: Database[dict[str, Any]]) -> None:
-        super().prepare(db)
-        # Collections must exist before a transaction writes to them.
-        if LOG not in db.list_collection_names():
-            db.create_collection(LOG)
 
     def _key(self, record: Record) -> str:
         return message_key(self.key, record)

@@ -41,12 +41,10 @@ class Transactional(Variant):
     """
 
     name = "transactional"
+    collections = (*Variant.collections, OFFSETS)
 
     def prepare(self, db: Database[dict[str, Any]]) -> None:
         super().prepare(db)
-        # Collections must exist before a transaction writes to them.
-        if OFFSETS not in db.list_collection_names():
-            db.create_collection(OFFSETS)
         db.events.create_index(SEED_000_KEY, unique=True)
 
     def write(self, batch: Batch, ctx: WriteContext) -> None:
