@@ -9,7 +9,7 @@ import base64
 import threading
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -119,16 +119,21 @@ def consume_in_group(bootstrap: str, topic: str, group: str, count: int = MESSAG
 
 def read_back(bootstrap: str, topic: str) -> list[str]:
     """Every message of ``topic``, read from the beginning of each partition without a group."""
+    return [value for value, _ in read_back_at(bootstrap, topic)]
+
+
+def read_back_at(bootstrap: str, topic: str) -> list[tuple[str, tuple[int, int]]]:
+    """``read_back`` with each message's (partition, offset)."""
     consumer = Consumer(consumer_config(bootstrap, unique("reader")))
     ends = end_offsets(bootstrap, topic)
     consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-    seen: list[str] = []
+    seen: list[tuple[str, tuple[int, int]]] = []
     deadline = time.monotonic() + 90
     try:
         while len(seen) < sum(ends.values()) and time.monotonic() < deadline:
             for msg in consumer.consume(num_messages=1000, timeout=1.0):
                 assert msg.error() is None, msg.error()
-                seen.append(value_text(msg))
+                seen.append((value_text(msg), partition_offset(msg)))
     finally:
         consumer.close()
     return seen
@@ -321,7 +326,16 @@ def test_a_clean_rolling_restart_under_produce_and_consume_loses_nothing(
             t.loop.poll_until(lambda: is_replicated(lab_env), timeout=120)
         acked, _ = t.settle()
     assert set(t.loop.values) == set(acked)
-    assert sorted(read_back(lab_env.kafka_bootstrap, t.topic)) == sorted(acked)  # each once
+    stored = read_back_at(lab_env.kafka_bootstrap, t.topic)
+    # Once (fresh clone of 233533d, 2026-11-23) the read-back held one message twice (m4903)
+    # after this restart, with an idempotent producer: where each copy was read (the log holds
+    # two, or the reader returned one twice) and what the producer was told is what finding it
+    # needs.
+    counts = Counter(value for value, _ in stored)
+    twice = {v: (acked.get(v), [at for value, at in stored if value == v])
+             for v, n in counts.items() if n > 1}  # fmt: skip
+    assert not twice, f"read more than once (value: acked at, read at): {twice}"
+    assert sorted(counts) == sorted(acked)  # each once
     view = lab_env.cluster_view()
     assert view.brokers == (1, 2, 3) and view.under_replicated() == []
 
