@@ -61,7 +61,8 @@ def render_status(st: EnvironmentStatus) -> str:
         lines.append(f"  {s.name:<14} {pid:>7}  {condition:<7} {s.address:<16} {s.log}")
     kafka = st.kafka
     if kafka is None:
-        lines += ["", "  kafka cluster    does not answer"]
+        why = f": {st.kafka_error}" if st.kafka_error else ""
+        lines += ["", f"  kafka cluster    does not answer{why}"]
         return "\n".join(lines)
     controller = f"node {kafka.controller}" if kafka.controller is not None else "none elected"
     lines += [

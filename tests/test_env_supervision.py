@@ -83,7 +83,7 @@ def test_down_stops_every_server(tmp_path: Path) -> None:
     status = chaoslab("status", "--dir", str(tmp_path), "--json")
     assert status.returncode == 0
     seen = json.loads(status.stdout)
-    assert seen["healthy"] is True
+    assert seen["healthy"] is True, seen["kafka_error"]
     assert seen["kafka"]["brokers"] == [1, 2, 3] and seen["kafka"]["controller"] in (1, 2, 3)
     shown = chaoslab("status", "--dir", str(tmp_path)).stdout
     assert "kafka brokers    1, 2, 3 registered; active controller: node " in shown

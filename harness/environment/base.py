@@ -213,10 +213,15 @@ class EnvironmentStatus:
     spark_master: str
     servers: tuple[ServerStatus, ...]
     kafka: KafkaStatus | None = None
+    # Why the cluster did not answer the status's questions, when its nodes are up: a status
+    # that cannot see the cluster is not a healthy one (a fresh-clone suite once read
+    # "healthy" with no cluster view, and the error was swallowed).
+    kafka_error: str = ""
 
     @property
     def healthy(self) -> bool:
-        return all(s.alive and s.ready and not s.paused for s in self.servers)
+        servers_ok = all(s.alive and s.ready and not s.paused for s in self.servers)
+        return servers_ok and not self.kafka_error
 
     def to_json(self) -> str:
         return json.dumps({**asdict(self), "healthy": self.healthy}, indent=2)

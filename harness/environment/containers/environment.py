@@ -574,9 +574,9 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
             )
         return self._status_of(found, servers)
 
-    def _kafka_status(self, servers: Sequence[ServerStatus]) -> KafkaStatus | None:
+    def _kafka_status(self, servers: Sequence[ServerStatus]) -> tuple[KafkaStatus | None, str]:
         if not any(s.ready for s in servers if s.name.startswith("kafka-")):
-            return None
+            return None, ""
         return super()._kafka_status(servers)
 
 

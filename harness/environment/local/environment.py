@@ -224,9 +224,9 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
             self.options = LocalOptions(**self._st.options)
             raise
 
-    def _kafka_status(self, servers: Sequence[ServerStatus]) -> KafkaStatus | None:
+    def _kafka_status(self, servers: Sequence[ServerStatus]) -> tuple[KafkaStatus | None, str]:
         if not any(s.ready for s in servers if s.name.startswith("kafka-")):
-            return None  # not worth the client's timeouts
+            return None, ""  # not worth the client's timeouts (the servers say it is down)
         return super()._kafka_status(servers)
 
     # -- what faults use ------------------------------------------------------------------------

@@ -304,6 +304,7 @@ class ProcessEnvironment(Environment, Generic[Options]):
     def _status_of(
         self, found: state.EnvironmentState, servers: Sequence[ServerStatus]
     ) -> EnvironmentStatus:
+        kafka, kafka_error = self._kafka_status(servers)
         return EnvironmentStatus(
             backend=self.backend,
             directory=str(self.directory),
@@ -314,22 +315,24 @@ class ProcessEnvironment(Environment, Generic[Options]):
             mongo_uri=self.mongo_uri,
             spark_master=self.spark.master,
             servers=tuple(servers),
-            kafka=self._kafka_status(servers),
+            kafka=kafka,
+            kafka_error=kafka_error,
         )
 
-    def _kafka_status(self, servers: Sequence[ServerStatus]) -> KafkaStatus | None:
-        """The cluster as the harness's client sees it (None if it does not answer)."""
+    def _kafka_status(self, servers: Sequence[ServerStatus]) -> tuple[KafkaStatus | None, str]:
+        """The cluster as the harness's client sees it, or why it did not answer."""
         try:
             view = self.cluster_view()
             groups = lab_groups(self.kafka_bootstrap)
-        except Exception:  # a status shows what answers, whatever does not
-            return None
-        return KafkaStatus(
+        except Exception as exc:  # a status shows what answers, and why the rest does not
+            return None, f"{type(exc).__name__}: {exc}"
+        status = KafkaStatus(
             brokers=view.brokers,
             controller=view.controller,
             under_replicated=len(view.under_replicated()),
             coordinators={g: view.coordinator_of(g) for g in groups},
         )
+        return status, ""
 
 
 def answers(server: LocalServer) -> bool:
