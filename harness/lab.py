@@ -88,6 +88,14 @@ class Lab:
 
         return pd.DataFrame([_row(r) for r in result.variants]).set_index(["runtime", "variant"])
 
+    def stages(self, result: ScenarioResult) -> pd.DataFrame:
+        """An outbox run's stages, per relay (seed 003): the entries MongoDB acknowledged, what
+        reached the target topics, what the sink stored - and the copies and losses of each."""
+        import pandas as pd
+
+        rows = [_stages(r) for r in result.variants if r.relay is not None]
+        return pd.DataFrame(rows).set_index("relay")
+
     def plot_path(self, result: ScenarioResult, plot: str) -> Path:
         return _run_dir(result) / PLOTS[plot]
 
@@ -140,6 +148,23 @@ def _row(r: VariantResult) -> dict[str, Any]:
         "events_per_s": round(r.events_per_s),
         "crashes": r.crashes,
         "expectation": r.outcome.word + ("" if r.passed else ": " + r.reason),
+    }
+
+
+def _stages(r: VariantResult) -> dict[str, Any]:
+    assert r.relay is not None
+    published, stored = r.relay.published, r.verdict
+    return {
+        "relay": r.variant,
+        "written": stored.acked,
+        "published": published.unique_in_sink,
+        "published copies": published.duplicates,
+        "lost at publish": published.lost,
+        "history lost": r.relay.history_lost,
+        "stored": stored.unique_in_sink,
+        "stored copies": stored.duplicates,
+        "lost in all": stored.lost,
+        "crashes": r.crashes,
     }
 
 

@@ -94,11 +94,13 @@ def wait_until_consumed(
     end_offsets: Callable[[], dict[int, int]],
     timeout: float,
     progress: Progress,
+    report: Callable[[Sequence[Watch], dict[int, int] | None], str] | None = None,
 ) -> ProduceSummary:
     """Until every lane's consumers committed past every acknowledged record (``end_offsets``,
     asked once the producer is done) and the fault schedule has played out, restarting
     consumers that crash; returns the producer's summary. The fault schedule's clock starts
-    once every lane's consumers wrote a batch."""
+    once every lane's consumers wrote a batch. Every 10 s, ``report`` says how far the lanes
+    are (by default: what each committed of the target)."""
     deadline = time.monotonic() + timeout
     targets: dict[int, int] | None = None
     reported = time.monotonic()
@@ -136,11 +138,15 @@ def wait_until_consumed(
                 )
             )
         if now - reported > 10:
-            goal = sum(targets.values()) if targets else "?"
-            done = ", ".join(f"{w.label} {sum(w.committed.values())}" for w in watches)
-            progress(f"    committed of {goal}: {done}")
+            progress((report or _committed_of)(watches, targets))
             reported = now
         time.sleep(POLL_S)
+
+
+def _committed_of(watches: Sequence[Watch], targets: dict[int, int] | None) -> str:
+    goal = sum(targets.values()) if targets else "?"
+    done = ", ".join(f"{w.label} {sum(w.committed.values())}" for w in watches)
+    return f"    committed of {goal}: {done}"
 
 
 class ProducerThread:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from pymongo import ASCENDING, MongoClient, WriteConcern
-from pymongo.errors import DuplicateKeyError, PyMongoError
+from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError
 
 from harness.environment import LocalEnvironment
+from harness.faults.families.oplog import oplog_size_mb
 from tests.support import server_handles, unique
 
 pytestmark = pytest.mark.servers
@@ -111,3 +113,89 @@ def test_failcommand_fails_the_next_commit_with_its_code_and_label(
     with client.start_session() as session, session.start_transaction():
         db.orders.insert_one({"_id": "e2"}, session=session)
     assert db.orders.find_one({"_id": "e2"}) == {"_id": "e2"}
+
+
+def test_a_write_with_the_default_write_concern_survives_kill_9(lab_env: LocalEnvironment) -> None:
+    """A real mongod on a replica set journals a write before it acknowledges it (w: majority);
+    the lab's SecantusDB syncs on commit so that a killed server keeps it too (without that,
+    the writes of the last seconds were gone after a SIGKILL)."""
+    name = unique("db")
+    c: MongoClient[dict[str, Any]] = MongoClient(lab_env.mongo_uri)
+    with c:
+        c[name].orders.insert_one({"_id": 1})
+        c[name].orders.update_one({"_id": 1}, {"$set": {"v": 2}})
+    lab_env.restart_mongo(hard=True)
+    c = MongoClient(lab_env.mongo_uri, serverSelectionTimeoutMS=30_000)
+    with c:
+        assert c[name].orders.find_one({"_id": 1}) == {"_id": 1, "v": 2}
+
+
+def changes(stream: Any, n: int, deadline_s: float = 20.0) -> list[int]:
+    """The documentKey ids of the next ``n`` changes (fewer if the deadline passes)."""
+    found: list[int] = []
+    deadline = time.monotonic() + deadline_s
+    while len(found) < n and time.monotonic() < deadline:
+        change = stream.try_next()
+        if change is not None:
+            found.append(change["documentKey"]["_id"])
+    return found
+
+
+@pytest.mark.parametrize("hard", [True, False], ids=["kill-9", "clean"])
+def test_a_change_stream_resumes_across_a_restart_losing_nothing(
+    lab_env: LocalEnvironment, hard: bool
+) -> None:
+    name = unique("db")
+    c: MongoClient[dict[str, Any]] = MongoClient(lab_env.mongo_uri, heartbeatFrequencyMS=500)
+    with c:
+        orders = c[name].create_collection("orders")
+        with orders.watch(max_await_time_ms=250) as live:
+            orders.insert_many([{"_id": i} for i in range(5)])
+            assert changes(live, 2) == [0, 1]
+            token = live.resume_token
+            lab_env.restart_mongo(hard=hard)
+            orders.insert_many([{"_id": i} for i in range(5, 8)])
+            # The open stream, resumed by the driver from the last token it saw.
+            assert changes(live, 6) == [2, 3, 4, 5, 6, 7]
+        # A new stream from the token saved before the restart.
+        with orders.watch(resume_after=token, max_await_time_ms=250) as resumed:
+            assert changes(resumed, 6) == [2, 3, 4, 5, 6, 7]
+
+
+def test_a_resume_point_pruned_from_the_oplog_is_history_lost(lab_env: LocalEnvironment) -> None:
+    """replSetResizeOplog (emulated by the lab's server) prunes the oldest entries; a resume from
+    one of them is SecantusDB's own ChangeStreamHistoryLost."""
+    name = unique("db")
+    c: MongoClient[dict[str, Any]] = MongoClient(lab_env.mongo_uri)
+    with c:
+        before = oplog_size_mb(lab_env.mongo_uri)
+        orders = c[name].create_collection("orders")
+        behind = orders.watch(max_await_time_ms=250)  # open, and left behind
+        with orders.watch(max_await_time_ms=250) as stream:
+            orders.insert_one({"_id": 0})
+            assert changes(stream, 1) == [0]
+            token = stream.resume_token
+        try:
+            reply = c.admin.command({"replSetResizeOplog": 1, "size": 0.5})
+            assert reply["maxEntries"] == 32
+            orders.insert_many([{"_id": i} for i in range(1, 100)])
+            with pytest.raises(OperationFailure) as lost:
+                orders.watch(resume_after=token)
+            assert lost.value.code == 286
+            # A stream still open whose next changes were pruned ends so too (the lab's
+            # server: SecantusDB's own read on past the gap) - not silently at change 68.
+            with pytest.raises(OperationFailure) as lost_live:
+                changes(behind, 100)
+            assert lost_live.value.code == 286
+            behind.close()
+            # Pruned as it grows: every third entry (a tenth of the cap), the oplog is cut back
+            # to its cap - the rows a write is still making are cut at the next prune.
+            for i in range(100, 104):
+                orders.insert_one({"_id": i})
+            assert c.local["oplog.rs"].count_documents({}) <= 32 + 32 // 10
+        finally:
+            c.admin.command({"replSetResizeOplog": 1, "size": before})
+        assert oplog_size_mb(lab_env.mongo_uri) == before
+        with pytest.raises(OperationFailure) as bad:
+            c.admin.command({"replSetResizeOplog": 1, "size": 0})
+        assert "size" in str(bad.value)

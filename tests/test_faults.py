@@ -5,10 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.faults.base import END, START, Target
+import pytest
+
+from harness.faults.base import END, START, FieldErrors, Target
 from harness.faults.families.broker import Do
 from harness.faults.families.mongo import OFF as FAILPOINT_OFF
 from harness.faults.families.mongo import ON as FAILPOINT_ON
+from harness.faults.families.mongo_restart import START_MONGO, STOP_MONGO
+from harness.faults.families.oplog import OFF as OPLOG_OFF
+from harness.faults.families.oplog import ON as OPLOG_ON
 from harness.faults.kinds import parse_fault
 from harness.faults.nemesis import Nemesis
 from harness.faults.schedule import describe, plan
@@ -100,6 +105,33 @@ def test_windows_open_and_close_around_their_action() -> None:
         (START, 100), (END, 150)
     ]  # fmt: skip
     assert crash.steps == ()  # armed inside the runtime instead
+
+
+def test_a_mongodb_restart_and_an_oplog_shrink_expand_into_their_steps() -> None:
+    bounce, down, small = plan(
+        scenario(1, [
+            {"kind": "mongo-restart", "at": 2},
+            {"kind": "mongo-restart", "at": 3, "hard": True, "down_for": 5},
+            {"kind": "oplog-shrink", "at": 4, "size_mb": 0.5, "duration": 10},
+        ]).faults,
+        1,
+    )  # fmt: skip
+    assert [s.action for s in bounce.steps] == [START, STOP_MONGO, END]
+    assert [(s.action, s.after) for s in down.steps] == [
+        (START, 0), (STOP_MONGO, 0), (START_MONGO, 5), (END, 0)
+    ]  # fmt: skip
+    assert [(s.action, s.after) for s in small.steps] == [
+        (START, 0), (OPLOG_ON, 0), (OPLOG_OFF, 10), (END, 0)
+    ]  # fmt: skip
+
+
+def test_a_mongodb_left_down_must_be_killed_and_an_oplog_must_have_a_size() -> None:
+    with pytest.raises(FieldErrors) as left_down:
+        parse_fault({"kind": "mongo-restart", "at": 1, "down_for": 4}, "m")
+    assert "hard: true" in str(left_down.value)
+    with pytest.raises(FieldErrors) as sizeless:
+        parse_fault({"kind": "oplog-shrink", "at": 1, "size_mb": 0, "duration": -1}, "o")
+    assert "size_mb" in str(sizeless.value) and "duration" in str(sizeless.value)
 
 
 def test_a_burst_past_a_smaller_workload_ends_when_production_does(tmp_path: Path) -> None:

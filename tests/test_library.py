@@ -14,7 +14,10 @@ from pymongo import MongoClient
 from harness.environment import LocalEnvironment
 from harness.faults.schedule import describe, plan
 from harness.history import EventKind, read_history, written_again
-from harness.kafka import admin
+from harness.kafka import admin, read_topic
+from harness.outbox.relay import target
+from harness.outbox.writer import read_written
+from harness.pipeline.runtime import RuntimeConfig
 from harness.scenario import load_scenario
 from harness.workload.ledger import read_ledger
 from harness.workload.producer import aborted_ledger
@@ -48,12 +51,46 @@ def replayed_by_crashes(row: dict[str, Any]) -> int:
     return total
 
 
+def assert_stages_add_up(row: dict[str, Any]) -> None:
+    """Every outbox entry written was published or lost at publish, and every entry published
+    was stored or lost downstream."""
+    published, variant = row["relay"]["published"], row["variant"]
+    assert published["unique_in_sink"] + published["lost"] == row["expected"], variant
+    assert row["unique_in_sink"] + row["lost"] == row["expected"], variant
+    assert row["unique_in_sink"] <= published["unique_in_sink"], variant
+
+
+def assert_relay_crash_holds(rows: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """outbox-relay-crash: three kills of each relay between publish and token save; the naive
+    and idempotent relays publish copies (stored again by the naive sink), the transactional
+    one none."""
+    for (_, variant), r in rows.items():
+        assert r["crashes"] == 3, variant
+        copies = (r["relay"]["published"]["duplicates"], r["duplicates"])
+        if variant == "transactional":
+            assert copies == (0, 0) and r["lost"] == 0
+        else:
+            assert copies[0] > 0 and copies[1] > 0, variant
+
+
+def lost_at_publish(env: LocalEnvironment, row: dict[str, Any], topics: list[str]) -> list[Any]:
+    """The ledger's entries that are in none of the relay's target topics, read back here."""
+    config = RuntimeConfig.load(str(Path(row["directory"]) / "runtime.json"))
+    published = {
+        json.loads(r.value)["_id"]
+        for topic in topics
+        for r in read_topic(env.kafka_bootstrap, target(config, topic), contents=True)
+        if r.value is not None
+    }
+    return [e for e in read_written(Path(row["ledger"])) if e.entry_id not in published]
+
+
 def test_the_library_has_every_scenario_the_issue_names() -> None:
     assert {p.stem for p in LIBRARY} >= {
         "baseline", "cdc-crash-before-ack", "msk-rolling-upgrade", "commit-failure-window",
         "mongo-partition", "concurrent-duplicates", "producer-resend", "poison-records",
         "commit-failure-storm", "producer-exactly-once", "processed-log-crash",
-        "outbox-push-shape", "outbox-relay-crash",
+        "outbox-push-shape", "outbox-relay-crash", "outbox-server-restarts", "outbox-history-lost",
     }  # fmt: skip
     for path in LIBRARY:
         scenario = load_scenario(path)
@@ -129,14 +166,9 @@ def test_a_library_scenario_holds_its_expectations(
                     assert len(writes) == 2 and writes[0].t < crash.t < writes[1].t, variant
                     assert writes[0].offsets == writes[1].offsets and writes[0].offsets, variant
                     assert writes[0].count == writes[1].count, variant
-    if name in ("outbox-push-shape", "outbox-relay-crash"):
-        for (_, variant), r in rows.items():
-            published = r["relay"]["published"]
-            # The stages add up: every entry written was published or lost at publish, and
-            # every entry published was stored or lost downstream.
-            assert published["unique_in_sink"] + published["lost"] == r["expected"], variant
-            assert r["unique_in_sink"] + r["lost"] == r["expected"], variant
-            assert r["unique_in_sink"] <= published["unique_in_sink"], variant
+    if name.startswith("outbox-"):
+        for r in rows.values():
+            assert_stages_add_up(r)
     if name == "outbox-push-shape":
         pushed = [
             line
@@ -147,9 +179,19 @@ def test_a_library_scenario_holds_its_expectations(
         for relay in ("naive", "idempotent", "transactional"):
             assert rows[("relay", relay)]["relay"]["published"]["lost"] == 0, relay
     if name == "outbox-relay-crash":
+        assert_relay_crash_holds(rows)
+    if name == "outbox-history-lost":
+        outbox = load_scenario(path).outbox
+        assert outbox is not None
         for (_, variant), r in rows.items():
-            assert r["crashes"] == 3, variant
-        assert rows[("relay", "transactional")]["relay"]["published"]["duplicates"] == 0
+            assert r["crashes"] == 1 and r["relay"]["history_lost"] >= 1, variant
+            # Never silently: every entry lost at publish was acknowledged before a gap the
+            # relay reported (it then read on from the present), none after its last.
+            lost = lost_at_publish(scenario_env, r, list(outbox.topics))
+            assert len(lost) == r["relay"]["published"]["lost"] > 0, variant
+            events = read_history(Path(r["directory"]) / "history")
+            last_gap = max(e.t for e in events if e.kind is EventKind.HISTORY_LOST)
+            assert all(e.acked_at <= last_gap for e in lost), variant
     if name == "processed-log-crash":  # seed 004's log against seed 001's
         for (_, variant), r in rows.items():
             assert r["crashes"] == 2, variant
@@ -238,6 +280,21 @@ def test_a_library_scenario_holds_its_expectations(
     assert (out / "timeline.png").stat().st_size > 10_000
     cases = ET.parse(out / "junit.xml").getroot().iter("testcase")
     assert sum(1 for _ in cases) == len(rows)
+
+
+@pytest.mark.parametrize("seed", [32, 33])
+def test_the_relay_crash_holds_over_other_seeds(
+    scenario_env: LocalEnvironment, tmp_path: Path, seed: int
+) -> None:
+    """outbox-relay-crash's claim over three seeds: its own (31, in the library test) and these."""
+    path = Path("scenarios/outbox-relay-crash.yaml")
+    result, report = run_cli(scenario_env, tmp_path / "run", "run", str(path), "--seed", str(seed))
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert report["seed"] == seed
+    rows = {(r["runtime"], r["variant"]): r for r in report["results"]}
+    assert_relay_crash_holds(rows)
+    for r in rows.values():
+        assert_stages_add_up(r)
 
 
 def test_the_matrix_runs_several_scenarios_on_one_environment(

@@ -41,7 +41,7 @@ def outputs(notebook: Path) -> str:
 
 
 def test_the_notebooks_are_committed_without_outputs() -> None:
-    assert [p.stem[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05"]
+    assert [p.stem[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06"]
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
         code = [c for c in nb.cells if c.cell_type == "code"]
@@ -63,7 +63,7 @@ def test_every_notebook_runs_and_its_expectations_hold(
         timeout=1800, cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert "5 of 5 notebooks passed" in result.stdout
+    assert "6 of 6 notebooks passed" in result.stdout
     for path in NOTEBOOKS:
         recorded = json.loads((out / path.stem / "results.json").read_text())
         assert recorded["passed"] and len(recorded["expectations"]) >= 2, path.stem

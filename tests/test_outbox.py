@@ -3,10 +3,14 @@ writes, each relay finds the entries its shape handling finds, a scenario is ref
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from harness.environment import LocalEnvironment
 from harness.errors import BadInput
 from harness.outbox.relays import make_relay
+from harness.outbox.run import run_outbox
 from harness.outbox.workload import OutboxSpec, WriteOp, generate_writes
 from harness.scenario import ScenarioError, parse_scenario
 
@@ -71,3 +75,25 @@ def test_relays_and_relay_crashes_need_an_outbox_and_bad_fields_are_all_named() 
                 "faults": [{"kind": "consumer-crash", "point": "after_publish_before_token"}],
             }
         )
+
+
+@pytest.mark.servers
+def test_a_users_own_relay_runs_as_a_relay_process_and_its_losses_are_counted(
+    scenario_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    """``module:callable`` in ``relays:``: the relay process imports it from where this process
+    found it, and the stages count what it does - here, the entries after each change's first."""
+    scenario = parse_scenario({
+        "name": "user-relay", "seed": 3, "outbox": {"writes": 60, "documents": 20},
+        "relays": ["tests.custom_relay:FirstEntryRelay", "naive"], "variants": ["idempotent"],
+        "faults": [{"kind": "relay-crash", "at_change": 20}],
+    })  # fmt: skip
+    results = {r.variant: r for r in run_outbox(scenario_env, scenario, tmp_path, progress=print)}
+    mine, naive = results["first-entry"], results["naive"]
+    assert mine.crashes == naive.crashes == 1
+    assert mine.relay is not None and naive.relay is not None
+    # What the workload wrote beyond each change's first entry, and nothing else, never left.
+    assert scenario.outbox is not None
+    extra = sum(len(w.entries) - 1 for w in generate_writes(scenario.outbox, 3))
+    assert mine.relay.published.lost == extra > 0
+    assert naive.relay.published.lost == 0

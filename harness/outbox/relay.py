@@ -22,6 +22,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -121,18 +122,45 @@ def save(
     producer.commit_transaction()
 
 
+@dataclass(frozen=True)
+class Lost:
+    """A resume point the oplog no longer holds: the token, and MongoDB's answer."""
+
+    token: Mapping[str, Any] | None
+    error: OperationFailure
+
+
 def open_stream(
-    source: Collection[Any], token: Mapping[str, Any] | None, history: HistoryWriter
-) -> CollectionChangeStream[Any]:
+    source: Collection[Any], token: Mapping[str, Any] | None
+) -> CollectionChangeStream[Any] | Lost:
+    """The change stream from ``token`` (from now if None), or why it cannot be resumed."""
     try:
         return source.watch(resume_after=token, max_await_time_ms=250)
     except OperationFailure as exc:
         if exc.code != HISTORY_LOST:
             raise
-    # The resume point fell out of the oplog: the changes between it and now are gone from the
-    # stream. Said in the history (and counted by the lab), then relayed from the present on.
-    history.record(EventKind.HISTORY_LOST, detail=f"resume token {token}: ChangeStreamHistoryLost")
-    return source.watch(max_await_time_ms=250)
+        return Lost(token, exc)
+
+
+def from_now(
+    source: Collection[Any], producer: Producer, tokens: Tokens, history: HistoryWriter, lost: Lost
+) -> CollectionChangeStream[Any]:
+    """After a lost resume point: a stream from the present, then HISTORY_LOST in the history
+    (so that every change acknowledged before that event and not relayed is the gap's, and
+    everything after it is read), its position saved at once. The changes between the lost
+    point and now are gone from the stream: the lab counts them, lost at publish. If the
+    application's end marker is already written, it lies behind with them: the relay has nothing
+    more to relay of the run, and says so (the lab's wait loop reads that COMMIT)."""
+    stream = source.watch(max_await_time_ms=250)
+    details = lost.error.details or {}
+    history.record(
+        EventKind.HISTORY_LOST,
+        detail=f"resume token {lost.token}: {details.get('codeName', lost.error)}",
+    )
+    save(producer, tokens, stream.resume_token)
+    if source.find_one({"_id": END_ID}, {"_id": 1}) is not None:
+        history.record(EventKind.COMMIT, offsets=RELAYED, detail="the end marker is behind")
+    return stream
 
 
 def run(config: RuntimeConfig) -> None:
@@ -156,18 +184,32 @@ def run(config: RuntimeConfig) -> None:
         producer.init_transactions()  # fences a killed predecessor, aborting its transaction
     token = tokens.load()
     changes = 0
-    with client, open_stream(source, token, history) as stream:
+    opened = open_stream(source, token)
+    if isinstance(opened, Lost):
+        stream = from_now(source, producer, tokens, history, opened)
+    else:
+        stream = opened
         if token is None:
             # The stream's position before any change is saved at once: a relay killed before
             # its first change resumes from here, not from whatever is "now" when it restarts.
             save(producer, tokens, stream.resume_token)
+    try:
         # Only now: the lab starts the application once every relay listens.
         history.record(
             EventKind.RUNTIME_START,
             detail=f"pid {os.getpid()}, {'resumed' if token else 'a new'} change stream",
         )
         while not stop:
-            change = stream.try_next()
+            try:
+                change = stream.try_next()
+            except OperationFailure as exc:
+                # A live stream's position pruned from the oplog (it fell behind, or its
+                # resume after a lost connection came too late): as at the start.
+                if exc.code != HISTORY_LOST:
+                    raise
+                stream.close()
+                stream = from_now(source, producer, tokens, history, Lost(stream.resume_token, exc))
+                continue
             if change is None:
                 continue
             changes += 1
@@ -188,6 +230,9 @@ def run(config: RuntimeConfig) -> None:
             # "position 1 of the one-partition 'stream'" (harness.outbox.run).
             done = (change.get("documentKey") or {}).get("_id") == END_ID
             history.record(EventKind.COMMIT, batch=changes, offsets=RELAYED if done else {})
+    finally:
+        stream.close()
+        client.close()
     history.record(EventKind.RUNTIME_EXIT, detail="stopped")
 
 

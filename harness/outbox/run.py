@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.runtimes import CommitFailureVia, Runtime
 from harness.pipeline.sink import database_for, prepare_sink, read_sink, slug
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
-from harness.pipeline.variants import Variant, WriteContext, make_variant
+from harness.pipeline.variants import Variant, WriteContext, import_path, make_variant
 from harness.readiness import NotReady, wait_for
 from harness.results import UntimedFault, VariantResult
 from harness.run_loop import ProducerThread, Progress, Watch, wait_until_consumed
@@ -125,6 +125,7 @@ def run_outbox(
             lambda: dict(RELAYED),
             scenario.pipeline.timeout_s,
             progress,
+            _relayed,
         )
     finally:
         writer.stop()
@@ -140,6 +141,15 @@ def run_outbox(
         topics = [t for lane in lanes for t in _topics(lane.config, outbox)]
         delete_topics(env.kafka_bootstrap, topics)
     return results
+
+
+def _relayed(watches: Sequence[Watch], targets: dict[int, int] | None) -> str:
+    """The wait loop's progress line: which relays have relayed the application's end."""
+    state = ", ".join(
+        f"{w.label} {'yes' if sum(w.committed.values()) else 'not yet'}" for w in watches
+    )
+    writing = "" if targets else " (the application is still writing)"
+    return f"    relayed the application's end marker{writing}: {state}"
 
 
 def _await_listening(lanes: list[_RelayLane], timeout: float = 60.0) -> None:
@@ -186,6 +196,7 @@ def _lane(
         variant_options=spec.options,
         run_dir=str(run_dir),
         crash_plans=scenario.crash_plans,
+        import_path=import_path(spec.name, spec.options),  # a user's relay, for the process
     )
     for topic in _topics(config, scenario.outbox):
         create_topic(
@@ -228,8 +239,8 @@ def _write(
             cleanup=outbox.cleanup,
             rate=outbox.rate,
             stop=stop,
+            on_ack=on_ack,
         )
-    on_ack(written)
     return ProduceSummary(written, written, 0, time.monotonic() - started)
 
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import csv
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
 from pymongo.collection import Collection
+from pymongo.errors import DuplicateKeyError
 
 from harness.outbox.workload import OutboxWrite, WriteOp
 
@@ -51,19 +52,37 @@ def read_written(path: Path) -> Iterator[WrittenEntry]:
 
 
 def apply(orders: Collection[dict[str, Any]], write: OutboxWrite) -> None:
-    """One application write, in its shape."""
+    """One application write, in its shape, applied at most once.
+
+    Each write stamps the order with its ``seq`` and updates only an order stamped with an
+    earlier one: SecantusDB keeps its retryable-write records in memory, so a driver's retry of
+    a write MongoDB applied just before it was killed (mongo-restart) is applied again - a
+    ``$push`` would push its entries twice, an insert fail on its ``_id``. A real mongod answers
+    such a retry from its record; the stamp makes the application's writes say the same
+    wherever they run."""
     outbox = [e.document() for e in write.entries]
     key = {"_id": write.order_id}
+    fields = {"status": write.status, "seq": write.seq}
+    newer = {**key, "seq": {"$lt": write.seq}}
     if write.op is WriteOp.INSERT:
-        orders.insert_one({**key, "status": write.status, "outbox": outbox})
+        insert_once(orders, {**key, **fields, "outbox": outbox})
     elif write.op is WriteOp.REPLACE:
-        orders.replace_one(key, {"status": write.status, "outbox": outbox})
+        orders.replace_one(newer, {**fields, "outbox": outbox})
     elif write.op is WriteOp.SET:
-        orders.update_one(key, {"$set": {"status": write.status, "outbox": outbox}})
+        orders.update_one(newer, {"$set": {**fields, "outbox": outbox}})
     else:
-        orders.update_one(
-            key, {"$set": {"status": write.status}, "$push": {"outbox": {"$each": outbox}}}
-        )
+        orders.update_one(newer, {"$set": fields, "$push": {"outbox": {"$each": outbox}}})
+
+
+def insert_once(orders: Collection[dict[str, Any]], document: dict[str, Any]) -> None:
+    """Insert ``document``; one already there (the same insert, retried) is this one."""
+    try:
+        orders.insert_one(document)
+    except DuplicateKeyError:
+        if orders.find_one({"_id": document["_id"]}, {"seq": 1}) != {
+            "_id": document["_id"], "seq": document.get("seq")
+        }:  # fmt: skip
+            raise
 
 
 def write_all(
@@ -74,9 +93,11 @@ def write_all(
     cleanup: bool,
     rate: float = 0.0,
     stop: threading.Event | None = None,
+    on_ack: Callable[[int], None] = lambda _written: None,
 ) -> int:
     """Apply ``writes`` in order (``rate`` per second, 0: as fast as they go), ledgering each
-    entry once its write is acknowledged; then the end marker. Returns the entries written."""
+    entry once its write is acknowledged (``on_ack``: the entries written so far, after each
+    write); then the end marker. Returns the entries written."""
     started = time.monotonic()
     written = 0
     ledger.parent.mkdir(parents=True, exist_ok=True)
@@ -100,7 +121,8 @@ def write_all(
                     )
                 )  # fmt: skip
                 written += 1
+            on_ack(written)
             if cleanup:  # seed 003's cleanup: the outbox is emptied once written
                 orders.update_one({"_id": write.order_id}, {"$unset": {"outbox": ""}})
-    orders.insert_one({"_id": END_ID, "end": True})
+    insert_once(orders, {"_id": END_ID, "seq": None, "end": True})
     return written

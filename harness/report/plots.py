@@ -41,6 +41,7 @@ NAMES = {"duplicate": "duplicates", "lost": "lost", "stale": "stale"}
 FAIL_COLOR = "#C62828"
 BROKER_ERROR_COLOR = "#6A1B9A"
 COMMIT_FAILED_COLOR = "0.25"
+HISTORY_LOST_COLOR = "#C44E52"  # a relay's lost resume point: a loss, in the losses' red family
 WINDOW_COLORS = ("#4C72B0", "#55A868", "#8172B2", "#CCB974", "#64B5CD", "#DD8452")
 # Each anomaly kind has its own lane in a variant's row: a burst of duplicates stays visible
 # next to a loss at the same moment.
@@ -174,6 +175,11 @@ def _timeline_panel(ax: Axes, rows: Sequence[TimelineRow], colors: dict[str, str
             ts = list(row.commit_failures)
             ax.scatter(ts, [y + 0.38] * len(ts), marker="x", s=14, color=COMMIT_FAILED_COLOR,
                        lw=0.9, alpha=0.7, zorder=3)  # fmt: skip
+            times += ts
+        if row.history_lost:
+            ts = list(row.history_lost)
+            ax.scatter(ts, [y] * len(ts), marker="D", s=46, color=HISTORY_LOST_COLOR,
+                       edgecolors="white", lw=0.8, zorder=5)  # fmt: skip
             times += ts
         for kind in KINDS:
             ts = row.times(kind)
@@ -332,6 +338,10 @@ def _timeline_legend(rows: Sequence[TimelineRow]) -> list[Line2D | Patch]:
         (
             any(r.commit_failures for r in rows),
             mark("x", COMMIT_FAILED_COLOR, "offset commit failed (the consumer's answer)", 6),
+        ),
+        (
+            any(r.history_lost for r in rows),
+            mark("D", HISTORY_LOST_COLOR, "resume point gone from the oplog (286)", 7),
         ),
         (
             any(r.windows for r in rows),

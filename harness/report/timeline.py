@@ -7,7 +7,8 @@
   that no crash point explains; restarts - a consumer's RUNTIME_START after its first;
 * anomalies - each at the time the checker gives it (a duplicate copy when it was written, a
   lost change when it was acked, a stale order at its last ack), in the fault window the
-  checker named or, failing that, the first window of the history containing it;
+  checker named or, failing that, the first window of the history containing it (an outbox
+  relay's row: its published stage's, where the relay made them);
 * throughput - records written per second (WRITTEN counts) and acked per second (ledger).
 """
 
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness.checker import Verdict
 from harness.history import EventKind, FaultWindow, HistoryEvent, fault_windows
 from harness.results import ScenarioResult, VariantResult
 
@@ -101,6 +103,7 @@ class TimelineRow:
     idle: tuple[tuple[float, float], ...]  # stretches in which no batch was in hand
     broker_errors: tuple[BrokerError, ...]
     commit_failures: tuple[float, ...]  # when a consumer heard that its commit failed
+    history_lost: tuple[float, ...]  # when a relay found its resume point gone from the oplog
     counts: dict[str, int]  # duplicate/lost/stale as the checker counted them (all of them)
 
     def times(self, kind: str) -> list[float]:
@@ -249,9 +252,16 @@ def idle_stretches(v: VariantResult, t0: float, at_least: float) -> list[tuple[f
     return found
 
 
+def drawn(v: VariantResult) -> Verdict:
+    """The verdict a row draws: an outbox relay's published stage (its copies at the time it
+    published them, its losses when the entry was written - where the relay made them; the
+    sink stores the topics after the relays are done), else the variant's own."""
+    return v.relay.published if v.relay is not None else v.verdict
+
+
 def anomaly_marks(v: VariantResult, windows: Sequence[FaultWindow], t0: float) -> tuple[Mark, ...]:
     marks = []
-    for a in v.verdict.anomalies:
+    for a in drawn(v).anomalies:
         t = a.at - t0
         window = a.window or next((w.name for w in windows if w.contains(t)), None)
         marks.append(Mark(a.kind, t, window))
@@ -264,7 +274,7 @@ def timeline_row(v: VariantResult, t0: float) -> TimelineRow:
     end = t0 + span[1] if span else None
     windows = windows_of(events, t0, end)
     return TimelineRow(
-        label=v.label,
+        label=v.label + (" (published)" if v.relay is not None else ""),
         group=v.group,
         span=span,
         windows=windows,
@@ -277,10 +287,11 @@ def timeline_row(v: VariantResult, t0: float) -> TimelineRow:
         idle=tuple(idle_stretches(v, t0, IDLE_S)),
         broker_errors=broker_errors(events, t0),
         commit_failures=tuple(e.t - t0 for e in events if e.kind is EventKind.COMMIT_FAILED),
+        history_lost=tuple(e.t - t0 for e in events if e.kind is EventKind.HISTORY_LOST),
         counts={
-            "duplicate": v.verdict.duplicates,
-            "lost": v.verdict.lost,
-            "stale": v.verdict.stale,
+            "duplicate": drawn(v).duplicates,
+            "lost": drawn(v).lost,
+            "stale": drawn(v).stale,
         },
     )
 

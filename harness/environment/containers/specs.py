@@ -39,7 +39,7 @@ from pathlib import Path
 from harness import jars
 from harness.environment.containers.images import IMAGE_HOME, IMAGE_PYTHON
 from harness.environment.local.kafka_node import CLUSTER_SETTINGS, HEAP, JVM_FLAGS, cluster_id
-from harness.environment.local.secantus import REPLICA_SET
+from harness.environment.local.secantus import REPLICA_SET, options
 from harness.environment.local.spark_standalone import WORKER_CORES, WORKER_MEMORY
 from harness.environment.process import SERVER_VAR
 from harness.environment.spark import WORKERS
@@ -148,9 +148,8 @@ class Topology:
     def mongo(self) -> ContainerSpec:
         port = self.ports["mongo"]
         argv = [IMAGE_PYTHON, "-m", "harness.environment.local.secantus_server",
-                "--config", str(self.directory / "secantusd.toml"), "--host", ANY,
-                "--port", str(port), "--storage-path", str(self.directory / "mongo"),
-                "--enable-test-commands", "--cache-size", "512M"]  # fmt: skip
+                *options(config=str(self.directory / "secantusd.toml"), host=ANY, port=port,
+                         storage_path=str(self.directory / "mongo"))]  # fmt: skip
         return ContainerSpec(
             "mongo",
             f"MongoDB replica set {REPLICA_SET} (SecantusDB)",

@@ -1,4 +1,5 @@
-"""SecantusDB's server, with its retryable-write records pruned from the oldest end.
+"""SecantusDB's server as the lab runs it: its retryable-write records pruned from the oldest
+end, and a ``replSetResizeOplog`` command (emulated).
 
 Why not ``secantusd-py`` as it is: SecantusDB 0.7.0b3 keeps a record of every retryable write
 (mongod's ``config.transactions``, so a driver's retry gets the original reply) for 30 minutes,
@@ -12,17 +13,38 @@ lifetime, cap and eviction order (a record re-stored under an existing key keeps
 may outlive its lifetime by as much; SecantusDB re-stores a key only when a client reuses a
 session's txnNumber for a different write). There is no newer release to take it from.
 
+A change stream that falls behind the oplog's oldest entry is ended with
+``ChangeStreamHistoryLost`` (286), as mongod ends it: SecantusDB 0.7.0b3 checks that only when a
+stream is opened or resumed from a token, and a stream already open read on from the oldest
+entry left, silently past the pruned ones. Measured here (outbox-history-lost, the suite's
+load): a transactional relay lagging 64+ entries behind lost 390 of 585 entries at publish with
+no error, where mongod would have ended its stream.
+
+``replSetResizeOplog`` is not SecantusDB's: it caps its oplog by entries (``--oplog-max-entries``,
+100,000 by default, 16 KiB an entry in its own ``collStats``) and has no command to change the
+cap. The lab adds one taking mongod's ``size`` (megabytes) and setting the cap to
+``size * 64`` entries, so that a fault can make a resume point fall out of the oplog - the
+``ChangeStreamHistoryLost`` a relay then gets is SecantusDB's own. Unlike mongod (which refuses
+a size under 990 MB), any positive size is taken: 0.5 keeps 32 entries.
+
     python -m harness.environment.local.secantus_server [secantusd-py options]
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any
 
-from secantus import cli, transactions
+from secantus import changestreams, cli, commands, storage, transactions
+from secantus.commands import CommandContext
+from secantus.storage import Storage
 from secantus.transactions import TransactionRegistry
 
 secantus_prune = TransactionRegistry._prune_retryable_locked  # the original, for the tests
+secantus_read_oplog_scan = Storage.read_oplog_scan
+ENTRIES_PER_MB = 1024 // 16  # SecantusDB's own size figure: 16 KiB an oplog entry
+PRUNE_EVERY = storage._OPLOG_PRUNE_INTERVAL  # SecantusDB prunes its oplog every 1,000 entries
 
 
 def prune_oldest(self: TransactionRegistry) -> None:
@@ -36,8 +58,54 @@ def prune_oldest(self: TransactionRegistry) -> None:
         del records[oldest]
 
 
+def resize_oplog(doc: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+    """``{replSetResizeOplog: 1, size: MB}``: the oplog's cap becomes ``size * 64`` entries, the
+    oldest above it are dropped at once, and (below 1,000 entries) pruning runs every tenth of
+    the cap rather than every 1,000 entries, so that the cap holds as a capped oplog's does."""
+    size = doc.get("size")
+    if isinstance(size, bool) or not isinstance(size, int | float) or size <= 0:
+        return {"ok": 0.0, "errmsg": f"size: a positive number of megabytes, got {size!r}",
+                "code": 2, "codeName": "BadValue"}  # fmt: skip
+    entries = max(1, int(size * ENTRIES_PER_MB))
+    ctx.storage.oplog_max_entries = entries
+    storage._OPLOG_PRUNE_INTERVAL = min(PRUNE_EVERY, max(1, entries // 10))
+    pruned = ctx.storage.prune_oplog()
+    return {"ok": 1.0, "maxEntries": entries, "pruned": int(pruned)}
+
+
+class PositionLost(changestreams.ChangeStreamFatalError):  # type: ignore[misc]  # untyped
+    """An open change stream's next entries were pruned (mongod: 286, not resumable)."""
+
+    code = changestreams.ChangeStreamHistoryLost.code
+    codeName = changestreams.ChangeStreamHistoryLost.codeName
+    error_labels: tuple[str, ...] = ()
+
+
+def read_oplog_checked(
+    self: Storage,
+    *,
+    start_seq: int,
+    limit: int,
+    ns_filter: Callable[[str], bool] | None = None,
+) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+    """SecantusDB's scan, and for a change stream's (the one caller passing ``ns_filter``) an
+    end if anything from ``start_seq`` on may have been pruned before the scan read it: the
+    oldest entry left is checked after the scan (pruning only ever raises it)."""
+    found: tuple[list[tuple[int, dict[str, Any]]], int] = secantus_read_oplog_scan(
+        self, start_seq=start_seq, limit=limit, ns_filter=ns_filter
+    )
+    if ns_filter is not None and start_seq < self.oplog_floor_seq():
+        raise PositionLost(
+            "the change stream's position is no longer in the oplog: the entries after it were "
+            "pruned before it read them"
+        )
+    return found
+
+
 def install() -> None:
     TransactionRegistry._prune_retryable_locked = prune_oldest
+    Storage.read_oplog_scan = read_oplog_checked
+    commands._HANDLERS["replSetResizeOplog"] = resize_oplog
 
 
 if __name__ == "__main__":

@@ -1,0 +1,91 @@
+"""MongoDB restarted under the run: stopped (SIGTERM, or SIGKILL when ``hard``), down for
+``down_for`` seconds, started again on the same address with its data. Every client's
+connections break; a change stream resumes from its token, a write is retried or fails."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from harness.environment import Component
+from harness.environment.base import BackendAbilities
+from harness.faults.base import (
+    END,
+    Actor,
+    Context,
+    Problem,
+    Setting,
+    Step,
+    Timed,
+    needs_server_control,
+    positive,
+)
+from harness.history import EventKind
+
+STOP_MONGO, START_MONGO = "stop-mongo", "start-mongo"
+
+
+@dataclass
+class _MongoActor(Actor):
+    fault: MongoRestart
+    context: Context
+    down: bool = False
+
+    @property
+    def about(self) -> str:
+        return "MongoDB"
+
+    def take(self, step: Step) -> None:
+        env = self.context.env
+        if step.action == STOP_MONGO:
+            how = "SIGKILL" if self.fault.hard else "SIGTERM"
+            self.context.record(EventKind.FAULT_STEP, self.fault, detail=f"MongoDB {how}")
+            if self.fault.down_for:
+                env.kill(Component.MONGO)  # down for a while: killed now, revived at START_MONGO
+                self.down = True
+            else:
+                env.restart(Component.MONGO, hard=self.fault.hard)  # returns once it is back
+        elif step.action == START_MONGO:
+            self.undo()
+        else:
+            super().take(step)
+
+    def undo(self) -> None:
+        if self.down:
+            self.context.env.revive(Component.MONGO)
+            self.down = False
+
+
+@dataclass(frozen=True)
+class MongoRestart(Timed):
+    """Restart MongoDB: SIGTERM (a clean shutdown) or SIGKILL when ``hard``, then start it again
+    at once - or, with ``down_for`` seconds (SIGKILL only), after that long. The window ends
+    once it is a writable primary again."""
+
+    kind: ClassVar[str] = "mongo-restart"
+    name: str
+    at: float | None = None
+    at_event: int | None = None
+    jitter: float = 0.0  # seconds added to the start, drawn from the seed
+    hard: bool = False
+    down_for: float = 0.0
+
+    def problems(self) -> list[Problem]:
+        found = self.trigger_problems() + positive("down_for", self.down_for, allow_zero=True)
+        if self.down_for and not self.hard:
+            found.append(("down_for", "a server left down is killed: add hard: true"))
+        return found
+
+    def steps(self, seed: int) -> tuple[Step, ...]:
+        start = (Step(START_MONGO, after=self.down_for),) if self.down_for else ()
+        return (self.opening(seed), Step(STOP_MONGO), *start, Step(END))
+
+    def actor(self, context: Context) -> Actor:
+        return _MongoActor(self, context)
+
+    def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
+        return needs_server_control(backend, "MongoDB")
+
+    @classmethod
+    def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
+        return {**cls.when(at, at_event), "hard": True}
