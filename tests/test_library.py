@@ -3,6 +3,7 @@ hold, and what each seed's incident should show, shows."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -63,14 +64,22 @@ def assert_stages_add_up(row: dict[str, Any]) -> None:
 def assert_relay_crash_holds(rows: dict[tuple[str, str], dict[str, Any]]) -> None:
     """outbox-relay-crash: three kills of each relay between publish and token save; the naive
     and idempotent relays publish copies (stored again by the naive sink), the transactional
-    one none."""
+    one none - and each kill of a naive or idempotent relay is followed by copies of its own,
+    published (the records' own timestamps) before the next kill."""
     for (_, variant), r in rows.items():
         assert r["crashes"] == 3, variant
         copies = (r["relay"]["published"]["duplicates"], r["duplicates"])
         if variant == "transactional":
             assert copies == (0, 0) and r["lost"] == 0
-        else:
-            assert copies[0] > 0 and copies[1] > 0, variant
+            continue
+        assert copies[0] > 0 and copies[1] > 0, variant
+        events = read_history(Path(r["directory"]) / "history")
+        kills = [*sorted(e.t for e in events if e.kind is EventKind.CRASH), float("inf")]
+        published_copies = [
+            a["at"] for a in r["relay"]["published"]["anomalies"] if a["kind"] == "duplicate"
+        ]
+        for kill, next_kill in itertools.pairwise(kills):
+            assert any(kill < t <= next_kill for t in published_copies), (variant, kill)
 
 
 def lost_at_publish(env: LocalEnvironment, row: dict[str, Any], topics: list[str]) -> list[Any]:
