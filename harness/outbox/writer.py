@@ -22,7 +22,7 @@ from harness.outbox.workload import OutboxWrite, WriteOp
 
 SOURCE = "orders"  # the business collection, in the run's application database
 END_ID = 0  # the document the application writes last: relays that relayed it are done
-COLUMNS = ("seq", "entry_id", "order_id", "version", "op", "target_topic", "acked_at")
+COLUMNS = ("seq", "entry_id", "order_id", "version", "op", "target_topic", "sent_at", "acked_at")
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,8 @@ class WrittenEntry:
     version: int
     op: WriteOp
     target_topic: str
-    acked_at: float  # unix time MongoDB acknowledged the write
+    sent_at: float  # unix time the write was sent: it cannot have been applied before
+    acked_at: float  # unix time MongoDB acknowledged the write (applied some time before)
 
 
 def read_written(path: Path) -> Iterator[WrittenEntry]:
@@ -44,10 +45,10 @@ def read_written(path: Path) -> Iterator[WrittenEntry]:
             raise ValueError(f"{path} is not an outbox ledger (header {header})")
         for row in reader:
             if len(row) == len(COLUMNS):  # a torn last line is not a row
-                seq, entry_id, order_id, version, op, topic, acked_at = row
+                seq, entry_id, order_id, version, op, topic, sent_at, acked_at = row
                 yield WrittenEntry(
                     int(seq), entry_id, int(order_id), int(version), WriteOp(op), topic,
-                    float(acked_at),
+                    float(sent_at), float(acked_at),
                 )  # fmt: skip
 
 
@@ -109,6 +110,7 @@ def write_all(
                 break
             if rate > 0 and (lag := started + n / rate - time.monotonic()) > 0:
                 time.sleep(lag)  # pacing, not waiting for a condition
+            sent = time.time()
             apply(orders, write)
             acked = time.time()
             for e in write.entries:
@@ -116,7 +118,7 @@ def write_all(
                     astuple(
                         WrittenEntry(
                             write.seq, e.entry_id, e.order_id, e.version, write.op,
-                            e.target_topic, acked,
+                            e.target_topic, sent, acked,
                         )
                     )
                 )  # fmt: skip

@@ -40,11 +40,12 @@ class _MongoActor(Actor):
         if step.action == STOP_MONGO:
             how = "SIGKILL" if self.fault.hard else "SIGTERM"
             self.context.record(EventKind.FAULT_STEP, self.fault, detail=f"MongoDB {how}")
+            self.down = True  # until it is back: an interrupted restart is undone too
             if self.fault.down_for:
                 env.kill(Component.MONGO)  # down for a while: killed now, revived at START_MONGO
-                self.down = True
             else:
                 env.restart(Component.MONGO, hard=self.fault.hard)  # returns once it is back
+                self.down = False
         elif step.action == START_MONGO:
             self.undo()
         else:
@@ -52,6 +53,9 @@ class _MongoActor(Actor):
 
     def undo(self) -> None:
         if self.down:
+            # Whatever state a stop or start was left in (a Ctrl-C mid-restart): none left,
+            # then one started and ready.
+            self.context.env.kill(Component.MONGO)
             self.context.env.revive(Component.MONGO)
             self.down = False
 
