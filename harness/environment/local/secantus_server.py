@@ -67,6 +67,10 @@ def resize_oplog(doc: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
         return {"ok": 0.0, "errmsg": f"size: a positive number of megabytes, got {size!r}",
                 "code": 2, "codeName": "BadValue"}  # fmt: skip
     entries = max(1, int(size * ENTRIES_PER_MB))
+    # SecantusDB prunes by its running count of entries, not by a count of them: recounted
+    # here (suspected, not yet shown: in one fresh-clone suite the cap did not hold after a
+    # shrink, in an environment that had run many transactions before).
+    ctx.storage._oplog_live_count = ctx.storage._count_oplog_rows()
     ctx.storage.oplog_max_entries = entries
     storage._OPLOG_PRUNE_INTERVAL = min(PRUNE_EVERY, max(1, entries // 10))
     pruned = ctx.storage.prune_oplog()
