@@ -22,10 +22,12 @@ ON, OFF = "oplog-shrink", "oplog-restore"
 MB = 1024 * 1024
 
 
-def _resize(uri: str, size_mb: float) -> dict[str, Any]:
+def _resize(uri: str, size_mb: float) -> tuple[float, dict[str, Any]]:
+    """Resize the oplog; its size before (megabytes) and the server's reply."""
     client: MongoClient[dict[str, Any]] = MongoClient(uri)
     with client:
-        return client.admin.command({"replSetResizeOplog": 1, "size": size_mb})
+        before = float(client.local["oplog.rs"].options()["size"]) / MB
+        return before, client.admin.command({"replSetResizeOplog": 1, "size": size_mb})
 
 
 def oplog_size_mb(uri: str) -> float:
@@ -48,8 +50,7 @@ class _OplogActor(Actor):
     def take(self, step: Step) -> None:
         uri = self.context.env.mongo_uri
         if step.action == ON:
-            self.before = oplog_size_mb(uri)
-            reply = _resize(uri, self.fault.size_mb)
+            self.before, reply = _resize(uri, self.fault.size_mb)
             self.context.record(
                 EventKind.FAULT_STEP,
                 self.fault,
