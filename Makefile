@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.chaoslab-installed
 
-.PHONY: demo test lint format bench lab clean
+.PHONY: demo test lint format bench soak lab clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -77,6 +77,12 @@ bench: $(STAMP) jars
 	$(BIN)/python tests/benchmarks/bench_runtimes.py
 	$(BIN)/python tests/benchmarks/bench_mongo_writes.py
 	$(BIN)/python tests/benchmarks/bench_containers.py
+
+# Every library scenario SOAK times with different seeds (default 10), and how often each
+# variant's expectations held: false alarms and detections (chaoslab matrix --repeat).
+SOAK ?= 10
+soak: $(STAMP) jars
+	$(BIN)/chaoslab matrix --repeat $(SOAK)
 
 lab: $(STAMP) jars
 	$(BIN)/jupyter lab --ip 127.0.0.1 --notebook-dir notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)

@@ -32,10 +32,17 @@ from harness.environment.containers.engine import engine_for_building, engine_pr
 from harness.environment.signals import stop_on_termination
 from harness.errors import BadInput, LabError
 from harness.repair import add_repair_parser
-from harness.report import render_matrix_table, render_table, write_matrix_report, write_report
+from harness.report import (
+    render_matrix_table,
+    render_soak_table,
+    render_table,
+    write_matrix_report,
+    write_report,
+)
 from harness.results import RESULTS, ScenarioResult
 from harness.runner import run_scenario
 from harness.scenario import Scenario, load_scenario, runnable
+from harness.soak import soak_cells
 
 
 def say(message: str) -> None:
@@ -259,15 +266,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if result.passed else 1
 
 
+def _repeated(scenarios: Sequence[Scenario], repeat: int) -> list[tuple[Scenario, str]]:
+    """Each scenario ``repeat`` times, seeds ``seed``, ``seed + 1``, ...; with its run's folder
+    name (the scenario's name, and the seed when repeated)."""
+    if repeat == 1:
+        return [(s, s.name) for s in scenarios]
+    return [
+        (s.with_overrides(seed=s.seed + k), f"{s.name}/seed-{s.seed + k}")
+        for s in scenarios
+        for k in range(repeat)
+    ]
+
+
 def cmd_matrix(args: argparse.Namespace) -> int:
     files = args.scenarios or paths.library()
     if not files:
         raise BadInput(f"no scenarios given and none in {paths.scenarios_dir()}")
     _scenario_backend(args, files)
-    scenarios = _load_all(args, files)
-    out = _run_dir(args, "matrix")
+    problems = [] if args.repeat >= 1 else [f"--repeat must be >= 1, got {args.repeat}"]
+    try:
+        scenarios = _load_all(args, files)
+    except BadInput as exc:
+        problems.append(str(exc))
+    if problems:
+        raise BadInput("\n".join(problems))
+    out = _run_dir(args, "matrix" if args.repeat == 1 else "soak")
     env, owned = _environment_for_run(args, out)
     started = time.monotonic()
+    runs = _repeated(scenarios, args.repeat)
     results: list[ScenarioResult] = []
     with stop_on_termination(), ExitStack() as stack:
         if owned:
@@ -275,23 +301,26 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             stack.enter_context(env)
             for scenario in scenarios:
                 runnable(scenario, env.abilities)  # now that it runs: e.g. the nodes it found
-        for i, scenario in enumerate(scenarios, 1):
-            say(f"\n=== [{i}/{len(scenarios)}] {scenario.name} ===")
+        for i, (scenario, folder) in enumerate(runs, 1):
+            say(f"\n=== [{i}/{len(runs)}] {folder} (seed {scenario.seed}) ===")
             results.append(
                 run_scenario(
                     env,
                     scenario,
-                    out / scenario.name,
+                    out / folder,
                     versions=component_versions(),
                     progress=say,
                     keep_topics=args.keep_topics,
                 )
             )
-    report = write_matrix_report(out, [out / s.name for s in scenarios])
+    report = write_matrix_report(out, [out / folder for _s, folder in runs])
     wall = time.monotonic() - started
     say("")
     say(render_matrix_table(results))
-    say(f"\n{len(scenarios)} scenarios in {wall / 60:.1f} min; report: {report.markdown}")
+    if args.repeat > 1:
+        say("")
+        say(render_soak_table(soak_cells(results), args.repeat))
+    say(f"\n{len(runs)} scenario runs in {wall / 60:.1f} min; report: {report.markdown}")
     return 0 if all(r.passed for r in results) else 1
 
 
@@ -305,6 +334,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         "events": None,
         "env": None,
         "keep_topics": False,
+        "repeat": 1,
     }
     external = {"kafka_bootstrap": None, "mongo_uri": None, "spark_master": None}
     return cmd_matrix(argparse.Namespace(**vars(args), **defaults, **external, backend="local"))
@@ -315,7 +345,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     if (args.directory / RESULTS).exists():
         say(f"report: {write_report(args.directory).markdown}")
         return 0
-    runs = sorted(p.parent for p in args.directory.glob(f"*/{RESULTS}"))
+    # A matrix's runs, or a soak's (a folder per scenario, one per seed in it).
+    runs = sorted(p.parent for p in args.directory.glob(f"*/{RESULTS}")) or sorted(
+        (p.parent for p in args.directory.glob(f"*/seed-*/{RESULTS}")),
+        key=lambda run: (run.parent.name, int(run.name.removeprefix("seed-"))),
+    )
     if not runs:
         raise BadInput(f"{args.directory} holds no results.json (run chaoslab run or matrix)")
     say(f"report: {write_matrix_report(args.directory, runs).markdown}")
@@ -457,6 +491,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep each run's Kafka topics (default: deleted once judged, as they slow the "
         "broker's later runs; MongoDB databases are always kept)",
+    )
+    matrix.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run every scenario N times, with seeds SEED..SEED+N-1, and print how often each "
+        "variant's expectations held (soak figures)",
     )
     matrix.set_defaults(handler=cmd_matrix)
 

@@ -42,6 +42,7 @@ def test_doctor_json_lists_versions_and_backends() -> None:
         (["up", "--spark-cores", "0"], "spark cores must be at least 1, got 0"),
         (["up", "--spark-cores", "two"], "invalid int value: 'two'"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (["matrix", "--repeat", "0", "baseline"], "--repeat must be >= 1, got 0"),
     ],
 )
 def test_bad_arguments_exit_2_and_start_nothing(

@@ -14,6 +14,7 @@ import pytest
 from harness.history import EventKind, HistoryEvent, HistoryWriter
 from harness.report import (
     render_matrix_table,
+    render_soak_table,
     render_table,
     timeline,
     what_happened,
@@ -30,6 +31,7 @@ from harness.report.timeline import (
     windows_of,
 )
 from harness.results import ScenarioResult, UntimedFault, load
+from harness.soak import Role, soak_cells
 from harness.workload.events import Kind
 from harness.workload.ledger import LedgerRow, LedgerWriter
 
@@ -637,3 +639,49 @@ def test_a_fault_that_did_not_fire_is_its_own_outcome_everywhere(tmp_path: Path)
     assert "**UNFIRED**: consumer-crash#1 never fired" in text
     assert "listener/idempotent: consumer-crash#1 never fired: its point" in text
     assert "the counts say nothing about it" in text
+
+
+def soak_run(seed: int, naive: dict[str, Any], guard: dict[str, Any]) -> ScenarioResult:
+    raw = results(Path("/nowhere"), name="crash")
+    raw["seed"] = seed
+    detects = {"expectations": ["duplicates > 0"], "expectation": "pass", "failures": []}
+    raw["results"] = [
+        variant_entry(Path("/nowhere"), "naive", **(detects | naive)),
+        variant_entry(Path("/nowhere"), "idempotent", **({"failures": []} | guard)),
+    ]
+    return ScenarioResult.from_json(raw)
+
+
+def test_soak_counts_false_alarms_detections_and_why_a_run_did_not_hold() -> None:
+    unfired = [{"name": "kill", "kind": "consumer-crash", "why": "no batch 9"}]
+    runs = [
+        soak_run(11, {"duplicates": 4}, {}),
+        soak_run(12, {"failures": ["expected duplicates > 0, got 0"]}, {}),
+        soak_run(13, {"duplicates": 2}, {"duplicates": 1, "failures": ["... got 1"]}),
+        soak_run(14, {"unfired": unfired}, {"unfired": unfired}),
+        replace(soak_run(15, {}, {}), variants=(), error="died"),
+    ]
+    cells = soak_cells(runs)
+    assert [(c.variant, c.role, c.runs, c.held) for c in cells] == [
+        ("naive", Role.DETECTS, 5, 2),
+        ("idempotent", Role.GUARDS, 5, 2),
+    ]
+    naive, guard = cells
+    assert (naive.failed, naive.unfired, naive.died, naive.anomalous) == ((12,), (14,), (15,), 2)
+    assert (guard.failed, guard.unfired, guard.figure) == ((13,), (14,), "false alarms 1/5")
+    table = render_soak_table(cells, 5).splitlines()
+    assert table[1].split() == [
+        "scenario", "runtime", "variant", "expected", "figure", "anomalous", "not", "held"
+    ]  # fmt: skip
+    assert table[2].split()[2:] == [
+        "naive", "anomalies", "detected", "2/5", "2/5", "failed", "12;", "unfired", "14;",
+        "died", "15",
+    ]  # fmt: skip
+    assert table[3].split()[2:] == [
+        "idempotent", "exactly", "once", "false", "alarms", "1/5", "1/5", "failed", "13;",
+        "unfired", "14;", "died", "15",
+    ]  # fmt: skip
+    assert table[-1] == (
+        "false alarms: 1 in 5 runs of variants expected to keep every change once; "
+        "detected: 2 of 5 runs expected to show duplicates or losses"
+    )

@@ -11,7 +11,7 @@ Usage::
 """
 
 from harness.report.story import what_happened
-from harness.report.table import render_matrix_table, render_table
+from harness.report.table import render_matrix_table, render_soak_table, render_table
 from harness.report.timeline import Timeline, TimelineRow, timeline
 from harness.report.write import Report, write_matrix_report, write_report
 
@@ -20,6 +20,7 @@ __all__ = [
     "Timeline",
     "TimelineRow",
     "render_matrix_table",
+    "render_soak_table",
     "render_table",
     "timeline",
     "what_happened",

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 
 from harness.results import ScenarioResult
+from harness.soak import soak_cells
 
 from .plots import ANOMALIES_PNG, THROUGHPUT_PNG, TIMELINE_PNG
-from .table import copies_text, dead_lettered_text, matrix, matrix_cell
+from .table import (
+    copies_text,
+    dead_lettered_text,
+    matrix,
+    matrix_cell,
+    render_soak_table,
+    run_label,
+)
 
 VARIANT_COLUMNS = (
     "runtime", "variant", "acked", "in_sink", "duplicates", "copies", "lost", "stale",
@@ -154,17 +163,20 @@ def matrix_markdown(runs: Sequence[ScenarioResult], links: Sequence[str | None])
     body = []
     for run, runtime, by_variant in rows:
         link = link_of[id(run)]
-        name = f"[{run.name}]({link})" if link else run.name
+        name = f"[{run_label(run, runs)}]({link})" if link else run_label(run, runs)
         if run.error:
             row = [name, "-", f"no results: {run.error}"]
         else:
             row = [name, runtime, *(_md_cell(matrix_cell(by_variant.get(v))) for v in variants)]
         body.append(row + [""] * (len(header) - len(row)))
     lines += table(header, body)
+    repeat = max(Counter(run.name for run in runs).values(), default=1)
+    if repeat > 1:
+        lines += ["", "## Soak", "", "```", render_soak_table(soak_cells(runs), repeat), "```"]
     lines += ["", "## Scenarios", ""]
     for run, link in zip(runs, links, strict=True):
         desc = _first_sentence(run.description)
-        name = f"[{run.name}]({link})" if link else run.name
+        name = f"[{run_label(run, runs)}]({link})" if link else run_label(run, runs)
         state = "NO RESULTS" if run.error else ("pass" if run.passed else "FAIL")
         lines.append(f"- {name}: {state}" + (f": {desc}" if desc else ""))
     return "\n".join(lines) + "\n"

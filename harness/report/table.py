@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from harness.results import ScenarioResult, VariantResult
+from harness.soak import Role, SoakCell
 
 # The columns of a variant's row: (header, right-aligned).
 COLUMNS = (
@@ -109,6 +110,12 @@ def matrix(
     return list(variants), rows
 
 
+def run_label(run: ScenarioResult, runs: Sequence[ScenarioResult]) -> str:
+    """The scenario's name, with its seed when ``runs`` hold it more than once (a soak)."""
+    repeated = sum(1 for other in runs if other.name == run.name) > 1
+    return f"{run.name} (seed {run.seed})" if repeated else run.name
+
+
 def matrix_cell(v: VariantResult | None) -> str:
     """``duplicates/lost/stale verdict``, e.g. ``250/0/0 FAIL``."""
     if v is None:
@@ -124,9 +131,13 @@ def render_matrix_table(runs: Sequence[ScenarioResult]) -> str:
     cells = []
     for run, runtime, by_variant in rows:
         if run.error:
-            row = [run.name, "-", f"NO RESULTS: {run.error}"]
+            row = [run_label(run, runs), "-", f"NO RESULTS: {run.error}"]
         else:
-            row = [run.name, runtime, *(matrix_cell(by_variant.get(v)) for v in variants)]
+            row = [
+                run_label(run, runs),
+                runtime,
+                *(matrix_cell(by_variant.get(v)) for v in variants),
+            ]
             row += ["no variants"] if not variants else []
         cells.append(row + [""] * (len(header) - len(row)))
     lines = ["cells: duplicates/lost/stale expectation"]
@@ -144,3 +155,44 @@ def summary_line(runs: Sequence[ScenarioResult]) -> str:
     if missing:
         text += f"; no results from {', '.join(missing)}"
     return text
+
+
+def render_soak_table(cells: Sequence[SoakCell], repeat: int) -> str:
+    """Scenario x runtime x variant over the seeds: false alarms of the variants expected to
+    keep every change once, detections of those expected to show an anomaly."""
+    header = ["scenario", "runtime", "variant", "expected", "figure", "anomalous", "not held"]
+    rows = [
+        [
+            c.scenario,
+            c.runtime,
+            c.variant,
+            {Role.GUARDS: "exactly once", Role.DETECTS: "anomalies", Role.OTHER: "-"}[c.role],
+            c.figure,
+            f"{c.anomalous}/{c.runs}",
+            not_held_text(c),
+        ]
+        for c in cells
+    ]
+    guards = [c for c in cells if c.role is Role.GUARDS]
+    detects = [c for c in cells if c.role is Role.DETECTS]
+    lines = [
+        f"soak: every scenario with {repeat} seeds (anomalous: runs with duplicates or losses)"
+    ]
+    lines += grid(header, rows, [False] * 5 + [True, False])
+    lines.append(
+        f"false alarms: {sum(len(c.failed) for c in guards)} in {sum(c.runs for c in guards)} "
+        f"runs of variants expected to keep every change once; detected: "
+        f"{sum(c.held for c in detects)} of {sum(c.runs for c in detects)} runs expected to "
+        "show duplicates or losses"
+    )
+    return "\n".join(lines)
+
+
+def not_held_text(c: SoakCell) -> str:
+    """The seeds of the runs that did not hold, by why: ``failed 12, 15; unfired 13``."""
+    parts = [
+        f"{why} {', '.join(map(str, seeds))}"
+        for why, seeds in (("failed", c.failed), ("unfired", c.unfired), ("died", c.died))
+        if seeds
+    ]
+    return "; ".join(parts) or "-"

@@ -43,6 +43,7 @@ from secantus.transactions import TransactionRegistry
 
 secantus_prune = TransactionRegistry._prune_retryable_locked  # the original, for the tests
 secantus_read_oplog_scan = Storage.read_oplog_scan
+secantus_prune_oplog = Storage._prune_oplog_locked
 ENTRIES_PER_MB = 1024 // 16  # SecantusDB's own size figure: 16 KiB an oplog entry
 PRUNE_EVERY = storage._OPLOG_PRUNE_INTERVAL  # SecantusDB prunes its oplog every 1,000 entries
 
@@ -61,20 +62,42 @@ def prune_oldest(self: TransactionRegistry) -> None:
 def resize_oplog(doc: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
     """``{replSetResizeOplog: 1, size: MB}``: the oplog's cap becomes ``size * 64`` entries, the
     oldest above it are dropped at once, and (below 1,000 entries) pruning runs every tenth of
-    the cap rather than every 1,000 entries, so that the cap holds as a capped oplog's does."""
+    the cap rather than every 1,000 entries, so that the cap holds as a capped oplog's does.
+    The reply says how far SecantusDB's running count of entries was off (``recounted``) and
+    which entries the oplog holds after the prune (``first``, ``last``)."""
     size = doc.get("size")
     if isinstance(size, bool) or not isinstance(size, int | float) or size <= 0:
         return {"ok": 0.0, "errmsg": f"size: a positive number of megabytes, got {size!r}",
                 "code": 2, "codeName": "BadValue"}  # fmt: skip
     entries = max(1, int(size * ENTRIES_PER_MB))
-    # SecantusDB prunes by its running count of entries, not by a count of them: recounted
-    # here (suspected, not yet shown: in one fresh-clone suite the cap did not hold after a
-    # shrink, in an environment that had run many transactions before).
-    ctx.storage._oplog_live_count = ctx.storage._count_oplog_rows()
-    ctx.storage.oplog_max_entries = entries
-    storage._OPLOG_PRUNE_INTERVAL = min(PRUNE_EVERY, max(1, entries // 10))
-    pruned = ctx.storage.prune_oplog()
-    return {"ok": 1.0, "maxEntries": entries, "pruned": int(pruned)}
+    store = ctx.storage
+    with store._lock:
+        off = store._count_oplog_rows() - store._oplog_live_count
+        store.oplog_max_entries = entries
+        storage._OPLOG_PRUNE_INTERVAL = min(PRUNE_EVERY, max(1, entries // 10))
+        pruned = store._prune_oplog_locked()
+    return {
+        "ok": 1.0,
+        "maxEntries": entries,
+        "pruned": int(pruned),
+        "recounted": off,
+        "first": store.oplog_floor_seq(),
+        "last": store.oplog_visible_tail_seq(),
+    }
+
+
+def prune_counted(self: Storage, *, now: float | None = None) -> int:
+    """SecantusDB's prune, from a count of the oplog's entries while its cap is under 1,000
+    (a resize made it small): SecantusDB prunes by a running count, and once in a fresh-clone
+    suite the 64-entry cap of outbox-history-lost did not hold - a relay away while ~250
+    entries were written resumed from its token. Not reproduced since: 4,000 transactions from
+    four threads at a cap of 64, and 8,000 inserts or transactions at a cap of 1,024, left the
+    count exact; the cause is not known (the fault's history step now says how far the count
+    was off). Counting ~70 entries every sixth write costs nothing, and the cap then holds
+    whatever the count's drift."""
+    if self.oplog_max_entries < PRUNE_EVERY:
+        self._oplog_live_count = self._count_oplog_rows()
+    return int(secantus_prune_oplog(self, now=now))
 
 
 class PositionLost(changestreams.ChangeStreamFatalError):  # type: ignore[misc]  # untyped
@@ -109,6 +132,7 @@ def read_oplog_checked(
 def install() -> None:
     TransactionRegistry._prune_retryable_locked = prune_oldest
     Storage.read_oplog_scan = read_oplog_checked
+    Storage._prune_oplog_locked = prune_counted
     commands._HANDLERS["replSetResizeOplog"] = resize_oplog
 
 

@@ -55,8 +55,9 @@ class _OplogActor(Actor):
                 EventKind.FAULT_STEP,
                 self.fault,
                 count=int(reply.get("pruned", 0)),
-                detail=f"oplog capped at {reply.get('maxEntries')} entries "
-                "(replSetResizeOplog, EMULATED in the lab's SecantusDB)",
+                detail=f"oplog capped at {reply.get('maxEntries')} entries, holding "
+                f"{reply.get('first')}..{reply.get('last')} (replSetResizeOplog, EMULATED in "
+                f"the lab's SecantusDB; its running count was {reply.get('recounted')} off)",
             )
         elif step.action == OFF:
             self.undo()
