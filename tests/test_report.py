@@ -535,13 +535,13 @@ def test_matrix_report(tmp_path: Path) -> None:
     report = write_matrix_report(tmp_path / "matrix", [first, second, broken])
     text = report.markdown.read_text()
     assert text.startswith("# Scenario matrix: FAIL\n")
-    assert "| scenario | runtime | naive | idempotent |" in text
+    assert "| scenario | wall | runtime | naive | idempotent |" in text
     assert (
-        "| [broker-bounce](../runs/broker-bounce/report.md) | listener | 5/1/1 **FAIL** "
+        "| [broker-bounce](../runs/broker-bounce/report.md) | 32 s | listener | 5/1/1 **FAIL** "
         "| 0/0/0 pass |"
     ) in text
-    assert "| [baseline](../runs/baseline/report.md) | listener | 0/0/0 pass | - |" in text
-    assert "| [died](../runs/died/report.md) | - | no results: " in text
+    assert "| [baseline](../runs/baseline/report.md) | 32 s | listener | 0/0/0 pass | - |" in text
+    assert "| [died](../runs/died/report.md) | - | - | no results: " in text
     for part in report.scenarios:
         assert part.markdown.is_file() and part.junit.is_file()
     assert (first / "timeline.png").is_file() and (second / "timeline.png").is_file()
@@ -556,9 +556,11 @@ def test_matrix_report(tmp_path: Path) -> None:
 
     table = render_matrix_table([load(first), load(second)]).splitlines()
     assert table[0] == "cells: duplicates/lost/stale expectation"
-    assert table[1].split() == ["scenario", "runtime", "naive", "idempotent"]
-    assert table[2].split() == ["broker-bounce", "listener", "5/1/1", "FAIL", "0/0/0", "pass"]
-    assert table[3].split() == ["baseline", "listener", "0/0/0", "pass", "-"]
+    assert table[1].split() == ["scenario", "wall", "runtime", "naive", "idempotent"]
+    assert table[2].split() == [
+        "broker-bounce", "32", "s", "listener", "5/1/1", "FAIL", "0/0/0", "pass"
+    ]  # fmt: skip
+    assert table[3].split() == ["baseline", "32", "s", "listener", "0/0/0", "pass", "-"]
     assert table[4] == "2 scenarios, 3 variant runs: 1 failed (broker-bounce listener/naive)"
 
 

@@ -17,6 +17,7 @@ from .table import (
     matrix_cell,
     render_soak_table,
     run_label,
+    wall_text,
 )
 
 VARIANT_COLUMNS = (
@@ -159,15 +160,23 @@ def matrix_markdown(runs: Sequence[ScenarioResult], links: Sequence[str | None])
         "expectations" + (f", {len(missing)} left no results" if missing else "") + "."
     )
     lines += ["", "Each cell: duplicates / lost / stale, and the expectation's verdict.", ""]
-    header = ["scenario", "runtime", *(variants or ["result"])]
+    header = ["scenario", "wall", "runtime", *(variants or ["result"])]
     body = []
+    shown: set[int] = set()
     for run, runtime, by_variant in rows:
         link = link_of[id(run)]
         name = f"[{run_label(run, runs)}]({link})" if link else run_label(run, runs)
+        wall = "" if id(run) in shown else wall_text(run)
+        shown.add(id(run))
         if run.error:
-            row = [name, "-", f"no results: {run.error}"]
+            row = [name, wall, "-", f"no results: {run.error}"]
         else:
-            row = [name, runtime, *(_md_cell(matrix_cell(by_variant.get(v))) for v in variants)]
+            row = [
+                name,
+                wall,
+                runtime,
+                *(_md_cell(matrix_cell(by_variant.get(v))) for v in variants),
+            ]
         body.append(row + [""] * (len(header) - len(row)))
     lines += table(header, body)
     repeat = max(Counter(run.name for run in runs).values(), default=1)

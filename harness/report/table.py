@@ -125,25 +125,35 @@ def matrix_cell(v: VariantResult | None) -> str:
 
 
 def render_matrix_table(runs: Sequence[ScenarioResult]) -> str:
-    """Scenario x variant: duplicates/lost/stale and the verdict per cell."""
+    """Scenario x variant: duplicates/lost/stale and the verdict per cell; each scenario's wall
+    time on its first row."""
     variants, rows = matrix(runs)
-    header = ["scenario", "runtime", *(variants or ["result"])]
+    header = ["scenario", "wall", "runtime", *(variants or ["result"])]
     cells = []
+    shown: set[int] = set()
     for run, runtime, by_variant in rows:
+        wall = "" if id(run) in shown else wall_text(run)
+        shown.add(id(run))
         if run.error:
-            row = [run_label(run, runs), "-", f"NO RESULTS: {run.error}"]
+            row = [run_label(run, runs), wall, "-", f"NO RESULTS: {run.error}"]
         else:
             row = [
                 run_label(run, runs),
+                wall,
                 runtime,
                 *(matrix_cell(by_variant.get(v)) for v in variants),
             ]
             row += ["no variants"] if not variants else []
         cells.append(row + [""] * (len(header) - len(row)))
     lines = ["cells: duplicates/lost/stale expectation"]
-    lines += grid(header, cells, [False] * len(header))
+    lines += grid(header, cells, [False, True] + [False] * (len(header) - 2))
     lines.append(summary_line(runs))
     return "\n".join(lines)
+
+
+def wall_text(run: ScenarioResult) -> str:
+    """The scenario's wall time: ``41 s``, or ``-`` if it left no results."""
+    return f"{run.seconds:.0f} s" if run.seconds else "-"
 
 
 def summary_line(runs: Sequence[ScenarioResult]) -> str:
