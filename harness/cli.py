@@ -302,7 +302,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             for scenario in scenarios:
                 runnable(scenario, env.abilities)  # now that it runs: e.g. the nodes it found
         for i, (scenario, folder) in enumerate(runs, 1):
-            say(f"\n=== [{i}/{len(runs)}] {folder} (seed {scenario.seed}) ===")
+            say(f"\n=== [{i}/{len(runs)}] {folder} ===")
             results.append(
                 run_scenario(
                     env,

@@ -32,7 +32,9 @@ a size under 990 MB), any positive size is taken: 0.5 keeps 32 entries.
 
 from __future__ import annotations
 
+import logging
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +43,7 @@ from secantus.commands import CommandContext
 from secantus.storage import Storage
 from secantus.transactions import TransactionRegistry
 
+log = logging.getLogger(__name__)
 secantus_prune = TransactionRegistry._prune_retryable_locked  # the original, for the tests
 secantus_read_oplog_scan = Storage.read_oplog_scan
 secantus_prune_oplog = Storage._prune_oplog_locked
@@ -87,18 +90,74 @@ def resize_oplog(doc: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
 
 
 def prune_counted(self: Storage, *, now: float | None = None) -> int:
-    """SecantusDB's prune, from a count of the oplog's entries while its cap is under 1,000
-    (a resize made it small). SecantusDB prunes by a running count of entries, and the count
-    drifts below the real number: in make demo's environment (e1072c8), by its 8th scenario,
-    23,807 entries were counted as 20,621 - 3,186 off, so a cap of 64 would have kept ~3,250
-    (in the fresh-clone suite of da069be a relay away while ~250 entries were written resumed
-    from its token). How it drifts is not found: 4,000 transactions from four threads at a cap
-    of 64, and 8,000 inserts or transactions at a cap of 1,024, left it exact. The resize counts
-    once; counting ~70 entries at every prune of the small cap (every sixth write) costs
-    nothing, and the cap then holds whatever the drift."""
+    """SecantusDB's prune, outside any transaction, and from a count of the oplog's entries
+    while its cap is under 1,000 (a resize made it small).
+
+    Outside transactions: SecantusDB prunes inside the write that crosses the prune interval,
+    and in a transaction's commit that is the transaction's own storage session - two commits
+    pruning the same oldest entries conflict, and one fails with InternalError (seen in a
+    fresh-clone suite of e1072c8: four clients' transactions at a cap of 32). mongod truncates
+    its oplog in a background thread, never failing a write; here a prune asked inside a
+    transaction is handed to such a thread (``CapMaintainer``), and a bare write's runs inline.
+
+    From a count: SecantusDB prunes by a running count of entries, and the count drifts below
+    the real number: in make demo's environment (e1072c8), by its 8th scenario, 23,807 entries
+    were counted as 20,621 - 3,186 off, so a cap of 64 would have kept ~3,250 (in the
+    fresh-clone suite of da069be a relay away while ~250 entries were written resumed from its
+    token). How it drifts is not found: 4,000 transactions from four threads at a cap of 64,
+    and 8,000 inserts or transactions at a cap of 1,024, left it exact. The resize counts once;
+    counting ~70 entries at every prune of the small cap (every sixth write) costs nothing, and
+    the cap then holds whatever the drift."""
+    if getattr(self._tls, "defer_minted", False):
+        CapMaintainer.of(self).after(self.oplog_tail_seq_nolock())
+        return 0
     if self.oplog_max_entries < PRUNE_EVERY:
         self._oplog_live_count = self._count_oplog_rows()
     return int(secantus_prune_oplog(self, now=now))
+
+
+class CapMaintainer:
+    """A storage's background pruner: woken by a transaction's commit, it prunes once the
+    entries that commit wrote are visible (pruning at once found them not yet committed)."""
+
+    _lock = threading.Lock()
+
+    def __init__(self, store: Storage) -> None:
+        self.store = store
+        self.wake = threading.Event()
+        self.through = 0  # the highest entry a waking commit wrote
+        self._target = 0  # the entry the prune under way waits for
+        threading.Thread(target=self._run, name="oplog-cap-maintainer", daemon=True).start()
+
+    @classmethod
+    def of(cls, store: Storage) -> CapMaintainer:
+        with cls._lock:
+            maintainer: CapMaintainer | None = getattr(store, "_chaoslab_cap_maintainer", None)
+            if maintainer is None:
+                maintainer = cls(store)
+                store._chaoslab_cap_maintainer = maintainer
+            return maintainer
+
+    def after(self, seq: int) -> None:
+        """Prune once the entries up to ``seq`` are committed (or rolled back)."""
+        self.through = max(self.through, seq)
+        self.wake.set()
+
+    def _visible(self) -> bool:
+        return bool(self.store.oplog_visible_tail_seq_nolock() >= self._target)
+
+    def _run(self) -> None:
+        store = self.store
+        while True:
+            self.wake.wait()
+            self.wake.clear()
+            self._target = self.through  # not a later waker's: that one wakes it again
+            try:
+                with store._oplog_cv:  # every commit and rollback notifies it
+                    store._oplog_cv.wait_for(self._visible, timeout=5)
+                store.prune_oplog()
+            except Exception:  # the store closing, a storage error: the next wake tries again
+                log.exception("pruning the oplog failed")
 
 
 class PositionLost(changestreams.ChangeStreamFatalError):  # type: ignore[misc]  # untyped
