@@ -68,8 +68,8 @@ def check(
     expected = _expected_changes(ledger)
     sink_changes = _sink_changes(sink)
 
-    lost = ~np.isin(expected.keys, sink_changes.keys, assume_unique=True)
-    phantom = ~np.isin(sink_changes.keys, expected.keys, assume_unique=True)
+    lost = ~_in_sorted(expected.keys, sink_changes.keys)
+    phantom = ~_in_sorted(sink_changes.keys, expected.keys)
     stale = _stale_orders(expected, sink)
     dead_lettered, poison_missing = _poison(ledger, sink)
     copies = sink_changes.counts[sink_changes.counts >= 2]
@@ -137,6 +137,18 @@ def encode_records(partition: np.ndarray, offset: np.ndarray, what: str) -> np.n
             f"and 0 <= offset <= {MAX_OFFSET}"
         )
     return (partition.astype(np.int64) << OFFSET_BITS) | offset.astype(np.int64)
+
+
+def _in_sorted(values: np.ndarray, sorted_unique: np.ndarray) -> np.ndarray:
+    """Per value, whether it is in ``sorted_unique`` (sorted, no repeats): a binary search,
+    where ``np.isin`` sorts both arrays together - on a 10-million-row ledger its temporaries
+    were most of the check's peak."""
+    if not len(sorted_unique):
+        return np.zeros(len(values), dtype=bool)
+    at = np.searchsorted(sorted_unique, values)
+    np.minimum(at, len(sorted_unique) - 1, out=at)
+    found: np.ndarray = sorted_unique[at] == values
+    return found
 
 
 def _group_starts(sorted_keys: np.ndarray) -> np.ndarray:
