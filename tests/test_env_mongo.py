@@ -126,10 +126,14 @@ def test_a_write_with_the_default_write_concern_survives_kill_9(lab_env: LocalEn
     with c:
         c[name].orders.insert_one({"_id": 1})
         c[name].orders.update_one({"_id": 1}, {"$set": {"v": 2}})
+        c[name].orders.insert_many([{"_id": i} for i in range(2, 202)])
+        for i in range(202, 252):
+            c[name].orders.insert_one({"_id": i})
     lab_env.restart_mongo(hard=True)
     c = MongoClient(lab_env.mongo_uri, serverSelectionTimeoutMS=30_000)
     with c:
         assert c[name].orders.find_one({"_id": 1}) == {"_id": 1, "v": 2}
+        assert c[name].orders.count_documents({}) == 251
 
 
 def changes(stream: Any, n: int, deadline_s: float = 20.0) -> list[int]:

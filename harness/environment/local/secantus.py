@@ -71,8 +71,9 @@ def options(*, config: str, host: str, port: int, storage_path: str) -> list[str
         # survive it, as a journaled majority write (mongod's default on a replica set) does.
         # Without it, SIGKILL lost the writes of the last seconds - data and oplog - and the
         # oplog's sequence started again below a relay's saved resume token, whose stream then
-        # silently never delivered another change (measured here). Its cost, measured here:
-        # single inserts 1,392/s -> 972/s; insert_many of 5,000 unchanged (13,771 / 22,521/s).
+        # silently never delivered another change (measured here). The lab's server turns its
+        # fsync at every commit into a write to the OS at every commit, which a kill survives
+        # (secantus_server.open_writing_every_commit: bulk upserts 2x faster).
         "--sync-on-commit",
         # The oplog holds 20,000 entries, not SecantusDB's 100,000: shrinking it (oplog-shrink)
         # deletes what it holds one entry at a time, and 100,458 entries took 12.5 s in a
