@@ -1,97 +1,206 @@
 """Benchmark (not a test): each variant alone, on each runtime, over the same workload - events/s
-from its first batch to its last commit (``VariantResult.events_per_s``) - at batches of 500
-and of 5,000 records, beside what the environment's MongoDB takes at most: the rate of the
-idempotent variant's own write (bulk upserts of the same number of documents from one client),
-all in one run on one environment.
+from its first batch to its last commit (``VariantResult.events_per_s``) - beside the ceilings
+of the same servers, all in one run on one environment:
+
+* MongoDB: the landing documents the naive variant wrote, written again by pymongo alone in
+  the same batches - ``insert_many`` (naive's and unique-index's write), bulk upserts
+  (idempotent's) and a transaction of the batch's upserts plus an offsets document
+  (transactional's);
+* Kafka: the run's own topic read by a plain confluent-kafka consumer, batch by batch as the
+  listener reads, and its records produced again by a plain producer.
+
+Each variant's ratio is to the ceiling it could reach: the lower of its write's ceiling and
+the consumer's.
 
     make bench            # or: .venv/bin/python tests/benchmarks/bench_runtimes.py [EVENTS]
 
-Before Spark read Kafka through spark-sql-kafka (a hand-written Python source, every batch
-collected to the driver), the Spark runtime moved 82 events/s in the demo.
-
-Goal (issue 11): >= 5,000 events/s for the idempotent variant on Spark on 2 cores. Measured
-here it cannot be met by Spark: SecantusDB, the lab's MongoDB, takes ~2,400 upserts/s from one
-client and ~2,200/s from two (2026-11-23, bulk writes of 500), so the ceiling line below is
-the bound, and the goal line says which side of it each figure is.
+Goals (issue 14): the best variant >= 0.5x the raw MongoDB ceiling; transactional >= 0.7x
+naive; Spark idempotent >= 5,000 events/s.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pymongo import MongoClient, ReplaceOne
+from confluent_kafka import Consumer, Producer, TopicPartition
+from pymongo import MongoClient, ReplaceOne, UpdateOne
+from pymongo.client_session import ClientSession
+from pymongo.database import Database
 
 from harness.environment import LocalEnvironment
+from harness.kafka import consumer_config, producer_config
 from harness.runner import run_scenario
 from harness.scenario import parse_scenario
 
 VARIANTS = ["naive", "idempotent", "unique-index", "transactional"]
-BATCHES = (500, 5000)
-GOAL = 5000  # events/s, idempotent on Spark
+RUNTIMES = ["listener", "spark"]
+BATCH = 500
+GOAL_SPARK = 5000  # events/s, idempotent on Spark
+Docs = list[dict[str, Any]]
 
 
-def upsert_ceiling(mongo_uri: str, events: int) -> float:
-    """Upserts/s of ``events`` documents (the landing document's size) in bulks of 500."""
-    client: MongoClient[dict[str, Any]] = MongoClient(mongo_uri)
-    with client:
-        events_coll = client.bench_ceiling.events
-        start = time.monotonic()
-        for first in range(0, events, 500):
-            ops = [
-                ReplaceOne(
-                    {"_id": f"e{i}"}, {"_id": f"e{i}", "n": i, "pad": "x" * 300}, upsert=True
+def timed(n: int, work: Callable[[], object]) -> float:
+    """``n`` divided by the seconds ``work`` took."""
+    start = time.monotonic()
+    work()
+    return n / (time.monotonic() - start)
+
+
+def batches(docs: Docs) -> list[Docs]:
+    return [docs[i : i + BATCH] for i in range(0, len(docs), BATCH)]
+
+
+def mongo_ceilings(db: Database[dict[str, Any]], docs: Docs) -> dict[str, float]:
+    """Documents/s of each kind of write, in batches of ``BATCH``, each into a new collection."""
+    client = db.client
+
+    def insert_many() -> None:
+        for b in batches(docs):
+            db.c_insert.insert_many([dict(d) for d in b], ordered=True)
+
+    def upserts() -> None:
+        for b in batches(docs):
+            db.c_upsert.bulk_write(
+                [ReplaceOne({"_id": d["_id"]}, d, upsert=True) for d in b], ordered=False
+            )
+
+    def transactions() -> None:
+        for i, b in enumerate(batches(docs)):
+
+            def body(session: ClientSession, b: Docs = b, i: int = i) -> None:
+                db.c_txn.bulk_write(
+                    [ReplaceOne({"_id": d["_id"]}, d, upsert=True) for d in b],
+                    ordered=False,
+                    session=session,
                 )
-                for i in range(first, min(first + 500, events))
-            ]
-            events_coll.bulk_write(ops, ordered=False)
-        return events / (time.monotonic() - start)
+                db.c_offsets.bulk_write(
+                    [UpdateOne({"_id": "p0"}, {"$set": {"offset": i}}, upsert=True)],
+                    session=session,
+                )
+
+            with client.start_session() as session:
+                session.with_transaction(body)
+
+    db.create_collection("c_txn")
+    db.create_collection("c_offsets")
+    return {
+        "insert_many": timed(len(docs), insert_many),
+        "bulk upserts": timed(len(docs), upserts),
+        "transaction": timed(len(docs), transactions),
+    }
+
+
+def kafka_ceilings(bootstrap: str, topic: str, partitions: int) -> tuple[dict[str, float], int]:
+    """Records/s of the topic read by a plain consumer (batches of ``BATCH``) and produced
+    again by a plain producer (the lab's producer settings); and the number of records."""
+    consumer = Consumer(consumer_config(bootstrap, f"bench-{time.time_ns()}"))
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    ends = {
+        p: consumer.get_watermark_offsets(TopicPartition(topic, p))[1] for p in range(partitions)
+    }
+    total = sum(ends.values())
+    records: list[tuple[bytes | None, bytes | None]] = []
+    start = time.monotonic()
+    while len(records) < total:
+        for m in consumer.consume(num_messages=BATCH, timeout=0.5):
+            if m.error() is None:
+                records.append((m.key(), m.value()))
+    consume = total / (time.monotonic() - start)
+    consumer.close()
+    producer = Producer(producer_config(bootstrap))
+
+    def produce() -> None:
+        for key, value in records:
+            while True:
+                try:
+                    producer.produce(f"{topic}.bench", key=key, value=value)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        producer.flush(60)
+
+    return {"consume": consume, "produce": timed(total, produce)}, total
+
+
+def landing_documents(run_dir: Path) -> tuple[Docs, dict[str, Any]]:
+    """The documents the naive listener landed, and its runtime configuration."""
+    config = json.loads((run_dir / "listener-naive" / "runtime.json").read_text())
+    client: MongoClient[dict[str, Any]] = MongoClient(config["mongo_uri"])
+    with client:
+        docs = list(client[config["database"]].events.find({}))
+    for d in docs:
+        d["_id"] = f"{d.get('event_id', d['_id'])}"
+    return docs, config
+
+
+def table(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
 
 
 def main(events: int) -> None:
-    rates: dict[tuple[int, str, str], float] = {}
     with (
         tempfile.TemporaryDirectory(prefix="chaoslab-bench-") as tmp,
         LocalEnvironment(Path(tmp) / "env") as env,
     ):
-        ceiling = upsert_ceiling(env.mongo_uri, events)
-        for batch in BATCHES:
-            scenario = parse_scenario(
-                {
-                    "name": f"bench-{batch}",
-                    "seed": 1,
-                    "workload": {"events": events, "keys": 500, "partitions": 3},
-                    "runtimes": ["listener", "spark"],
-                    # One at a time: each variant has the machine to itself.
-                    "pipeline": {"batch_size": batch, "parallel": False, "trigger_ms": 100},
-                    "variants": VARIANTS,
-                }
-            )
-            print(f"batches of {batch} ...", flush=True)
-            result = run_scenario(
-                env, scenario, Path(tmp) / f"run-{batch}", progress=lambda _m: None
-            )
-            for r in result.variants:
-                rates[(batch, r.runtime, r.variant)] = r.events_per_s
-    print(f"\neach variant alone, {events} events, 3 partitions (events/s):")
-    print(
-        f"{'variant':<16}"
-        + "".join(f"{f'{rt} {b}':>16}" for b in BATCHES for rt in ("listener", "spark"))
-    )
-    for variant in VARIANTS:
-        cells = "".join(
-            f"{rates[(b, rt, variant)]:>16.0f}" for b in BATCHES for rt in ("listener", "spark")
+        scenario = parse_scenario(
+            {
+                "name": "bench",
+                "seed": 1,
+                "workload": {"events": events, "keys": 500, "partitions": 3},
+                "runtimes": RUNTIMES,
+                # One at a time: each variant has the machine to itself.
+                "pipeline": {"batch_size": BATCH, "parallel": False, "trigger_ms": 100},
+                "variants": VARIANTS,
+            }
         )
-        print(f"{variant:<16}{cells}")
-    print(f"\nMongoDB (SecantusDB) upsert ceiling, one client, bulks of 500: {ceiling:.0f} docs/s")
-    print("Spark before spark-sql-kafka (Python source, driver writes): 82 events/s")
-    best = max(rates[(b, "spark", "idempotent")] for b in BATCHES)
-    verdict = "met" if best >= GOAL else f"NOT met (the MongoDB ceiling is {ceiling:.0f}/s)"
-    print(f"goal: idempotent on Spark >= {GOAL} events/s: {best:.0f}, {verdict}")
+        print(f"each variant alone: {events} events, batches of {BATCH} ...", flush=True)
+        run_dir = Path(tmp) / "run"
+        result = run_scenario(env, scenario, run_dir, progress=lambda _m: None)
+        rates = {(r.runtime, r.variant): r.events_per_s for r in result.variants}
+        docs, config = landing_documents(run_dir)
+        print(f"ceilings: {len(docs)} landing documents, the run's topic ...", flush=True)
+        client: MongoClient[dict[str, Any]] = MongoClient(env.mongo_uri)
+        with client:
+            mongo = mongo_ceilings(client.bench_ceiling, docs)
+        kafka, records = kafka_ceilings(config["bootstrap"], config["topic"], 3)
+
+    print(f"\nceilings of the same servers, batches of {BATCH} (documents or records/s):")
+    for name, rate in (*mongo.items(), *(("kafka " + k, v) for k, v in kafka.items())):
+        print(f"  {name:<18}{rate:>10.0f}")
+    reachable = {
+        "naive": min(mongo["insert_many"], kafka["consume"]),
+        "unique-index": min(mongo["insert_many"], kafka["consume"]),
+        "idempotent": min(mongo["bulk upserts"], kafka["consume"]),
+        "transactional": min(mongo["transaction"], kafka["consume"]),
+    }
+    rows = [["variant", *(f"{rt} ev/s" for rt in RUNTIMES), "ceiling", "listener x", "spark x"]]
+    for v in VARIANTS:
+        rows.append(
+            [
+                v,
+                *(f"{rates[(rt, v)]:.0f}" for rt in RUNTIMES),
+                f"{reachable[v]:.0f}",
+                *(f"{rates[(rt, v)] / reachable[v]:.2f}" for rt in RUNTIMES),
+            ]
+        )
+    print(f"\neach variant alone, {events} events ({records} records), 3 partitions:")
+    print(table(rows))
+    raw = max(mongo["insert_many"], mongo["bulk upserts"])
+    best = max(rates.values())
+    txn = rates[("listener", "transactional")] / rates[("listener", "naive")]
+    spark = rates[("spark", "idempotent")]
+    print("\ngoals:")
+    print(f"  best variant >= 0.5x the raw MongoDB ceiling ({raw:.0f}/s): {best / raw:.2f}x")
+    print(f"  transactional >= 0.7x naive (listener): {txn:.2f}x")
+    print(f"  Spark idempotent >= {GOAL_SPARK} events/s: {spark:.0f}")
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 10_000)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 20_000)
