@@ -100,13 +100,13 @@ def kafka_ceilings(bootstrap: str, topic: str, partitions: int) -> tuple[dict[st
     """Records/s of the topic read by a plain consumer (batches of ``BATCH``) and produced
     again by a plain producer (the lab's producer settings); and the number of records."""
     consumer = Consumer(consumer_config(bootstrap, f"bench-{time.time_ns()}"))
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     ends = {
         p: consumer.get_watermark_offsets(TopicPartition(topic, p))[1] for p in range(partitions)
     }
     total = sum(ends.values())
     records: list[tuple[bytes | None, bytes | None]] = []
-    start = time.monotonic()
+    start = time.monotonic()  # before the assignment: the consumer starts fetching at once
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     while len(records) < total:
         for m in consumer.consume(num_messages=BATCH, timeout=0.5):
             if m.error() is None:
