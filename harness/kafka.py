@@ -159,9 +159,9 @@ def end_offsets(bootstrap: str, topic: str, *, timeout: float = 30.0) -> dict[in
 
 
 def await_group_coordinator(bootstrap: str, *, timeout: float = 120.0) -> None:
-    """Until the cluster answers a consumer group's request. The first one makes Kafka create
-    ``__consumer_offsets`` (measured: 20 s on two cores), which an environment does at start,
-    not in its first run's consumers."""
+    """Until the cluster answers a consumer group's request, and every broker lists its groups.
+    The first request makes Kafka create ``__consumer_offsets`` (measured: 20 s on two cores),
+    which an environment does at start, not in its first run's consumers."""
     settings = {"client.id": HARNESS_CLIENT, "log_level": QUIET}
     consumer = Consumer(consumer_config(bootstrap, "chaoslab-warm-up", **settings))
 
@@ -170,6 +170,10 @@ def await_group_coordinator(bootstrap: str, *, timeout: float = 120.0) -> None:
             consumer.committed([TopicPartition("chaoslab-warm-up", 0)], timeout=5)
         except KafkaException as exc:
             raise NotReady(str(exc)) from exc
+        # Every broker's coordinators, not only the warm-up group's: `status` lists the groups
+        # from all of them, and right after `up` that timed out once (10 s, a fresh-clone suite
+        # of c25c154: the containers environment's status was not healthy).
+        lab_groups(bootstrap, timeout=5)
 
     try:
         wait_for(answers, what="the group coordinator", timeout=timeout)
