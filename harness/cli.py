@@ -319,7 +319,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     say(render_matrix_table(results))
     if args.repeat > 1:
         say("")
-        say(render_soak_table(soak_cells(results), args.repeat))
+        say(render_soak_table(soak_cells(results)))
     say(f"\n{len(runs)} scenario runs in {wall / 60:.1f} min; report: {report.markdown}")
     return 0 if all(r.passed for r in results) else 1
 

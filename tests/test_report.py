@@ -671,7 +671,7 @@ def test_soak_counts_false_alarms_detections_and_why_a_run_did_not_hold() -> Non
     naive, guard = cells
     assert (naive.failed, naive.unfired, naive.died, naive.anomalous) == ((12,), (14,), (15,), 2)
     assert (guard.failed, guard.unfired, guard.figure) == ((13,), (14,), "false alarms 1/5")
-    table = render_soak_table(cells, 5).splitlines()
+    table = render_soak_table(cells).splitlines()
     assert table[1].split() == [
         "scenario", "runtime", "variant", "expected", "figure", "anomalous", "not", "held"
     ]  # fmt: skip

@@ -17,7 +17,6 @@ from .table import (
     matrix_cell,
     render_soak_table,
     run_label,
-    wall_text,
 )
 
 VARIANT_COLUMNS = (
@@ -162,12 +161,9 @@ def matrix_markdown(runs: Sequence[ScenarioResult], links: Sequence[str | None])
     lines += ["", "Each cell: duplicates / lost / stale, and the expectation's verdict.", ""]
     header = ["scenario", "wall", "runtime", *(variants or ["result"])]
     body = []
-    shown: set[int] = set()
-    for run, runtime, by_variant in rows:
+    for run, wall, runtime, by_variant in rows:
         link = link_of[id(run)]
         name = f"[{run_label(run, runs)}]({link})" if link else run_label(run, runs)
-        wall = "" if id(run) in shown else wall_text(run)
-        shown.add(id(run))
         if run.error:
             row = [name, wall, "-", f"no results: {run.error}"]
         else:
@@ -179,9 +175,8 @@ def matrix_markdown(runs: Sequence[ScenarioResult], links: Sequence[str | None])
             ]
         body.append(row + [""] * (len(header) - len(row)))
     lines += table(header, body)
-    repeat = max(Counter(run.name for run in runs).values(), default=1)
-    if repeat > 1:
-        lines += ["", "## Soak", "", "```", render_soak_table(soak_cells(runs), repeat), "```"]
+    if max(Counter(run.name for run in runs).values(), default=1) > 1:
+        lines += ["", "## Soak", "", "```", render_soak_table(soak_cells(runs)), "```"]
     lines += ["", "## Scenarios", ""]
     for run, link in zip(runs, links, strict=True):
         desc = _first_sentence(run.description)

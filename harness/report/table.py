@@ -95,18 +95,21 @@ def render_table(run: ScenarioResult) -> str:
 
 def matrix(
     runs: Sequence[ScenarioResult],
-) -> tuple[list[str], list[tuple[ScenarioResult, str, dict[str, VariantResult]]]]:
-    """Variants as columns (in first-seen order) and one row per scenario and runtime."""
+) -> tuple[list[str], list[tuple[ScenarioResult, str, str, dict[str, VariantResult]]]]:
+    """Variants as columns (in first-seen order) and one row per scenario and runtime: the run,
+    its wall time on its first row only, the runtime and the runtime's variants."""
     variants: dict[str, None] = {}
-    rows: list[tuple[ScenarioResult, str, dict[str, VariantResult]]] = []
+    rows: list[tuple[ScenarioResult, str, str, dict[str, VariantResult]]] = []
     for run in runs:
         by_runtime: dict[str, dict[str, VariantResult]] = {}
         for v in run.variants:
             variants.setdefault(v.variant)
             by_runtime.setdefault(v.runtime, {})[v.variant] = v
-        if not by_runtime:
-            rows.append((run, "", {}))
-        rows += [(run, runtime, cells) for runtime, cells in by_runtime.items()]
+        parts = list(by_runtime.items()) or [("", {})]
+        rows += [
+            (run, wall_text(run) if i == 0 else "", runtime, cells)
+            for i, (runtime, cells) in enumerate(parts)
+        ]
     return list(variants), rows
 
 
@@ -130,10 +133,7 @@ def render_matrix_table(runs: Sequence[ScenarioResult]) -> str:
     variants, rows = matrix(runs)
     header = ["scenario", "wall", "runtime", *(variants or ["result"])]
     cells = []
-    shown: set[int] = set()
-    for run, runtime, by_variant in rows:
-        wall = "" if id(run) in shown else wall_text(run)
-        shown.add(id(run))
+    for run, wall, runtime, by_variant in rows:
         if run.error:
             row = [run_label(run, runs), wall, "-", f"NO RESULTS: {run.error}"]
         else:
@@ -167,7 +167,7 @@ def summary_line(runs: Sequence[ScenarioResult]) -> str:
     return text
 
 
-def render_soak_table(cells: Sequence[SoakCell], repeat: int) -> str:
+def render_soak_table(cells: Sequence[SoakCell]) -> str:
     """Scenario x runtime x variant over the seeds: false alarms of the variants expected to
     keep every change once, detections of those expected to show an anomaly."""
     header = ["scenario", "runtime", "variant", "expected", "figure", "anomalous", "not held"]
@@ -185,6 +185,7 @@ def render_soak_table(cells: Sequence[SoakCell], repeat: int) -> str:
     ]
     guards = [c for c in cells if c.role is Role.GUARDS]
     detects = [c for c in cells if c.role is Role.DETECTS]
+    repeat = max((c.runs for c in cells), default=0)
     lines = [
         f"soak: every scenario with {repeat} seeds (anomalous: runs with duplicates or losses)"
     ]

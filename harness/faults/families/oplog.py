@@ -26,7 +26,7 @@ def _resize(uri: str, size_mb: float) -> tuple[float, dict[str, Any]]:
     """Resize the oplog; its size before (megabytes) and the server's reply."""
     client: MongoClient[dict[str, Any]] = MongoClient(uri)
     with client:
-        before = float(client.local["oplog.rs"].options()["size"]) / MB
+        before = _size_mb(client)
         return before, client.admin.command({"replSetResizeOplog": 1, "size": size_mb})
 
 
@@ -34,7 +34,11 @@ def oplog_size_mb(uri: str) -> float:
     """The oplog's size as the server reports it (its capped collection's ``size``)."""
     client: MongoClient[dict[str, Any]] = MongoClient(uri)
     with client:
-        return float(client.local["oplog.rs"].options()["size"]) / MB
+        return _size_mb(client)
+
+
+def _size_mb(client: MongoClient[dict[str, Any]]) -> float:
+    return float(client.local["oplog.rs"].options()["size"]) / MB
 
 
 @dataclass
