@@ -14,7 +14,12 @@ from secantus import transactions
 from secantus.transactions import TransactionRegistry
 
 from harness.environment import LocalEnvironment
-from harness.environment.local.secantus_server import prune_oldest, secantus_prune
+from harness.environment.local.secantus_server import (
+    BadParameter,
+    prune_oldest,
+    secantus_prune,
+    take_set_parameters,
+)
 from tests.support import unique
 
 
@@ -67,3 +72,20 @@ def test_a_retried_write_is_answered_from_its_record_not_applied_again(
             retried = db.command(increment(1), session=session)  # a driver's retry: same number
         assert retried["n"] == first["n"] == 1
         assert db.counters.find_one({"_id": 1}) == {"_id": 1, "n": 299}
+
+
+def test_set_parameter_is_taken_out_of_the_command_line() -> None:
+    argv = ["--port", "1", "--setParameter", "transactionLifetimeLimitSeconds=10", "--x"]
+    assert take_set_parameters(argv) == (
+        ["--port", "1", "--x"],
+        {"transactionLifetimeLimitSeconds": 10.0},
+    )
+
+
+@pytest.mark.parametrize(
+    "pair",
+    ["failpoint=1", "transactionLifetimeLimitSeconds=soon", "transactionLifetimeLimitSeconds"],
+)
+def test_a_parameter_the_lab_does_not_set_is_refused(pair: str) -> None:
+    with pytest.raises(BadParameter):
+        take_set_parameters(["--setParameter", pair])

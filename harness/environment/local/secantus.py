@@ -13,6 +13,8 @@ from harness.environment.ports import LOOPBACK
 from harness.readiness import NotReady, accepts_connections
 
 REPLICA_SET = "secantus"
+# How long an idle transaction lives (mongod: 60 s); see options().
+TRANSACTION_LIFETIME_S = 10
 
 
 class SecantusMongo(LocalServer):
@@ -81,4 +83,9 @@ def options(*, config: str, host: str, port: int, storage_path: str) -> list[str
         # point was gone. Pruning as it grows costs the same either way (every 1,000 entries,
         # the oldest 1,000); only the relays read it, each a few entries behind.
         "--oplog-max-entries", "20000",
+        # A transaction left open by a killed client (a lost Spark executor's Python worker)
+        # holds its documents until MongoDB aborts it, transactionLifetimeLimitSeconds after
+        # its last statement; a retry of the same writes waits for that. mongod's default, 60 s,
+        # was a minute of spark-executor-loss' 86 s; the lab's server takes mongod's option.
+        "--setParameter", f"transactionLifetimeLimitSeconds={TRANSACTION_LIFETIME_S}",
     ]  # fmt: skip

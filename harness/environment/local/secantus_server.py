@@ -207,7 +207,49 @@ def open_writing_every_commit(home: str, config: str) -> Any:
     return secantus_wiredtiger_open(home, config.replace(FSYNC_EVERY_COMMIT, WRITE_EVERY_COMMIT))
 
 
-def install() -> None:
+# mongod's server parameters the lab sets on the command line, as mongod takes them
+# (``--setParameter NAME=VALUE``); SecantusDB's own command line has no such option.
+SETTABLE = ("transactionLifetimeLimitSeconds",)
+secantus_registry_init = TransactionRegistry.__init__
+
+
+class BadParameter(ValueError):
+    pass
+
+
+def take_set_parameters(argv: list[str]) -> tuple[list[str], dict[str, float]]:
+    """``argv`` without its ``--setParameter NAME=VALUE`` pairs, and those pairs."""
+    rest: list[str] = []
+    taken: dict[str, float] = {}
+    args = iter(argv)
+    for arg in args:
+        if arg != "--setParameter":
+            rest.append(arg)
+            continue
+        name, _, value = next(args, "").partition("=")
+        if name not in SETTABLE:
+            raise BadParameter(f"--setParameter {name!r}: the lab's server sets only {SETTABLE}")
+        try:
+            taken[name] = float(value)
+        except ValueError:
+            raise BadParameter(f"--setParameter {name}={value!r}: a number") from None
+    return rest, taken
+
+
+def with_transaction_lifetime(seconds: float) -> Callable[..., None]:
+    """SecantusDB's transaction registry, aborting a transaction idle for ``seconds`` (its
+    ``transactionLifetimeLimitSeconds``: 60, as mongod's default)."""
+
+    def init(self: TransactionRegistry, **kwargs: Any) -> None:
+        secantus_registry_init(self, **{**kwargs, "lifetime_seconds": seconds})
+
+    return init
+
+
+def install(parameters: dict[str, float] | None = None) -> None:
+    lifetime = (parameters or {}).get("transactionLifetimeLimitSeconds")
+    if lifetime is not None:
+        TransactionRegistry.__init__ = with_transaction_lifetime(lifetime)
     TransactionRegistry._prune_retryable_locked = prune_oldest
     Storage.read_oplog_scan = read_oplog_checked
     Storage._prune_oplog_locked = prune_counted
@@ -216,5 +258,10 @@ def install() -> None:
 
 
 if __name__ == "__main__":
-    install()
-    sys.exit(cli.main())
+    try:
+        argv, parameters = take_set_parameters(sys.argv[1:])
+    except BadParameter as exc:
+        print(f"secantus_server: {exc}", file=sys.stderr)
+        sys.exit(2)
+    install(parameters)
+    sys.exit(cli.main(argv))
