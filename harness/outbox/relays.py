@@ -11,9 +11,9 @@ and what it does between publishing and saving, is what the variants differ in:
 * ``idempotent`` - an idempotent producer, each message carrying the entry ``_id`` in a header,
   the token saved after the flush (a restarted relay publishes again: a new producer id, so
   the broker cannot tell; the header lets a consumer tell);
-* ``transactional`` - one Kafka transaction per change event holds its messages AND the resume
-  token (a record in a token topic): both are committed or neither is, and a restarted relay
-  resumes from the last committed token;
+* ``transactional`` - one Kafka transaction holds the messages of the changes the stream has
+  ready (up to 100) AND the last one's resume token (a record in a token topic): both are
+  committed or neither is, and a restarted relay resumes from the last committed token;
 * ``seed-003`` - the seed's own handling: ``fullDocument.outbox`` for inserts and replaces,
   ``updateDescription.updatedFields.outbox`` for updates - and nothing for ``outbox.N``, the
   ``$push`` shape the seed says it does not support: those entries are silently not relayed.
@@ -124,7 +124,8 @@ class IdempotentRelay(Relay):
 
 @dataclass
 class TransactionalRelay(Relay):
-    """A Kafka transaction per change event: its messages and its resume token together."""
+    """A Kafka transaction per batch of change events: their messages and the last one's resume
+    token together (harness.outbox.relay)."""
 
     name: ClassVar[str] = "transactional"
     idempotent: ClassVar[bool] = True
