@@ -26,6 +26,7 @@ from harness.environment import (
     default_directory,
     get_backend,
     open_environment,
+    spark_cds,
 )
 from harness.environment.containers import images, official
 from harness.environment.containers.engine import engine_for_building, engine_problem
@@ -165,6 +166,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     for jar_set in jars.every_set():
         jars.fetch(jar_set, progress=say)
         say(f"{jar_set.name} {jar_set.version}: {len(jar_set.jars())} jars in {jar_set.directory}")
+    spark_cds.build(progress=say)  # after the jars: a no-op once built
     return 0
 
 

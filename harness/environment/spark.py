@@ -16,6 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
+from harness.environment import spark_cds
 from harness.environment.jvm import LIGHT_JVM
 from harness.jars import spark_connector_jars
 
@@ -150,7 +151,9 @@ def spark_session(
     options = {
         "spark.pyspark.python": settings.python,
         "spark.pyspark.driver.python": settings.python,
-        "spark.driver.extraJavaOptions": java_opts,
+        # The driver maps the class-data archive `chaoslab fetch` made (if any): it starts in
+        # ~1.8 s instead of ~3.2 s (harness.environment.spark_cds).
+        "spark.driver.extraJavaOptions": " ".join([java_opts, *spark_cds.java_options()]),
         "spark.executor.extraJavaOptions": java_opts,
         "spark.driver.host": address,
         "spark.driver.bindAddress": address,
