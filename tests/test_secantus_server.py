@@ -84,7 +84,12 @@ def test_set_parameter_is_taken_out_of_the_command_line() -> None:
 
 @pytest.mark.parametrize(
     "pair",
-    ["failpoint=1", "transactionLifetimeLimitSeconds=soon", "transactionLifetimeLimitSeconds"],
+    [
+        "failpoint=1",
+        "transactionLifetimeLimitSeconds=soon",
+        "transactionLifetimeLimitSeconds",
+        "transactionLifetimeLimitSeconds=0",
+    ],
 )
 def test_a_parameter_the_lab_does_not_set_is_refused(pair: str) -> None:
     with pytest.raises(BadParameter):

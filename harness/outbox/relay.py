@@ -131,9 +131,9 @@ def commit(
     (harness.outbox.run)."""
     if not batch:
         return
-    save(producer, tokens, batch[-1]["_id"], in_transaction=True)
-    done = any(is_end(c) for c in batch)
-    history.record(EventKind.COMMIT, batch=changes, offsets=RELAYED if done else {})
+    save(producer, tokens, batch[-1]["_id"], in_transaction=tokens.kafka)
+    # The end marker is always a batch's last change: its transaction is committed at once.
+    history.record(EventKind.COMMIT, batch=changes, offsets=RELAYED if is_end(batch[-1]) else {})
     batch.clear()
 
 

@@ -41,6 +41,7 @@ from typing import Any
 import wiredtiger
 from secantus import changestreams, cli, commands, storage, transactions
 from secantus.commands import CommandContext
+from secantus.server import SecantusDBServer
 from secantus.storage import Storage
 from secantus.transactions import TransactionRegistry
 
@@ -210,7 +211,7 @@ def open_writing_every_commit(home: str, config: str) -> Any:
 # mongod's server parameters the lab sets on the command line, as mongod takes them
 # (``--setParameter NAME=VALUE``); SecantusDB's own command line has no such option.
 SETTABLE = ("transactionLifetimeLimitSeconds",)
-secantus_registry_init = TransactionRegistry.__init__
+secantus_server_init = SecantusDBServer.__init__
 
 
 class BadParameter(ValueError):
@@ -232,16 +233,19 @@ def take_set_parameters(argv: list[str]) -> tuple[list[str], dict[str, float]]:
         try:
             taken[name] = float(value)
         except ValueError:
-            raise BadParameter(f"--setParameter {name}={value!r}: a number") from None
+            taken[name] = -1.0
+        if not taken[name] > 0:
+            raise BadParameter(f"--setParameter {name}={value!r}: a positive number")
     return rest, taken
 
 
 def with_transaction_lifetime(seconds: float) -> Callable[..., None]:
-    """SecantusDB's transaction registry, aborting a transaction idle for ``seconds`` (its
-    ``transactionLifetimeLimitSeconds``: 60, as mongod's default)."""
+    """SecantusDB's server built with ``transaction_lifetime_seconds`` (mongod's
+    ``transactionLifetimeLimitSeconds``, 60 by default in both), which its own command line
+    does not set."""
 
-    def init(self: TransactionRegistry, **kwargs: Any) -> None:
-        secantus_registry_init(self, **{**kwargs, "lifetime_seconds": seconds})
+    def init(self: SecantusDBServer, *args: Any, **kwargs: Any) -> None:
+        secantus_server_init(self, *args, **{**kwargs, "transaction_lifetime_seconds": seconds})
 
     return init
 
@@ -249,7 +253,7 @@ def with_transaction_lifetime(seconds: float) -> Callable[..., None]:
 def install(parameters: dict[str, float] | None = None) -> None:
     lifetime = (parameters or {}).get("transactionLifetimeLimitSeconds")
     if lifetime is not None:
-        TransactionRegistry.__init__ = with_transaction_lifetime(lifetime)
+        SecantusDBServer.__init__ = with_transaction_lifetime(lifetime)
     TransactionRegistry._prune_retryable_locked = prune_oldest
     Storage.read_oplog_scan = read_oplog_checked
     Storage._prune_oplog_locked = prune_counted
