@@ -103,6 +103,22 @@ def parse_parameters(pairs: Sequence[Sequence[str]]) -> dict[str, Any]:
     return params
 
 
+def share_parameters(
+    paths: Sequence[Path], parameters: Mapping[str, Any]
+) -> dict[Path, dict[str, Any]]:
+    """Each notebook's share of ``parameters``: those its ``parameters`` cell declares
+    (papermill would pass the rest too, and only warn "Passed unknown parameter"). One that no
+    chosen notebook declares is a mistake: every such one is named, with what each takes."""
+    import papermill
+
+    takes = {path: tuple(papermill.inspect_notebook(str(path))) for path in paths}
+    unknown = [name for name in parameters if not any(name in t for t in takes.values())]
+    if unknown:
+        offered = "; ".join(f"{p.stem}: {', '.join(t)}" for p, t in takes.items())
+        raise BadInput(f"no notebook takes {', '.join(unknown)} (they take - {offered})")
+    return {path: {k: v for k, v in parameters.items() if k in takes[path]} for path in paths}
+
+
 def run_notebook(
     path: Path, out_dir: Path, parameters: dict[str, Any], progress: Callable[[str], None]
 ) -> NotebookResult:
@@ -145,11 +161,15 @@ def run_notebooks(
     parameters: dict[str, Any],
     progress: Callable[[str], None] = print,
 ) -> list[NotebookResult]:
+    shares = share_parameters(paths, parameters)
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
     results = []
     for path in paths:
-        result = run_notebook(path, out_dir, parameters, progress)
+        left = [name for name in parameters if name not in shares[path]]
+        if left:
+            progress(f"  {path.stem} does not take {', '.join(left)}: its own defaults apply")
+        result = run_notebook(path, out_dir, shares[path], progress)
         verdict = "pass" if result.passed else "FAIL: " + "; ".join(result.failures)
         progress(f"  {path.stem}: {verdict} ({result.seconds:.0f}s)")
         results.append(result)

@@ -81,10 +81,11 @@ def test_every_notebook_runs_and_its_expectations_hold(
     assert "pass: MongoDB now refuses a duplicate with E11000" in postmortem
 
 
-def small_notebook(path: Path, code: str) -> Path:
-    """A notebook with a ``parameters`` cell (``out_dir``) and one cell of ``code``."""
+def small_notebook(path: Path, code: str, declared: str = "") -> Path:
+    """A notebook with a ``parameters`` cell (``out_dir``, and ``declared``) and one cell of
+    ``code``."""
     nb = nbformat.v4.new_notebook()
-    parameters = nbformat.v4.new_code_cell('out_dir = "x"')
+    parameters = nbformat.v4.new_code_cell(f'out_dir = "x"\n{declared}')
     parameters.metadata["tags"] = ["parameters"]
     nb.cells = [parameters, nbformat.v4.new_code_cell(code)]
     nb.metadata["kernelspec"] = {
@@ -130,6 +131,37 @@ def test_a_notebook_whose_expectation_fails_fails_the_command(tmp_path: Path) ->
     assert cases["two and two make four"].find("failure") is None
     failure = cases["two and two make five"].find("failure")
     assert failure is not None and failure.get("message") == "two and two make five: got 4"
+
+
+def test_each_notebook_gets_the_parameters_it_takes_and_one_none_takes_is_refused(
+    tmp_path: Path,
+) -> None:
+    checked = "from harness.lab import Checks\nchecks = Checks('nb', out_dir)\n"
+    takes = small_notebook(
+        tmp_path / "97-takes.ipynb",
+        checked + "checks.expect('events is what -p said', events == 7)\nchecks.save()",
+        declared="events = 0",
+    )
+    other = small_notebook(
+        tmp_path / "96-other.ipynb",
+        checked + "checks.expect('events is not set', 'events' not in globals())\nchecks.save()",
+    )
+    out = tmp_path / "out"
+    refused = chaoslab("notebooks", str(takes), str(other), "--out", str(out),
+                       "-p", "evnets", "7", "-p", "events", "7", "-p", "sed", "2")  # fmt: skip
+    assert refused.returncode == 2
+    assert (
+        "no notebook takes evnets, sed (they take - 97-takes: out_dir, events; 96-other: out_dir)"
+        in refused.stderr
+    ), refused.stderr
+    assert not out.exists()  # nothing ran
+
+    ran = chaoslab("notebooks", str(takes), str(other), "--out", str(out), "-p", "events", "7",
+                   timeout=300)  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "96-other does not take events: its own defaults apply" in ran.stdout
+    assert "Passed unknown parameter" not in ran.stdout + ran.stderr
+    assert "2 of 2 notebooks passed" in ran.stdout
 
 
 def test_a_notebook_that_stops_is_an_error_in_junit(tmp_path: Path) -> None:
