@@ -230,13 +230,19 @@ def take_set_parameters(argv: list[str]) -> tuple[list[str], dict[str, float]]:
         name, _, value = next(args, "").partition("=")
         if name not in SETTABLE:
             raise BadParameter(f"--setParameter {name!r}: the lab's server sets only {SETTABLE}")
-        try:
-            taken[name] = float(value)
-        except ValueError:
-            taken[name] = -1.0
-        if not taken[name] > 0:
-            raise BadParameter(f"--setParameter {name}={value!r}: a positive number")
+        taken[name] = _positive(name, value)
     return rest, taken
+
+
+def _positive(name: str, value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        pass
+    else:
+        if number > 0:  # not nan either
+            return number
+    raise BadParameter(f"--setParameter {name}={value!r}: a positive number")
 
 
 def with_transaction_lifetime(seconds: float) -> Callable[..., None]:
