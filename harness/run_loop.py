@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Protocol
 
 from harness.errors import LabError
-from harness.history import EventKind, HistoryTail, HistoryWriter
+from harness.history import EventKind, HistoryTail, HistoryWriter, read_history
+from harness.readiness import GaveUp, NotReady, wait_for
 from harness.workload.producer import ProduceSummary
 
 Progress = Callable[[str], None]
@@ -29,6 +30,11 @@ POLL_S = 0.1  # how often the loop looks at the histories, the producer and the 
 
 class RunTimeout(LabError):
     pass
+
+
+class Stopped(LabError):
+    """The run was asked to stop (Ctrl-C while scenarios ran side by side): what it started
+    is stopped on the way out."""
 
 
 class Producing(Protocol):
@@ -86,6 +92,38 @@ class Watch:
         )
 
 
+def await_ready(
+    lanes: Sequence[tuple[str, Path, EventKind]],
+    supervisors: Sequence[Checked],
+    *,
+    what: str,
+    timeout: float = 120.0,
+    stop: threading.Event | None = None,
+) -> None:
+    """Until each lane (label, history directory, its runtime's ready event) has a consumer's
+    ready event in its history, restarting consumers that die meanwhile. Four Spark drivers
+    starting at once took 14 s on 2 cores; ``timeout`` is for a consumer that never gets there."""
+
+    def every_one_ready() -> None:
+        for supervisor in supervisors:
+            supervisor.check()
+        waiting = [
+            label
+            for label, directory, ready in lanes
+            if not any(e.kind is ready and e.source != "harness" for e in read_history(directory))
+        ]
+        if waiting:
+            raise NotReady(f"not ready yet: {', '.join(waiting)}")
+
+    def stopped() -> str | None:
+        return "asked to stop" if stop is not None and stop.is_set() else None
+
+    try:
+        wait_for(every_one_ready, what=what, timeout=timeout, abort=stopped)
+    except GaveUp as exc:
+        raise Stopped(str(exc)) from None
+
+
 def wait_until_consumed(
     watches: Sequence[Watch],
     supervisors: Sequence[Checked],
@@ -95,12 +133,13 @@ def wait_until_consumed(
     timeout: float,
     progress: Progress,
     report: Callable[[Sequence[Watch], dict[int, int] | None], str] | None = None,
+    stop: threading.Event | None = None,
 ) -> ProduceSummary:
     """Until every lane's consumers committed past every acknowledged record (``end_offsets``,
     asked once the producer is done) and the fault schedule has played out, restarting
     consumers that crash; returns the producer's summary. The fault schedule's clock starts
     once every lane's consumers wrote a batch. Every 10 s, ``report`` says how far the lanes
-    are (by default: what each committed of the target)."""
+    are (by default: what each committed of the target). ``stop`` set ends it (``Stopped``)."""
     deadline = time.monotonic() + timeout
     targets: dict[int, int] | None = None
     reported = time.monotonic()
@@ -129,6 +168,8 @@ def wait_until_consumed(
         if not behind and not nemesis.busy:
             assert producer.summary is not None
             return producer.summary
+        if stop is not None and stop.is_set():
+            raise Stopped("the run was asked to stop")
         now = time.monotonic()
         if now > deadline:
             raise RunTimeout(

@@ -1,13 +1,17 @@
 """Running a scenario: every variant, on every runtime, over the same seeded workload.
 
-One variant run: a fresh topic, consumer group and MongoDB database; the runtime's consumer
-processes start; the producer sends the workload and ledgers each acknowledgement; the run
-waits until the consumers have committed past the last acknowledged offset (restarting any
-that crash); then the sink is read back and the checker judges it against the ledger.
+One run: a fresh topic, and for each runtime x variant (a lane) a consumer group and MongoDB
+database; every lane's consumers start, and once each can consume the producer sends the
+workload and ledgers each acknowledgement; the run waits until every lane's consumers have
+committed past the last acknowledged offset (restarting any that crash); then each sink is read
+back and the checker judges it against the ledger. The lanes of a scenario run side by side
+over one topic under one fault schedule, every runtime's at once - unless the scenario runs its
+variants one at a time (``pipeline.parallel: false``, for throughput).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -38,7 +42,7 @@ from harness.pipeline.sink import database_for, prepare_sink, read_sink, slug
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
 from harness.pipeline.variants import Variant, import_path, make_variant
 from harness.results import RESULTS, ScenarioResult, UntimedFault, VariantResult
-from harness.run_loop import ProducerThread, Progress, Watch, wait_until_consumed
+from harness.run_loop import ProducerThread, Progress, Watch, await_ready, wait_until_consumed
 from harness.scenario import Scenario, VariantSpec
 from harness.workload.generator import generate
 from harness.workload.ledger import read_ledger
@@ -59,10 +63,12 @@ def run_scenario(
     versions: dict[str, str] | None = None,
     progress: Progress = print,
     keep_topics: bool = True,
+    stop: threading.Event | None = None,
 ) -> ScenarioResult:
     """Run every runtime x variant of ``scenario``. With ``keep_topics=False`` each run's topics
     are deleted once it is judged (``chaoslab matrix`` runs many scenarios on one environment,
-    and each run's topics have three replicas of three partitions)."""
+    and each run's topics have three replicas of three partitions). ``stop`` set ends a run
+    (``harness.run_loop.Stopped``), stopping what it started."""
     started = time.time()
     out_dir.mkdir(parents=True, exist_ok=True)
     results: list[VariantResult] = []
@@ -80,29 +86,36 @@ def run_scenario(
         )
 
     if scenario.outbox is not None:  # seed 003: the relays side by side, then the sink
-        results.extend(run_outbox(env, scenario, out_dir, progress, keep_topics))
+        results.extend(run_outbox(env, scenario, out_dir, progress, keep_topics, stop))
         so_far().write(out_dir / RESULTS)
         return so_far()
-    for runtime in scenario.runtimes:
-        # Side by side, variants share one topic and one broker's weather (as seed 002's
-        # three channels did); one at a time, each has the machine to itself (throughput).
-        groups = [list(scenario.variants)]
-        if not scenario.pipeline.parallel:
-            groups = [[spec] for spec in scenario.variants]
-        for specs in groups:
-            labels = ", ".join(s.label for s in specs)
-            progress(f"[{len(results) + len(specs)}/{total}] {runtime}: {labels}")
-            results.extend(
-                run_side_by_side(env, scenario, runtime, specs, out_dir, progress, keep_topics)
-            )
-            so_far().write(out_dir / RESULTS)  # a later failure keeps what was measured
+    # Side by side, every runtime's variants share one topic and one broker's weather (as seed
+    # 002's three channels did), under one fault schedule; one at a time, each variant has the
+    # machine to itself (throughput).
+    groups = [[(runtime, spec) for runtime in scenario.runtimes for spec in scenario.variants]]
+    if not scenario.pipeline.parallel:
+        groups = [[(r, spec)] for r in scenario.runtimes for spec in scenario.variants]
+    for group in groups:
+        progress(f"[{len(results) + len(group)}/{total}] {_labels(group)}")
+        results.extend(run_side_by_side(env, scenario, group, out_dir, progress, keep_topics, stop))
+        so_far().write(out_dir / RESULTS)  # a later failure keeps what was measured
     return so_far()
+
+
+def _labels(group: list[tuple[str, VariantSpec]]) -> str:
+    """``listener: naive, idempotent; spark: naive``."""
+    by_runtime: dict[str, list[str]] = {}
+    for runtime, spec in group:
+        by_runtime.setdefault(runtime, []).append(spec.label)
+    return "; ".join(f"{r}: {', '.join(labels)}" for r, labels in by_runtime.items())
 
 
 @dataclass(frozen=True)
 class _Lane:
-    """One variant's consumers, database and history within a side-by-side run."""
+    """One variant's consumers, database and history on one runtime, within a side-by-side
+    run."""
 
+    runtime: Runtime
     spec: VariantSpec
     variant: Variant
     config: RuntimeConfig
@@ -132,7 +145,7 @@ def _lane(
     run_dir = out_dir / lane_name
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = topic.rsplit(".", 1)[-1]
-    group = f"{topic}.{slug(variant.label)}"
+    group = f"{topic}.{lane_name}"
     database = database_for(run_id, lane_name)
     # The scenario's Spark cluster (started now if it is the standalone one and not running).
     cluster = SparkCluster(scenario.pipeline.spark_cluster)
@@ -163,16 +176,21 @@ def _lane(
     config_path.write_text(config.to_json())
     history = HistoryWriter(config.history_dir, "harness", variant.label)
     history.record(EventKind.RUN_START, detail=f"{runtime.name} {variant.label} topic {topic}")
-    watch = Watch(variant.label, HistoryTail(config.history_dir), history, run_dir / "logs")
-    return _Lane(spec, variant, config, config_path, history, watch)
+    watch = Watch(
+        f"{runtime.name}/{variant.label}",
+        HistoryTail(config.history_dir),
+        history,
+        run_dir / "logs",
+    )
+    return _Lane(runtime, spec, variant, config, config_path, history, watch)
 
 
 def _supervise(
-    env: Environment, scenario: Scenario, runtime: Runtime, lanes: list[_Lane], out_dir: Path
+    env: Environment, scenario: Scenario, lanes: list[_Lane], out_dir: Path
 ) -> dict[str, RuntimeSupervisor]:
-    """Who runs which lane: a listener's consumers are processes of their own; Spark lanes share
-    one driver unless a fault targets a consumer process, which must then be the lane's own
-    (see ``harness.pipeline.runtimes``)."""
+    """Who runs which lane: a listener's consumers are processes of their own; a runtime's
+    lanes share one driver (Spark's) unless a fault targets a consumer process, which must
+    then be the lane's own (see ``harness.pipeline.runtimes``)."""
     targets_consumers = any(f.targets_consumers for f in scenario.faults)
 
     def supervisor(group: list[_Lane], log_dir: Path) -> dict[str, RuntimeSupervisor]:
@@ -185,9 +203,16 @@ def _supervise(
         )
         return {lane.group: made for lane in group}
 
-    if not runtime.process_per_consumer and not targets_consumers and len(lanes) > 1:
-        return supervisor(lanes, out_dir / f"{lanes[0].config.topic}.logs")
-    return {k: v for lane in lanes for k, v in supervisor([lane], lane.run_dir / "logs").items()}
+    supervisor_of: dict[str, RuntimeSupervisor] = {}
+    for runtime in dict.fromkeys(lane.runtime for lane in lanes):
+        mine = [lane for lane in lanes if lane.runtime is runtime]
+        if not runtime.process_per_consumer and not targets_consumers and len(mine) > 1:
+            logs = out_dir / f"{mine[0].config.topic}.{runtime.name}.logs"
+            supervisor_of |= supervisor(mine, logs)
+        else:
+            for lane in mine:
+                supervisor_of |= supervisor([lane], lane.run_dir / "logs")
+    return supervisor_of
 
 
 @dataclass(frozen=True)
@@ -196,7 +221,6 @@ class _Run:
 
     env: Environment
     scenario: Scenario
-    runtime: Runtime
     topic: str
     ledger_path: Path
     lanes: list[_Lane]
@@ -212,16 +236,16 @@ class _Run:
 def run_side_by_side(
     env: Environment,
     scenario: Scenario,
-    runtime: str,
-    specs: list[VariantSpec],
+    lanes: list[tuple[str, VariantSpec]],
     out_dir: Path,
     progress: Progress = print,
     keep_topics: bool = True,
+    stop: threading.Event | None = None,
 ) -> list[VariantResult]:
-    """Run ``specs`` at the same time over one topic that the workload is produced into once:
-    set up, play the workload and the faults, check each variant."""
-    run = _set_up(env, scenario, get_runtime(runtime), specs, out_dir)
-    summary, ledger = _play(run, progress)
+    """Run ``lanes`` (runtime, variant) at the same time over one topic that the workload is
+    produced into once: set up, play the workload and the faults, check each variant."""
+    run = _set_up(env, scenario, [(get_runtime(r), spec) for r, spec in lanes], out_dir)
+    summary, ledger = _play(run, progress, stop)
     results = _check(run, summary, ledger, progress)
     if not keep_topics:
         topics = [run.topic] + [dead_letter_topic(lane.group) for lane in run.lanes]
@@ -233,29 +257,34 @@ def run_side_by_side(
 
 
 def _set_up(
-    env: Environment, scenario: Scenario, runtime: Runtime, specs: list[VariantSpec], out_dir: Path
+    env: Environment,
+    scenario: Scenario,
+    lanes: list[tuple[Runtime, VariantSpec]],
+    out_dir: Path,
 ) -> _Run:
-    """The run's topic, and each variant's lane: its consumer group, database, configuration,
-    history and who supervises its consumers."""
+    """The run's topic, and each lane's consumer group, database, configuration, history and
+    who supervises its consumers."""
     started = time.monotonic()
     run_id = uuid.uuid4().hex[:6]
-    topic = f"{scenario.name}.{runtime.name}.{run_id}"
+    topic = f"{scenario.name}.{run_id}"
     create_topic(env.kafka_bootstrap, topic, scenario.partitions)
-    lanes = [_lane(env, scenario, runtime, spec, topic, out_dir) for spec in specs]
+    made = [_lane(env, scenario, runtime, spec, topic, out_dir) for runtime, spec in lanes]
+    runtimes = "-".join(dict.fromkeys(runtime.name for runtime, _spec in lanes))
     return _Run(
         env,
         scenario,
-        runtime,
         topic,
-        out_dir / f"{runtime.name}-{run_id}.ledger.csv",
-        lanes,
-        _supervise(env, scenario, runtime, lanes, out_dir),
+        out_dir / f"{runtimes}-{run_id}.ledger.csv",
+        made,
+        _supervise(env, scenario, made, out_dir),
         plan(scenario.faults, scenario.seed),
         started,
     )
 
 
-def _play(run: _Run, progress: Progress) -> tuple[ProduceSummary, LedgerArrays]:
+def _play(
+    run: _Run, progress: Progress, stop: threading.Event | None
+) -> tuple[ProduceSummary, LedgerArrays]:
     """Consumers, producer and nemesis, until every lane has consumed everything; everything
     started here is stopped, and every fault undone, however it ends. Returns the producer's
     summary and its ledger (read once, when the producer is done: complete then)."""
@@ -278,6 +307,7 @@ def _play(run: _Run, progress: Progress) -> tuple[ProduceSummary, LedgerArrays]:
             HistoryWriter(lane.config.history_dir, "nemesis", lane.variant.label),
             run.supervisor_of[lane.group],
             lane.run_dir,
+            runtime=lane.runtime,
             label=lane.variant.label,
             name=lane.spec.name,
             group=lane.group,
@@ -285,11 +315,23 @@ def _play(run: _Run, progress: Progress) -> tuple[ProduceSummary, LedgerArrays]:
         )
         for lane in run.lanes
     ]
-    nemesis = Nemesis(env, run.schedule, run.runtime, targets, topic=run.topic)
+    nemesis = Nemesis(env, run.schedule, targets, topic=run.topic)
     supervisors = run.supervisors
     try:
         for supervisor in supervisors:
             supervisor.start()
+        # The workload starts once every lane can consume: side by side, a listener joined its
+        # group in ~1 s while a Spark driver took 5-10 s to start its queries, and a listener
+        # had consumed all of commit-failure-window's workload before its fault's clock started.
+        await_ready(
+            [
+                (lane.variant.label, lane.config.history_dir, lane.runtime.ready)
+                for lane in run.lanes
+            ],
+            supervisors,
+            what="the consumers of every lane",
+            stop=stop,
+        )
         producer.start()
         ledger: list[LedgerArrays] = []
 
@@ -305,6 +347,7 @@ def _play(run: _Run, progress: Progress) -> tuple[ProduceSummary, LedgerArrays]:
             end_offsets,
             scenario.pipeline.timeout_s,
             progress,
+            stop=stop,
         )
         return summary, ledger[0]
     finally:
@@ -322,7 +365,7 @@ def _check(
     # (measured: a bounce planned at +2.5 s started at +5.7 s).
     _verify_stored(run.env.kafka_bootstrap, run.topic, run.ledger_path)
     for lane in run.lanes:
-        if run.runtime.group_member:  # its client logs hold the coordinators' errors
+        if lane.runtime.group_member:  # its client logs hold the coordinators' errors
             for consumer in run.supervisor_of[lane.group].consumers:
                 harvest(consumer.log, lane.config.history_dir, consumer.name, lane.variant.label)
     seconds = time.monotonic() - run.started
@@ -371,7 +414,7 @@ def _judge(
         unfired=unfired(scenario.faults, events, scenario.workload.events),
     )
     progress(
-        f"    {lane.variant.label}: {verdict.in_sink} in sink of {verdict.acked} acked, "
+        f"    {result.label}: {verdict.in_sink} in sink of {verdict.acked} acked, "
         f"{verdict.duplicates} duplicates, {verdict.lost} lost, {verdict.stale} stale, "
         f"{verdict.dead_lettered} dead-lettered; {result.events_per_s:.0f} events/s; "
         f"{result.outcome.value.upper() if not result.passed else 'pass'}"

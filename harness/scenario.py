@@ -218,6 +218,13 @@ class Scenario:
         return tuple(p for f in self.faults if (p := f.crash_plan(self.seed)) is not None)
 
     @property
+    def keeps_to_its_runs(self) -> bool:
+        """Whether another scenario may run beside it on one environment: each of its faults
+        acts on its own runs only (their consumers, workload or Spark application), and its
+        variants run side by side (one at a time, each is to have the machine to itself)."""
+        return self.pipeline.parallel and all(f.own_run_only for f in self.faults)
+
+    @property
     def setting(self) -> Setting:
         """What its faults are checked against before a run."""
         return Setting(

@@ -119,8 +119,7 @@ def test_the_leader_answers_late_while_it_lasts(lab_env: LocalEnvironment, tmp_p
     nemesis = Nemesis(
         lab_env,
         plan((fault,), 1),
-        LISTENER,
-        [Target(history, supervisor=None, run_dir=tmp_path)],  # type: ignore[arg-type]
+        [Target(history, supervisor=None, run_dir=tmp_path, runtime=LISTENER)],  # type: ignore[arg-type]
         topic=topic,
     )
     try:

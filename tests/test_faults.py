@@ -140,8 +140,8 @@ def test_a_burst_past_a_smaller_workload_ends_when_production_does(tmp_path: Pat
     faults = scenario(1, [{"kind": "poison", "start_event": 400, "events": 200, "fraction": 0.3}])
     history = HistoryWriter(tmp_path, "nemesis", "naive")
     # A producer burst touches neither the servers nor the consumers.
-    nemesis = Nemesis(env=None, schedule=plan(faults.faults, 1), runtime=LISTENER,  # type: ignore[arg-type]
-                      targets=[Target(history, supervisor=None, run_dir=tmp_path)])  # type: ignore[arg-type]  # fmt: skip
+    target = Target(history, supervisor=None, run_dir=tmp_path, runtime=LISTENER)  # type: ignore[arg-type]
+    nemesis = Nemesis(env=None, schedule=plan(faults.faults, 1), targets=[target])  # type: ignore[arg-type]
     nemesis.tick(0.5, 400)
     assert not nemesis.done
     nemesis.tick(1.0, 400, produced_all=True)

@@ -19,6 +19,8 @@ from harness.kafka import admin, read_topic
 from harness.outbox.relay import target
 from harness.outbox.writer import read_written
 from harness.pipeline.runtime import RuntimeConfig
+from harness.report.table import BESIDE_NOTE, beside
+from harness.results import load
 from harness.scenario import load_scenario
 from harness.workload.ledger import read_ledger
 from harness.workload.producer import aborted_ledger
@@ -338,6 +340,56 @@ def test_the_matrix_runs_several_scenarios_on_one_environment(
             for r in json.loads((out / scenario / "results.json").read_text())["results"]:
                 runtime = json.loads((Path(r["directory"]) / "runtime.json").read_text())
                 assert client[runtime["database"]].events.count_documents({}) == r["in_sink"]
+
+
+def test_scenarios_that_keep_to_their_runs_run_together_and_the_others_alone(
+    scenario_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    out = tmp_path / "matrix"
+    result = chaoslab(
+        "matrix", "baseline", "producer-exactly-once", "mongo-partition",
+        "--runtime", "listener", "--events", "600", "--together", "2",
+        "--env", str(scenario_env.directory), "--out", str(out), timeout=900, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    runs = {n: load(out / n) for n in ("baseline", "producer-exactly-once", "mongo-partition")}
+    # mongo-partition cuts every consumer's link to MongoDB: it had the environment to itself.
+    assert beside(runs["mongo-partition"], list(runs.values())) == []
+    assert [r.name for r in beside(runs["baseline"], list(runs.values()))] == [
+        "producer-exactly-once"
+    ]
+    assert all(run.passed for run in runs.values())
+    # The lines of runs side by side carry their scenario's name; the table marks their walls.
+    assert "baseline | [5/5] listener: naive" in result.stdout
+    assert "producer-exactly-once | " in result.stdout
+    assert BESIDE_NOTE in result.stdout
+
+
+@SPARK
+def test_a_scenarios_runtimes_run_side_by_side_and_a_commit_failure_reaches_each_its_own_way(
+    scenario_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    """One run, one topic and one ledger for the listener and the Spark lanes, under one
+    schedule: the proxy answers the listeners' commits with NOT_COORDINATOR while the Spark
+    queries' commit logs are unwritable, in the same window."""
+    out = tmp_path / "run"
+    result, report = run_cli(scenario_env, out, "run", "commit-failure-window")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    rows = {(r["runtime"], r["variant"]): r for r in report["results"]}
+    assert {rt for rt, _ in rows} == {"listener", "spark"}
+    assert len({r["ledger"] for r in rows.values()}) == 1
+    for (runtime, variant), r in rows.items():
+        events = read_history(Path(r["directory"]) / "history")
+        window = [e.t for e in events if e.kind in (EventKind.FAULT_START, EventKind.FAULT_END)]
+        assert len(window) == 2, (runtime, variant)
+        failed = [e for e in events if e.kind is EventKind.COMMIT_FAILED]
+        errors = [e.detail for e in events if e.kind is EventKind.KAFKA_ERROR]
+        if runtime == "listener":
+            assert any("NOT_COORDINATOR" in d for d in errors), variant
+        else:  # Spark's own write of the commit log failed; no Kafka group to answer it
+            assert failed and not errors, variant
+            # within the window (the commit that fails may be the one its end lets through)
+            assert any(window[0] <= e.t <= window[1] + 5 for e in failed), variant
 
 
 DETERMINISM = """\

@@ -144,20 +144,25 @@ def test_upstream_resends_need_a_business_key_to_be_deduplicated(
     assert (custom.duplicates, custom.lost, custom.stale) == (0, 0, 0)
 
 
+def start_cli(folder: Path, *args: str) -> subprocess.Popen[bytes]:
+    """The CLI in ``folder`` (another folder, as a user would run it), acting on Ctrl-C as under
+    a terminal; its output goes to ``folder/cli.log``."""
+    with (folder / "cli.log").open("w") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "harness.cli", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=folder,
+            preexec_fn=sigint_as_in_a_terminal,
+        )
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
 def test_a_terminated_run_stops_its_runtimes_and_servers(tmp_path: Path, sig: int) -> None:
     out = tmp_path / "run"
     # From another folder, by the library name, as a user would.
-    argv = [sys.executable, "-m", "harness.cli", "run", "baseline",
-            "--runtime", "listener", "--events", "5000", "--out", str(out)]  # fmt: skip
-    with (tmp_path / "cli.log").open("w") as log:
-        cli = subprocess.Popen(
-            argv,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=tmp_path,
-            preexec_fn=sigint_as_in_a_terminal,
-        )
+    cli = start_cli(tmp_path, "run", "baseline", "--runtime", "listener", "--events", "5000",
+                    "--out", str(out))  # fmt: skip
     try:
 
         def runtimes_running() -> tuple[str, dict[int, str]]:
@@ -178,3 +183,34 @@ def test_a_terminated_run_stops_its_runtimes_and_servers(tmp_path: Path, sig: in
             cli.kill()
     # Nothing carrying the environment's marker is left: no server, no listener, no child.
     assert processes_of(env_id) == {}, (tmp_path / "cli.log").read_text()[-2000:]
+
+
+def test_ctrl_c_while_scenarios_run_together_stops_every_run_and_the_servers(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "matrix"
+    log_path = tmp_path / "cli.log"
+    cli = start_cli(tmp_path, "matrix", "baseline", "producer-resend", "--runtime", "listener",
+                    "--events", "20000", "--together", "2", "--out", str(out))  # fmt: skip
+    try:
+
+        def both_consuming() -> str:
+            found = state.load(out / "env")
+            text = log_path.read_text()
+            if found is None or "baseline | [" not in text or "producer-resend | [" not in text:
+                raise NotReady("the two scenarios have not both started")
+            names = processes_of(found.env_id).values()
+            listeners = [n for n in names if n.startswith("runtime-")]
+            if len(listeners) < 5 + 6:  # one listener per lane: baseline 5, producer-resend 6
+                raise NotReady(f"consumers so far: {sorted(listeners)}")
+            return found.env_id
+
+        env_id = wait_for(both_consuming, what="both scenarios' listeners", timeout=180)
+        cli.send_signal(signal.SIGINT)
+        assert cli.wait(timeout=120) != 0
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    text = log_path.read_text()
+    assert processes_of(env_id) == {}, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]

@@ -22,6 +22,7 @@ from harness.report import (
     write_report,
 )
 from harness.report.story import fault_sentences
+from harness.report.table import BESIDE_NOTE, beside
 from harness.report.timeline import (
     Pause,
     clusters,
@@ -526,6 +527,7 @@ def test_matrix_report(tmp_path: Path) -> None:
     raw = results(tmp_path / "runs" / "baseline", name="baseline")
     raw["results"] = [variant_entry(tmp_path / "nowhere", "naive", faults=["crash at x"])]
     raw["passed"] = True
+    raw["started_at"] = T0 + 100  # after the first (32 s) had ended: one at a time
     second = tmp_path / "runs" / "baseline"
     second.mkdir(parents=True)
     (second / "results.json").write_text(json.dumps(raw))
@@ -687,3 +689,25 @@ def test_soak_counts_false_alarms_detections_and_why_a_run_did_not_hold() -> Non
         "false alarms: 1 in 5 runs of variants expected to keep every change once; "
         "detected: 2 of 5 runs expected to show duplicates or losses"
     )
+
+
+def test_runs_that_were_under_way_at_once_are_marked_beside_each_other(tmp_path: Path) -> None:
+    """``matrix --together``: the table says which wall times overlap, from the runs' own start
+    and wall times; a run that started after the others ended has no mark."""
+    runs = []
+    for name, start in (("a", T0), ("b", T0 + 20), ("c", T0 + 60)):  # 32 s each: a and b overlap
+        raw = results(tmp_path / name, name=name)
+        raw["started_at"] = start
+        (tmp_path / name).mkdir(exist_ok=True)
+        (tmp_path / name / "results.json").write_text(json.dumps(raw))
+        runs.append(load(tmp_path / name))
+    assert [r.name for r in beside(runs[0], runs)] == ["b"]
+    assert [r.name for r in beside(runs[1], runs)] == ["a"]
+    assert beside(runs[2], runs) == []
+    table = render_matrix_table(runs).splitlines()
+    walls = {line.split()[0]: line.split()[1:3] for line in table[2:5]}
+    assert walls == {"a": ["32", "s*"], "b": ["32", "s*"], "c": ["32", "s"]}
+    assert BESIDE_NOTE in table
+    text = write_matrix_report(tmp_path / "matrix", [tmp_path / n for n in "abc"]).markdown
+    assert r"\* ran beside other scenarios" in text.read_text()
+    assert "ran beside" not in render_matrix_table(runs[2:])  # alone: no note

@@ -65,10 +65,10 @@ def lane(tmp_path: Path, label: str) -> tuple[Watch, HistoryWriter]:
 
 def nemesis(tmp_path: Path, watches: list[Watch], faults: list[dict]) -> Nemesis:
     parsed = tuple(parse_fault(f, f"f{i}") for i, f in enumerate(faults))
-    targets = [Target(HistoryWriter(w.tail.directory, "nemesis", w.label), None, tmp_path)  # type: ignore[arg-type]
+    targets = [Target(HistoryWriter(w.tail.directory, "nemesis", w.label), None, tmp_path, LISTENER)  # type: ignore[arg-type]
                for w in watches]  # fmt: skip
     # A producer burst acts on no server and no consumer: the nemesis needs no environment.
-    return Nemesis(None, plan(parsed, 1), LISTENER, targets)  # type: ignore[arg-type]
+    return Nemesis(None, plan(parsed, 1), targets)  # type: ignore[arg-type]
 
 
 def test_it_returns_once_every_lane_committed_past_every_acknowledged_record(

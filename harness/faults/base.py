@@ -151,6 +151,7 @@ class Target:
     history: HistoryWriter  # source "nemesis", in the variant's history directory
     supervisor: RuntimeSupervisor
     run_dir: Path
+    runtime: Runtime  # says how a commit failure reaches its commits
     label: str = ""  # the variant's label and name (coordinator-of: names either)
     name: str = ""
     group: str = ""  # its consumer group
@@ -160,10 +161,9 @@ class Target:
 @dataclass(frozen=True)
 class Context:
     """What an actor may act on during one run: the environment, the consumers of every
-    variant running side by side, their runtime and their topic."""
+    variant running side by side (on one runtime or several) and their topic."""
 
     env: Environment
-    runtime: Runtime
     targets: Sequence[Target]
     topic: str = ""
 
@@ -292,6 +292,10 @@ class Fault(ABC):
     kind: ClassVar[str]
     # Needs each variant's own consumer processes (it kills or freezes one of them).
     targets_consumers: ClassVar[bool] = False
+    # Acts only on its own run: its consumers, its workload, its Spark application - so another
+    # scenario may run beside it unharmed (``harness.schedule_runs``). One that acts on a server
+    # or a link of the environment (every run's) needs the environment to itself.
+    own_run_only: ClassVar[bool] = False
     name: str
 
     def problems(self) -> list[Problem]:

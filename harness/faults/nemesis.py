@@ -21,7 +21,6 @@ from harness.environment import Environment
 from harness.faults.base import END, START, Actor, Context, FaultStuck, Step, Target
 from harness.faults.schedule import FaultPlan
 from harness.history import EventKind
-from harness.pipeline.runtimes import Runtime
 
 CHECK_EVERY_S = 0.5  # how often a waiting step asks the cluster (a Metadata request or so)
 WAIT_TIMEOUT_S = 240.0  # a node not gone, or not back, by then is a broken environment
@@ -42,7 +41,6 @@ class _Progress:
 class Nemesis:
     env: Environment
     schedule: Sequence[FaultPlan]
-    runtime: Runtime  # says how a commit failure reaches its commits
     targets: Sequence[Target]
     topic: str = ""  # the run's topic (leader-of picks among its partitions)
     _context: Context = field(init=False)
@@ -51,7 +49,7 @@ class Nemesis:
     _clock_started: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
-        self._context = Context(self.env, self.runtime, self.targets, self.topic)
+        self._context = Context(self.env, self.targets, self.topic)
         self._progress = [
             _Progress(p, p.fault.actor(self._context)) for p in self.schedule if p.steps
         ]

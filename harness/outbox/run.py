@@ -42,9 +42,8 @@ from harness.pipeline.runtimes import CommitFailureVia, Runtime
 from harness.pipeline.sink import database_for, prepare_sink, read_sink, slug
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
 from harness.pipeline.variants import Variant, WriteContext, import_path, make_variant
-from harness.readiness import NotReady, wait_for
 from harness.results import UntimedFault, VariantResult
-from harness.run_loop import ProducerThread, Progress, Watch, wait_until_consumed
+from harness.run_loop import ProducerThread, Progress, Watch, await_ready, wait_until_consumed
 from harness.scenario import RelaySpec, Scenario
 from harness.workload.producer import ProduceSummary
 
@@ -57,6 +56,7 @@ RELAY = Runtime(
     commit_failure=CommitFailureVia.PROXY,
     spark=False,
     read_committed=True,
+    ready=EventKind.RUNTIME_START,  # the relay writes it once its change stream is open
 )
 
 
@@ -80,8 +80,10 @@ def run_outbox(
     out_dir: Path,
     progress: Progress = print,
     keep_topics: bool = True,
+    stop: threading.Event | None = None,
 ) -> list[VariantResult]:
-    """Every relay of ``scenario`` side by side over one application's writes; each judged."""
+    """Every relay of ``scenario`` side by side over one application's writes; each judged.
+    ``stop`` set ends the run (``harness.run_loop.Stopped``)."""
     outbox = scenario.outbox
     assert outbox is not None, "not an outbox scenario"
     started = time.monotonic()
@@ -104,18 +106,26 @@ def run_outbox(
             HistoryWriter(lane.config.history_dir, "nemesis", lane.label),
             lane.supervisor,
             lane.run_dir,
+            runtime=RELAY,
             label=lane.label,
             name=lane.spec.name,
             group=lane.config.group,
         )
         for lane in lanes
     ]
-    nemesis = Nemesis(env, plan(scenario.faults, scenario.seed), RELAY, targets)
+    nemesis = Nemesis(env, plan(scenario.faults, scenario.seed), targets)
     supervisors = [lane.supervisor for lane in lanes]
     try:
         for supervisor in supervisors:
             supervisor.start()
-        _await_listening(lanes)
+        # The application starts after its relays, as a deployment's would.
+        await_ready(
+            [(lane.label, lane.config.history_dir, RELAY.ready) for lane in lanes],
+            supervisors,
+            what="the relays' change streams",
+            timeout=60.0,
+            stop=stop,
+        )
         writer.start()
         summary = wait_until_consumed(
             [lane.watch for lane in lanes],
@@ -126,6 +136,7 @@ def run_outbox(
             scenario.pipeline.timeout_s,
             progress,
             _relayed,
+            stop=stop,
         )
     finally:
         writer.stop()
@@ -150,27 +161,6 @@ def _relayed(watches: Sequence[Watch], targets: dict[int, int] | None) -> str:
     )
     writing = "" if targets else " (the application is still writing)"
     return f"    relayed the application's end marker{writing}: {state}"
-
-
-def _await_listening(lanes: list[_RelayLane], timeout: float = 60.0) -> None:
-    """Until every relay has its change stream open (its first RUNTIME_START): the application
-    starts after its relays, as a deployment's would."""
-
-    def listening() -> None:
-        for lane in lanes:
-            lane.supervisor.check()
-        waiting = [
-            lane.label
-            for lane in lanes
-            if not any(
-                e.kind is EventKind.RUNTIME_START and e.source != "harness"
-                for e in read_history(lane.config.history_dir)
-            )
-        ]
-        if waiting:
-            raise NotReady(f"relays {', '.join(waiting)} have no change stream open")
-
-    wait_for(listening, what="the relays' change streams", timeout=timeout)
 
 
 def _topics(config: RuntimeConfig, outbox: OutboxSpec) -> list[str]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from harness.history import EventKind
+
 
 class CommitFailureVia(StrEnum):
     """How a ``commit-failure`` fault reaches a runtime's commits."""
@@ -39,6 +41,9 @@ class Runtime:
     spark: bool  # needs the environment's Spark: session settings and a checkpoint directory
     # Reads only committed records of a transactional producer (isolation.level=read_committed).
     read_committed: bool
+    # The event a consumer writes once it can consume: the workload starts when every lane of a
+    # run has written it, so a fault's time means the same on every runtime side by side.
+    ready: EventKind
 
 
 LISTENER = Runtime(
@@ -49,6 +54,7 @@ LISTENER = Runtime(
     commit_failure=CommitFailureVia.PROXY,
     spark=False,
     read_committed=True,
+    ready=EventKind.ASSIGNED,  # the group gave it partitions
 )
 SPARK = Runtime(
     name="spark",
@@ -60,6 +66,7 @@ SPARK = Runtime(
     # Spark's Kafka source reads with its default isolation (read_uncommitted); the lab has not
     # measured it with kafka.isolation.level=read_committed.
     read_committed=False,
+    ready=EventKind.RUNTIME_START,  # the driver writes it once its queries started
 )
 
 REGISTRY: dict[str, Runtime] = {r.name: r for r in (LISTENER, SPARK)}

@@ -11,6 +11,8 @@ from harness.soak import soak_cells
 
 from .plots import ANOMALIES_PNG, THROUGHPUT_PNG, TIMELINE_PNG
 from .table import (
+    BESIDE_NOTE,
+    beside,
     copies_text,
     dead_lettered_text,
     matrix,
@@ -175,6 +177,8 @@ def matrix_markdown(runs: Sequence[ScenarioResult], links: Sequence[str | None])
             ]
         body.append(row + [""] * (len(header) - len(row)))
     lines += table(header, body)
+    if any(beside(run, runs) for run in runs):
+        lines += ["", BESIDE_NOTE.replace("*", r"\*", 1)]
     if max(Counter(run.name for run in runs).values(), default=1) > 1:
         lines += ["", "## Soak", "", "```", render_soak_table(soak_cells(runs)), "```"]
     lines += ["", "## Scenarios", ""]

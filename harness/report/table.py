@@ -106,11 +106,33 @@ def matrix(
             variants.setdefault(v.variant)
             by_runtime.setdefault(v.runtime, {})[v.variant] = v
         parts = list(by_runtime.items()) or [("", {})]
+        wall = wall_text(run) + ("*" if beside(run, runs) else "")
         rows += [
-            (run, wall_text(run) if i == 0 else "", runtime, cells)
+            (run, wall if i == 0 else "", runtime, cells)
             for i, (runtime, cells) in enumerate(parts)
         ]
     return list(variants), rows
+
+
+def beside(run: ScenarioResult, runs: Sequence[ScenarioResult]) -> list[ScenarioResult]:
+    """The runs that were under way while ``run`` was (``chaoslab matrix --together``), from
+    their own start times and wall times."""
+    end = run.started_at + run.seconds
+    return [
+        other
+        for other in runs
+        if other is not run
+        and other.seconds
+        and other.started_at < end
+        and run.started_at < other.started_at + other.seconds
+    ]
+
+
+# Said under a table whose wall times carry a star.
+BESIDE_NOTE = (
+    "* ran beside other scenarios whose faults act on their own runs only (--together): "
+    "their wall times and events/s overlap"
+)
 
 
 def run_label(run: ScenarioResult, runs: Sequence[ScenarioResult]) -> str:
@@ -147,6 +169,8 @@ def render_matrix_table(runs: Sequence[ScenarioResult]) -> str:
         cells.append(row + [""] * (len(header) - len(row)))
     lines = ["cells: duplicates/lost/stale expectation"]
     lines += grid(header, cells, [False, True] + [False] * (len(header) - 2))
+    if any(beside(run, runs) for run in runs):
+        lines.append(BESIDE_NOTE)
     lines.append(summary_line(runs))
     return "\n".join(lines)
 

@@ -341,11 +341,13 @@ def acked_per_second(run: ScenarioResult, bucket: float = 1.0) -> list[Series]:
     """The broker's acks per second, one series per ledger (side-by-side group)."""
     t0 = origin(run)
     firsts: dict[str, VariantResult] = {}
+    runtimes: dict[str, dict[str, None]] = {}  # of each group, in run order
     for v in run.variants:
         if len(v.acked_at):
             firsts.setdefault(v.group, v)
+            runtimes.setdefault(v.group, {})[v.runtime] = None
     series = []
-    for v in firsts.values():
+    for group, v in firsts.items():
         t, r = rate(v.acked_at - t0, np.ones(len(v.acked_at)), bucket)
-        series.append(Series(f"acked ({v.runtime})", t, r, bucket))
+        series.append(Series(f"acked ({', '.join(runtimes[group])})", t, r, bucket))
     return series

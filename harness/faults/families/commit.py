@@ -9,6 +9,7 @@ and Spark's own commit write fails - the filesystem's error, not one the lab rai
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -22,6 +23,7 @@ from harness.faults.base import (
     Problem,
     Setting,
     Step,
+    Target,
     Timed,
     needs_link_proxies,
     positive,
@@ -44,11 +46,11 @@ class _CommitLogHold(Actor):
     """Spark's way: each query's checkpoint commit log is unwritable while the fault lasts, so
     Spark's own write of a batch's commit fails after the batch was written."""
 
-    context: Context
+    targets: Sequence[Target]  # the Spark lanes of the run
 
     def take(self, step: Step) -> None:
         if step.action == ON:
-            for target in self.context.targets:
+            for target in self.targets:
                 try:
                     readonly.hold(readonly.commit_log(target.checkpoint))
                 except readonly.NotHeld as exc:
@@ -60,8 +62,24 @@ class _CommitLogHold(Actor):
             super().take(step)
 
     def undo(self) -> None:
-        for target in self.context.targets:
+        for target in self.targets:
             readonly.release(readonly.commit_log(target.checkpoint))
+
+
+@dataclass
+class _EachWay(Actor):
+    """A run whose lanes are on runtimes that fail commits in different ways (a listener's
+    through the proxy, Spark's through its checkpoint): each way's actor takes every step."""
+
+    actors: Sequence[Actor]
+
+    def take(self, step: Step) -> None:
+        for actor in self.actors:
+            actor.take(step)
+
+    def undo(self) -> None:
+        for actor in self.actors:
+            actor.undo()
 
 
 @dataclass(frozen=True)
@@ -99,15 +117,27 @@ class CommitFailure(Timed):
         return self.window(seed, ON, OFF, self.duration)
 
     def actor(self, context: Context) -> Actor:
-        if context.runtime.commit_failure is CommitFailureVia.CHECKPOINT:
-            return _CommitLogHold(context)
         rule = LinkRule(
             Link.CONSUMER_KAFKA,
             "kafka-error",
             api_keys=tuple(KAFKA_APIS[a] for a in self.apis),
             error_code=KAFKA_ERRORS[self.error],
         )
-        return LinkRuleActor(context, rule, ON, OFF)
+        ways = {t.runtime.commit_failure for t in context.targets}
+        actors: list[Actor] = []
+        if CommitFailureVia.PROXY in ways:
+            actors.append(LinkRuleActor(context, rule, ON, OFF))
+        if CommitFailureVia.CHECKPOINT in ways:
+            actors.append(
+                _CommitLogHold(
+                    [
+                        t
+                        for t in context.targets
+                        if t.runtime.commit_failure is CommitFailureVia.CHECKPOINT
+                    ]
+                )
+            )
+        return actors[0] if len(actors) == 1 else _EachWay(actors)
 
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
         if CommitFailureVia.PROXY in setting.commit_failure:

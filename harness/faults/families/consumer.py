@@ -37,6 +37,7 @@ class _AtPoint(Fault):
     history has no window (its CRASH / PAUSED events say where it struck)."""
 
     targets_consumers: ClassVar[bool] = True
+    own_run_only: ClassVar[bool] = True
     point: CrashPoint
     at_batch: int
     after_docs: int
@@ -193,6 +194,7 @@ class ConsumerKill(Timed):
 
     kind: ClassVar[str] = "consumer-kill"
     targets_consumers: ClassVar[bool] = True
+    own_run_only: ClassVar[bool] = True
     name: str
     at: float | None = None
     at_event: int | None = None

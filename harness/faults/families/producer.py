@@ -15,6 +15,7 @@ from harness.workload.generator import Burst
 @dataclass(frozen=True)
 class _Burst(Fault):
     record_kind: ClassVar[Kind]
+    own_run_only: ClassVar[bool] = True  # records of the run's own workload
     name: str
     start_event: int
     events: int

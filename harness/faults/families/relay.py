@@ -22,6 +22,7 @@ class RelayCrash(Fault):
 
     kind: ClassVar[str] = "relay-crash"
     targets_consumers: ClassVar[bool] = True
+    own_run_only: ClassVar[bool] = True
     name: str
     at_change: int = 1
     every: int | None = None

@@ -26,6 +26,8 @@ class ExecutorLoss(Fault):
     records, at the ``at_batch``-th batch (``times`` times in the run)."""
 
     kind: ClassVar[str] = "executor-loss"
+    # The executor is its own application's (each application gets executors of its own).
+    own_run_only: ClassVar[bool] = True
     # The variants may share a driver and its executors: an executor has one core, so the task
     # it loses is the one that reached the point, and the others' finished tasks stay finished
     # (a write job has no shuffle to recompute).

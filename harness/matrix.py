@@ -1,0 +1,118 @@
+"""Many scenarios on one environment (``chaoslab matrix`` and ``demo``): one at a time, or
+``together`` at a time for those that keep to their own runs.
+
+A scenario whose faults act on a server or a link of the environment (a broker restart, the
+proxy's commit errors, a cut to MongoDB) would hit every run on it, so it runs alone. One whose
+faults act only on its own runs - its consumers crash, its workload carries resends, its Spark
+application loses an executor - may run beside others (``Scenario.keeps_to_its_runs``): its
+topic, consumer groups and databases are its own, and what the checker counts comes from its
+own ledger and histories. What they share is the machine and the servers' load: their wall
+times and events/s overlap, and the report says which ran beside which (from the results'
+own start times: ``beside``).
+
+Runs side by side are threads of this process (the runs' consumers are processes of their
+own; the harness mostly waits). Ctrl-C, or a run that fails, sets ``stop``: the other runs end
+at their next look (``harness.run_loop.Stopped``), each stopping what it started.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+
+from harness.environment import SparkCluster
+from harness.results import ScenarioResult
+from harness.run_loop import Progress
+from harness.scenario import Scenario
+
+# One scenario run: (scenario, its folder, its progress, stop) -> its result.
+RunOne = Callable[[Scenario, str, Progress, threading.Event], ScenarioResult]
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A scenario run of the matrix: the scenario (its seed set), its folder, its place."""
+
+    scenario: Scenario
+    folder: str
+    index: int  # 1-based, in the matrix's order
+
+
+def split(runs: Sequence[Planned], together: int) -> tuple[list[Planned], list[Planned]]:
+    """(the runs that need the environment to themselves, the runs that may share it) - all
+    alone when ``together`` is 1. Pure."""
+    if together <= 1:
+        return list(runs), []
+    alone = [r for r in runs if not r.scenario.keeps_to_its_runs]
+    return alone, [r for r in runs if r.scenario.keeps_to_its_runs]
+
+
+def run_matrix(
+    runs: Sequence[Planned],
+    run_one: RunOne,
+    *,
+    together: int,
+    progress: Progress,
+) -> list[ScenarioResult]:
+    """Every run, in the matrix's order in the result: first those that need the environment
+    to themselves, one at a time; then the others, ``together`` at a time."""
+    stop = threading.Event()
+    results: dict[int, ScenarioResult] = {}
+    alone, shared = split(runs, together)
+    for run in alone:
+        progress(f"\n=== [{run.index}/{len(runs)}] {run.folder} ===")
+        results[run.index] = run_one(run.scenario, run.folder, progress, stop)
+    if shared:
+        names = ", ".join(r.folder for r in shared)
+        progress(
+            f"\n=== {len(shared)} scenarios that keep to their own runs, {together} at a time: "
+            f"{names} ==="
+        )
+        results |= _together(shared, len(runs), run_one, together, progress, stop)
+    return [results[run.index] for run in runs]
+
+
+def _together(
+    shared: Sequence[Planned],
+    total: int,
+    run_one: RunOne,
+    together: int,
+    progress: Progress,
+    stop: threading.Event,
+) -> dict[int, ScenarioResult]:
+    # A Spark standalone cluster's workers give each application one core: two applications
+    # at once would queue for them, so its scenarios take turns.
+    standalone = threading.Lock()
+
+    def one(run: Planned) -> ScenarioResult:
+        def said(line: str) -> None:
+            progress("\n".join(f"{run.folder} | {part}" for part in line.strip("\n").split("\n")))
+
+        uses_standalone = run.scenario.setting.spark_cluster is SparkCluster.STANDALONE
+        if uses_standalone:
+            standalone.acquire()
+        try:
+            said(f"=== [{run.index}/{total}] {run.folder} ===")
+            return run_one(run.scenario, run.folder, said, stop)
+        finally:
+            if uses_standalone:
+                standalone.release()
+
+    pool = ThreadPoolExecutor(max_workers=together, thread_name_prefix="scenario")
+    futures: dict[Future[ScenarioResult], Planned] = {}
+    try:
+        futures = {pool.submit(one, run): run for run in shared}
+        done, _pending = wait(futures, return_when=FIRST_EXCEPTION)
+        failed = [f for f in done if f.exception() is not None]
+        if failed:
+            raise failed[0].exception()  # type: ignore[misc]
+        return {futures[f].index: f.result() for f in done}
+    except BaseException:
+        stop.set()  # Ctrl-C or a failed run: the others end at their next look
+        raise
+    finally:
+        for future in futures:
+            future.cancel()  # those not started yet
+        pool.shutdown(wait=True)  # each run stops what it started, within its own deadlines

@@ -1,0 +1,132 @@
+"""The matrix's schedule, without servers: which scenarios may share the environment, and how
+the runs that may share it run ``together`` at a time. ``run_one`` here stands for a scenario
+run (the lab's own seam; the runs with servers are in tests/test_library.py)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from harness import paths
+from harness.matrix import Planned, run_matrix, split
+from harness.results import ScenarioResult
+from harness.run_loop import Progress
+from harness.scenario import Scenario, load_scenario
+
+# Their faults act on a server or a link of the environment: they run alone.
+ALONE = {
+    "commit-failure-storm",  # the proxy answers every consumer's commits with an error
+    "commit-failure-window",
+    "mongo-partition",  # the consumers' link to MongoDB is cut
+    "msk-rolling-upgrade",  # brokers restart
+    "outbox-history-lost",  # the server's oplog shrinks
+    "outbox-server-restarts",  # MongoDB and a broker restart
+}
+
+
+def library() -> list[Planned]:
+    scenarios = [load_scenario(f) for f in paths.library()]
+    return [Planned(s, s.name, i) for i, s in enumerate(scenarios, 1)]
+
+
+def test_scenarios_whose_faults_act_on_the_environment_run_alone() -> None:
+    alone, shared = split(library(), together=2)
+    assert {r.folder for r in alone} == ALONE
+    assert {r.folder for r in shared} == {r.folder for r in library()} - ALONE
+    assert "spark-executor-loss" in {r.folder for r in shared}  # its executor is its own
+    # One at a time (the default): everything alone, in order.
+    alone, shared = split(library(), together=1)
+    assert [r.folder for r in alone] == [r.folder for r in library()] and shared == []
+    # Variants one at a time measure throughput: such a scenario has the machine to itself.
+    baseline = next(r for r in library() if r.folder == "baseline")
+    serial = replace(
+        baseline.scenario, pipeline=replace(baseline.scenario.pipeline, parallel=False)
+    )
+    assert split([baseline, replace(baseline, scenario=serial)], 2)[0] == [
+        replace(baseline, scenario=serial)
+    ]
+
+
+def result(scenario: Scenario, folder: str) -> ScenarioResult:
+    return ScenarioResult.of(scenario, "local", {}, 0.0, 1.0, (), Path(folder))
+
+
+def test_shared_runs_run_together_and_results_keep_the_matrix_order() -> None:
+    runs = library()
+    _alone, shared = split(runs, 2)
+    running: set[str] = set()
+    most = 0
+    lock = threading.Lock()
+    both = threading.Barrier(2, timeout=10)  # the first two shared runs must be under way at once
+    lines: list[str] = []
+
+    def run_one(
+        s: Scenario, folder: str, progress: Progress, stop: threading.Event
+    ) -> ScenarioResult:
+        nonlocal most
+        with lock:
+            running.add(folder)
+            most = max(most, len(running))
+        if folder in {r.folder for r in shared[:2]}:
+            both.wait()
+        progress(f"ran {folder}")
+        with lock:
+            running.discard(folder)
+        return result(s, folder)
+
+    results = run_matrix(runs, run_one, together=2, progress=lines.append)
+    assert [r.name for r in results] == [r.folder for r in runs]
+    assert most == 2
+    # A shared run's lines carry its name (they interleave); an alone run's do not.
+    assert f"{shared[0].folder} | ran {shared[0].folder}" in lines
+    assert "ran msk-rolling-upgrade" in lines
+    assert any(line.startswith(f"{shared[0].folder} | === [") for line in lines)
+
+
+def test_a_failed_run_stops_the_others_and_its_error_is_raised() -> None:
+    runs = [r for r in library() if r.folder in {"baseline", "cdc-crash-before-ack"}]
+    started, stopped = threading.Event(), threading.Event()
+
+    def run_one(
+        s: Scenario, folder: str, progress: Progress, stop: threading.Event
+    ) -> ScenarioResult:
+        if folder == "baseline":
+            assert started.wait(timeout=10)  # fails once the other is under way
+            raise RuntimeError("the broker lost data")
+        started.set()
+        if not stop.wait(timeout=10):  # a run's loop looks at stop and ends
+            raise AssertionError("the other run was not asked to stop")
+        stopped.set()
+        raise RuntimeError("stopped")
+
+    with pytest.raises(RuntimeError, match="the broker lost data"):
+        run_matrix(runs, run_one, together=2, progress=lambda _line: None)
+    assert stopped.is_set()
+
+
+def test_runs_on_the_spark_standalone_cluster_take_turns() -> None:
+    executor_loss = next(r for r in library() if r.folder == "spark-executor-loss")
+    runs = [replace(executor_loss, folder=f"seed-{k}", index=k) for k in (1, 2, 3)]
+    running = 0
+    most = 0
+    lock = threading.Lock()
+
+    def run_one(
+        s: Scenario, folder: str, progress: Progress, stop: threading.Event
+    ) -> ScenarioResult:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        # Three workers for three runs: without the turns, the others start within this window
+        # (a bounded wait for a violation to show; nothing waits on it to pass).
+        stop.wait(0.3)
+        with lock:
+            running -= 1
+        return result(s, folder)
+
+    assert len(run_matrix(runs, run_one, together=3, progress=lambda _line: None)) == 3
+    assert most == 1
