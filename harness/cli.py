@@ -523,8 +523,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         metavar="N",
         help="run up to N scenarios at once where their faults act on their own runs only "
-        "(consumer crashes, the workload's own records, a Spark executor); those with faults on "
-        "a server or link of the environment always run alone (default 1: each scenario has the "
+        "(consumer crashes, the workload's own records, commit failures of their own groups, a "
+        "Spark executor); those with faults on a server or link of the environment always run "
+        "alone (default 1: each scenario has the "
         f"machine to itself; the demo uses {DEMO_TOGETHER})",
     )
     matrix.set_defaults(handler=cmd_matrix)

@@ -1,10 +1,11 @@
 """Many scenarios on one environment (``chaoslab matrix`` and ``demo``): one at a time, or
 ``together`` at a time for those that keep to their own runs.
 
-A scenario whose faults act on a server or a link of the environment (a broker restart, the
-proxy's commit errors, a cut to MongoDB) would hit every run on it, so it runs alone. One whose
-faults act only on its own runs - its consumers crash, its workload carries resends, its Spark
-application loses an executor - may run beside others (``Scenario.keeps_to_its_runs``): its
+A scenario whose faults act on a server or a link of the environment (a broker restart, a cut
+of the consumers' link to MongoDB, the oplog shrinking) would hit every run on it, so it runs
+alone. One whose faults act only on its own runs - its consumers crash, its workload carries
+resends, the proxy fails its own groups' commits, its Spark application loses an executor - may
+run beside others (``Scenario.keeps_to_its_runs``): its
 topic, consumer groups and databases are its own, and what the checker counts comes from its
 own ledger and histories. What they share is the machine and the servers' load: their wall
 times and events/s overlap, and the report says which ran beside which (from the results'

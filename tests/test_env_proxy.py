@@ -378,6 +378,41 @@ def test_heartbeat_error(version: int) -> None:
     assert body["error_code"] == 7
 
 
+def group_first(api_key: int, version: int, group: str) -> bytes:
+    """A JoinGroup or Heartbeat body as far as its group id, the first field of every version
+    (then bytes the proxy does not read for it)."""
+    raw = group.encode()
+    if version >= FLEXIBLE[api_key]:
+        return bytes([len(raw) + 1]) + raw + b"\x00\x00\x00\x07"  # compact string (< 127)
+    return struct.pack(">h", len(raw)) + raw + b"\x00\x00\x00\x07"
+
+
+def group_ids_of(api_key: int, version: int, body: bytes) -> list[str]:
+    frame = request_frame(api_key, version, 1, CONSUMER_CLIENT, body)[4:]
+    return km.group_ids(km.parse_request_header(frame), frame)
+
+
+def test_the_group_ids_a_request_is_for() -> None:
+    """What a kafka-error rule with a group prefix matches, in every version it answers."""
+    for version in range(10):
+        request = offset_commit_request(version, {"orders": [0]})
+        assert group_ids_of(OFFSET_COMMIT, version, request) == ["g"], version
+        assert group_ids_of(JOIN_GROUP, version, group_first(JOIN_GROUP, version, "run.a")) == [
+            "run.a"
+        ]
+    for version in range(5):
+        body = group_first(HEARTBEAT, version, "run.b")
+        assert group_ids_of(HEARTBEAT, version, body) == ["run.b"], version
+    for version in range(7):
+        values = {"key": "run.c", "key_type": 0, "coordinator_keys": ["run.c", "run.d"]}
+        request = encode(FIND_COORDINATOR_REQUEST, values, version, version >= 3)
+        expected = ["run.c"] if version < 4 else ["run.c", "run.d"]
+        assert group_ids_of(FIND_COORDINATOR, version, request) == expected, version
+    # A version it cannot answer, or a body it cannot read: no group (a prefix rule forwards it).
+    assert group_ids_of(OFFSET_COMMIT, 10, b"") == []
+    assert group_ids_of(HEARTBEAT, 4, b"\x05ab") == []
+
+
 def test_what_the_proxy_cannot_answer_it_says_so() -> None:
     with pytest.raises(km.Unsupported):
         answer(OFFSET_COMMIT, 10, b"", NOT_COORDINATOR)
@@ -495,6 +530,37 @@ def test_a_commit_fails_with_the_injected_error_until_the_rule_is_lifted(
         mine = {tp.partition: tp.offset for tp in result}
     assert mine == end_offsets(env.kafka_bootstrap, topic)
     assert committed(env, topic, group, 2) == mine
+
+
+@pytest.mark.servers
+def test_a_rule_with_a_group_prefix_fails_only_those_groups(env: LocalEnvironment) -> None:
+    """Two runs' consumers on one link: the rule for one run's groups (``matrix --together``)
+    fails that run's commits and lets the other's through, at the same moment."""
+    topic = unique("prefixed")
+    create_topic(env.kafka_bootstrap, topic, 1)
+    produce(env.kafka_bootstrap, topic, [f"m{i}" for i in range(10)])
+    config = {"session.timeout.ms": 30_000}
+    with (
+        group_consumer(env, topic, **config) as (hit, hit_group),
+        group_consumer(env, topic, **config) as (spared, spared_group),
+    ):
+        for consumer in (hit, spared):
+            assert len(consume(consumer, 10, 30)) == 10
+        rule = LinkRule(
+            Link.CONSUMER_KAFKA, "kafka-error", api_keys=(8,), error_code=NOT_COORDINATOR,
+            group_prefix=hit_group,
+        )  # fmt: skip
+        rule_id = env.add_link_rule(rule)
+        try:
+            result = spared.commit(asynchronous=False)
+            assert result is not None and all(tp.error is None for tp in result)
+            with pytest.raises(KafkaException) as caught:
+                hit.commit(asynchronous=False)
+            assert caught.value.args[0].code() == NOT_COORDINATOR
+        finally:
+            assert env.remove_link_rule(rule_id) >= 1
+    assert committed(env, topic, spared_group, 1) == {0: 10}
+    assert committed(env, topic, hit_group, 1) == {0: -1001}
 
 
 @pytest.mark.servers

@@ -18,8 +18,6 @@ from harness.scenario import Scenario, load_scenario
 
 # Their faults act on a server or a link of the environment: they run alone.
 ALONE = {
-    "commit-failure-storm",  # the proxy answers every consumer's commits with an error
-    "commit-failure-window",
     "mongo-partition",  # the consumers' link to MongoDB is cut
     "msk-rolling-upgrade",  # brokers restart
     "outbox-history-lost",  # the server's oplog shrinks

@@ -59,7 +59,9 @@ class LinkRule:
     * ``reset``: the link's connections are closed at once, and new ones as soon as they open.
     * ``delay``: ``delay_ms`` is added to everything sent, each way.
     * ``kafka-error`` (Kafka links only): requests of ``api_keys`` are answered with
-      ``error_code`` (e.g. 16 NOT_COORDINATOR) instead of reaching the broker.
+      ``error_code`` (e.g. 16 NOT_COORDINATOR) instead of reaching the broker; with
+      ``group_prefix``, only requests for consumer groups whose ids start with it (one run's
+      groups, while another scenario's run beside it).
 
     ``broker`` (Kafka links only) narrows the rule to the link's connections to that node.
     """
@@ -70,6 +72,7 @@ class LinkRule:
     api_keys: tuple[int, ...] = ()
     error_code: int = 0
     broker: int | None = None
+    group_prefix: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.link, Link):
@@ -85,9 +88,9 @@ class LinkRule:
         if self.action != "delay" and self.delay_ms:
             raise LinkRuleRefused(f"delay_ms is for delays only, not {self.action}")
         if self.action != "kafka-error":
-            if self.api_keys or self.error_code:
+            if self.api_keys or self.error_code or self.group_prefix:
                 raise LinkRuleRefused(
-                    f"api_keys and error_code are for kafka-error, not {self.action}"
+                    f"api_keys, error_code and group_prefix are for kafka-error, not {self.action}"
                 )
             return
         if self.link not in KAFKA_LINKS:

@@ -101,4 +101,5 @@ class FaultProxy(LocalServer):
             delay_ms=rule.delay_ms,
             api_keys=rule.api_keys,
             error_code=rule.error_code,
+            group_prefix=rule.group_prefix,
         )

@@ -59,6 +59,7 @@ class ProxyControl:
         delay_ms: int = 0,
         api_keys: Sequence[int] = (),
         error_code: int = 0,
+        group_prefix: str = "",
     ) -> str:
         """Put a rule in force; returns its id."""
         rule: dict[str, Any] = {"listener": listener, "action": action, "clients": clients}
@@ -68,6 +69,8 @@ class ProxyControl:
             rule["api_keys"] = list(api_keys)
         if error_code:
             rule["error_code"] = error_code
+        if group_prefix:
+            rule["group_prefix"] = group_prefix
         status, payload = self._call("POST", "/rules", rule)
         if status != 201:
             raise RuleRejected(f"the fault proxy refused the rule {rule}: {payload['error']}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import struct
@@ -255,7 +256,8 @@ class Connection:
                 if self._reset_if_a_rule_says_so():
                     raise _Ended("reset")
             self.stats.saw_request(self.spec.name, self.client, header.api_key, header.api_version)
-            rule = self.rules.kafka_error(self.spec.name, self.client, header.api_key)
+            groups = functools.partial(km.group_ids, header, frame[4:])
+            rule = self.rules.kafka_error(self.spec.name, self.client, header.api_key, groups)
             if rule is not None and km.can_answer(header):
                 self._answer(km.error_response(header, frame[4:], rule.error_code))
                 self.rules.count([rule])

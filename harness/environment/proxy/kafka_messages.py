@@ -163,6 +163,22 @@ def error_response(header: RequestHeader, frame: bytes, error_code: int) -> byte
     return response_frame(header, encoded)
 
 
+def group_ids(header: RequestHeader, frame: bytes) -> list[str]:
+    """The consumer group ids a request of an API the proxy answers is for: OffsetCommit,
+    JoinGroup and Heartbeat name one first in their body; FindCoordinator its keys ([] for a
+    request it cannot read: no rule with a group prefix answers it)."""
+    if not can_answer(header):
+        return []
+    assert header.body_offset is not None  # every API in ERROR_VERSIONS is in FLEXIBLE_FROM
+    body = Reader(frame, header.body_offset)
+    try:
+        if header.api_key == FIND_COORDINATOR:
+            return read_find_coordinator(body, header.api_version)
+        return [body.string(compact=is_flexible(header.api_key, header.api_version))]
+    except Malformed:
+        return []
+
+
 def response_frame(header: RequestHeader, body: bytes) -> bytes:
     """Size, response header (v1 - with tagged fields - for flexible versions, except for
     ApiVersions, whose response header is always v0), body."""

@@ -11,14 +11,15 @@ and an action:
 * ``reset`` - close matching connections at once (with a TCP RST), and new ones as soon as they
   match, while the rule lasts.
 * ``delay`` - add ``delay_ms`` to every chunk (Kafka: every frame) forwarded, both directions.
-* ``kafka-error`` - answer requests of ``api_keys`` with ``error_code`` instead of forwarding.
+* ``kafka-error`` - answer requests of ``api_keys`` with ``error_code`` instead of forwarding;
+  with ``group_prefix``, only requests whose consumer group ids all start with it.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -43,6 +44,7 @@ class Rule:
     delay_ms: int = 0
     api_keys: tuple[int, ...] = ()
     error_code: int = 0
+    group_prefix: str = ""
 
     def matches(self, listener: str, client: str) -> bool:
         return in_group(listener, self.listener) and client.startswith(self.clients)
@@ -55,7 +57,8 @@ def parse_rule(raw: object, rule_id: str, modes: Mapping[str, str]) -> Rule:
     """Validate a rule as posted to the control API; ``modes`` maps listener -> mode."""
     if not isinstance(raw, dict):
         raise RuleError("a rule is a JSON object")
-    unknown = set(raw) - {"listener", "clients", "action", "delay_ms", "api_keys", "error_code"}
+    fields = {"listener", "clients", "action", "delay_ms", "api_keys", "error_code", "group_prefix"}
+    unknown = set(raw) - fields
     if unknown:
         raise RuleError(f"unknown fields: {', '.join(sorted(unknown))}")
     listener = raw.get("listener")
@@ -73,6 +76,7 @@ def parse_rule(raw: object, rule_id: str, modes: Mapping[str, str]) -> Rule:
     clients = _typed(raw, "clients", str, "")
     delay_ms = _typed(raw, "delay_ms", int, 0)
     error_code = _typed(raw, "error_code", int, 0)
+    group_prefix = _typed(raw, "group_prefix", str, "")
     api_keys = raw.get("api_keys", [])
     if not isinstance(api_keys, list) or not all(_is_int(k) for k in api_keys):
         raise RuleError("api_keys: must be a list of integers")
@@ -93,9 +97,13 @@ def parse_rule(raw: object, rule_id: str, modes: Mapping[str, str]) -> Rule:
             raise RuleError(f"api_keys: cannot answer {unsupported}; supported: {supported}")
         if error_code == 0 or error_code not in INT16:
             raise RuleError(f"error_code: must be a non-zero int16, got {error_code}")
-    elif api_keys or error_code:
-        raise RuleError(f"api_keys, error_code: only kafka-error has them (action {action})")
-    return Rule(rule_id, listener, clients, action, delay_ms, tuple(api_keys), error_code)
+    elif api_keys or error_code or group_prefix:
+        raise RuleError(
+            f"api_keys, error_code, group_prefix: only kafka-error has them (action {action})"
+        )
+    return Rule(
+        rule_id, listener, clients, action, delay_ms, tuple(api_keys), error_code, group_prefix
+    )
 
 
 def in_group(listener: str, name: str) -> bool:
@@ -161,10 +169,18 @@ class RuleTable:
         self.count(rules)
         return sum(r.delay_ms for r in rules) / 1000
 
-    def kafka_error(self, listener: str, client: str, api_key: int) -> Rule | None:
-        """The oldest kafka-error rule for this request, if any."""
+    def kafka_error(
+        self, listener: str, client: str, api_key: int, groups: Callable[[], list[str]]
+    ) -> Rule | None:
+        """The oldest kafka-error rule for this request, if any; ``groups`` reads the consumer
+        group ids it is for (asked only of a rule with a group prefix)."""
         for rule in self.matching("kafka-error", listener, client):
-            if api_key in rule.api_keys:
+            if api_key not in rule.api_keys:
+                continue
+            if not rule.group_prefix:
+                return rule
+            ids = groups()
+            if ids and all(g.startswith(rule.group_prefix) for g in ids):
                 return rule
         return None
 

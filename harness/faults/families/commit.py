@@ -90,6 +90,8 @@ class CommitFailure(Timed):
     wrote fails (and the restarted query replays it)."""
 
     kind: ClassVar[str] = "commit-failure"
+    # The proxy answers only the run's own groups; the checkpoints held are the run's own.
+    own_run_only: ClassVar[bool] = True
     name: str
     duration: float
     at: float | None = None
@@ -122,6 +124,8 @@ class CommitFailure(Timed):
             "kafka-error",
             api_keys=tuple(KAFKA_APIS[a] for a in self.apis),
             error_code=KAFKA_ERRORS[self.error],
+            # The run's own consumer groups (``{topic}.{lane}``): a scenario beside it is not hit.
+            group_prefix=f"{context.topic}." if context.topic else "",
         )
         ways = {t.runtime.commit_failure for t in context.targets}
         actors: list[Actor] = []
