@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from harness.errors import LabError
-from harness.history import EventKind, HistoryTail, HistoryWriter, read_history
+from harness.history import EventKind, HistoryTail, HistoryWriter
 from harness.readiness import GaveUp, NotReady, wait_for
 from harness.workload.producer import ProduceSummary
 
@@ -70,16 +70,20 @@ class Watch:
     tail: HistoryTail
     history: HistoryWriter  # the harness's own writer in the lane's history (CAUGHT_UP)
     logs: Path  # where to look when it does not catch up
+    ready_on: EventKind  # what its consumers write once they can consume (``Runtime.ready``)
     committed: dict[int, int] = field(default_factory=dict)  # partition -> next offset
     # Its consumers wrote a batch. Not merely handled one: a Spark runtime's first batch took
     # 9.5 s to write on its executors in a fresh-clone suite (Kafka consumers and Python
     # workers starting), and commit-failure-window's 8 s window, started at its BATCH event,
     # closed before spark/naive's first commit - a fault that hit nothing.
     running: bool = False
+    ready: bool = False  # its consumers wrote ``ready_on``
     finished: bool = False  # committed past every acknowledged record
 
     def read(self) -> None:
         for event in self.tail.new_events():
+            if event.kind is self.ready_on:
+                self.ready = True
             if event.kind is EventKind.WRITTEN:
                 self.running = True
             if event.kind is EventKind.COMMIT:
@@ -93,25 +97,23 @@ class Watch:
 
 
 def await_ready(
-    lanes: Sequence[tuple[str, Path, EventKind]],
+    watches: Sequence[Watch],
     supervisors: Sequence[Checked],
     *,
     what: str,
     timeout: float = 120.0,
     stop: threading.Event | None = None,
 ) -> None:
-    """Until each lane (label, history directory, its runtime's ready event) has a consumer's
-    ready event in its history, restarting consumers that die meanwhile. Four Spark drivers
-    starting at once took 14 s on 2 cores; ``timeout`` is for a consumer that never gets there."""
+    """Until every lane's consumers are ready (``Watch.ready``), restarting consumers that die
+    meanwhile. Four Spark drivers starting at once took 14 s on 2 cores; ``timeout`` is for a
+    consumer that never gets there."""
 
     def every_one_ready() -> None:
         for supervisor in supervisors:
             supervisor.check()
-        waiting = [
-            label
-            for label, directory, ready in lanes
-            if not any(e.kind is ready and e.source != "harness" for e in read_history(directory))
-        ]
+        for watch in watches:
+            watch.read()
+        waiting = [w.label for w in watches if not w.ready]
         if waiting:
             raise NotReady(f"not ready yet: {', '.join(waiting)}")
 

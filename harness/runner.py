@@ -181,6 +181,7 @@ def _lane(
         HistoryTail(config.history_dir),
         history,
         run_dir / "logs",
+        runtime.ready,
     )
     return _Lane(runtime, spec, variant, config, config_path, history, watch)
 
@@ -324,10 +325,7 @@ def _play(
         # group in ~1 s while a Spark driver took 5-10 s to start its queries, and a listener
         # had consumed all of commit-failure-window's workload before its fault's clock started.
         await_ready(
-            [
-                (lane.variant.label, lane.config.history_dir, lane.runtime.ready)
-                for lane in run.lanes
-            ],
+            [lane.watch for lane in run.lanes],
             supervisors,
             what="the consumers of every lane",
             stop=stop,

@@ -58,9 +58,8 @@ class Consumer:
 def lane(tmp_path: Path, label: str) -> tuple[Watch, HistoryWriter]:
     directory = tmp_path / label
     harness = HistoryWriter(directory, "harness", label)
-    return Watch(label, HistoryTail(directory), harness, directory / "logs"), HistoryWriter(
-        directory, "listener-0", label
-    )
+    watch = Watch(label, HistoryTail(directory), harness, directory / "logs", EventKind.ASSIGNED)
+    return watch, HistoryWriter(directory, "listener-0", label)
 
 
 def nemesis(tmp_path: Path, watches: list[Watch], faults: list[dict]) -> Nemesis:

@@ -120,7 +120,7 @@ def run_outbox(
             supervisor.start()
         # The application starts after its relays, as a deployment's would.
         await_ready(
-            [(lane.label, lane.config.history_dir, RELAY.ready) for lane in lanes],
+            [lane.watch for lane in lanes],
             supervisors,
             what="the relays' change streams",
             timeout=60.0,
@@ -204,7 +204,9 @@ def _lane(
         log_dir=run_dir / "logs",
         runtime=RELAY,
     )
-    watch = Watch(relay.label, HistoryTail(config.history_dir), history, run_dir / "logs")
+    watch = Watch(
+        relay.label, HistoryTail(config.history_dir), history, run_dir / "logs", RELAY.ready
+    )
     return _RelayLane(spec, relay.label, config, history, supervisor, watch)
 
 

@@ -114,17 +114,22 @@ def matrix(
     return list(variants), rows
 
 
+# results.json keeps a run's seconds to 0.01 s: its end, so derived, may be up to this much late.
+# Measured: a run that started 0.13 ms after the previous one ended overlapped it by rounding.
+ROUNDED_S = 0.005
+
+
 def beside(run: ScenarioResult, runs: Sequence[ScenarioResult]) -> list[ScenarioResult]:
     """The runs that were under way while ``run`` was (``chaoslab matrix --together``), from
     their own start times and wall times."""
-    end = run.started_at + run.seconds
+    end = run.started_at + run.seconds - ROUNDED_S
     return [
         other
         for other in runs
         if other is not run
         and other.seconds
         and other.started_at < end
-        and run.started_at < other.started_at + other.seconds
+        and run.started_at < other.started_at + other.seconds - ROUNDED_S
     ]
 
 

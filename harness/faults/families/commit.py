@@ -127,20 +127,12 @@ class CommitFailure(Timed):
             # The run's own consumer groups (``{topic}.{lane}``): a scenario beside it is not hit.
             group_prefix=f"{context.topic}." if context.topic else "",
         )
-        ways = {t.runtime.commit_failure for t in context.targets}
-        actors: list[Actor] = []
-        if CommitFailureVia.PROXY in ways:
+        held = [
+            t for t in context.targets if t.runtime.commit_failure is CommitFailureVia.CHECKPOINT
+        ]
+        actors: list[Actor] = [_CommitLogHold(held)] if held else []
+        if len(held) < len(context.targets):  # lanes whose commits go through the proxy
             actors.append(LinkRuleActor(context, rule, ON, OFF))
-        if CommitFailureVia.CHECKPOINT in ways:
-            actors.append(
-                _CommitLogHold(
-                    [
-                        t
-                        for t in context.targets
-                        if t.runtime.commit_failure is CommitFailureVia.CHECKPOINT
-                    ]
-                )
-            )
         return actors[0] if len(actors) == 1 else _EachWay(actors)
 
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
