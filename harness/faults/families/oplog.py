@@ -81,6 +81,10 @@ class OplogShrink(Timed):
     dropped stays dropped). EMULATED: see the module."""
 
     kind: ClassVar[str] = "oplog-shrink"
+    # Not own_run_only, though only change streams read the oplog: every run's writes fill it.
+    # Tried beside other scenarios (2026-11-24, `--together 2`): at 64 entries the others'
+    # writes rolled it past the relays' running change streams ~45 times each, instead of once
+    # after the kill - 285 of 300 entries lost instead of 185. It needs the server to itself.
     name: str
     size_mb: float
     duration: float
