@@ -37,6 +37,7 @@ JOB = textwrap.dedent(
         "workers": workers,
         "total": total,
         "checkpoint": spark.conf.get("spark.sql.streaming.checkpointLocation"),
+        "tmpdir": spark.sparkContext._jvm.System.getProperty("java.io.tmpdir"),
     }))
     spark.stop()
     """
@@ -61,6 +62,9 @@ def test_spark_job_runs_with_the_project_interpreter(lab_env: LocalEnvironment) 
     assert result["workers"] == [[sys.executable, None]]
     assert result["total"] == sum(range(1000))
     assert Path(result["checkpoint"]).is_relative_to(lab_env.directory)
+    # The driver's temporary folders (a session's artifacts-UUID, left behind even by a clean
+    # stop) go in the environment's folder, wiped with it - not in the system's /tmp.
+    assert result["tmpdir"] == lab_env.spark.local_dir
     # Spark's log goes to the environment's log directory, not the console.
     assert list((lab_env.directory / "logs").glob("spark-driver-*.log"))
 

@@ -710,6 +710,12 @@ def test_runs_that_were_under_way_at_once_are_marked_beside_each_other(tmp_path:
     assert BESIDE_NOTE in table
     text = write_matrix_report(tmp_path / "matrix", [tmp_path / n for n in "abc"]).markdown
     assert r"\* ran beside other scenarios" in text.read_text()
+    # Each scenario's own page names the runs beside it (written when the matrix ends).
+    seed = runs[1].seed
+    assert (
+        f"- **Ran beside**: b (seed {seed}) (--together)" in (tmp_path / "a/report.md").read_text()
+    )
+    assert "Ran beside" not in (tmp_path / "c/report.md").read_text()
     assert "ran beside" not in render_matrix_table(runs[2:])  # alone: no note
     # One that started as the other ended, within the 0.01 s results.json keeps, is not beside
     # it (the second of two runs one at a time: 0.13 ms later, measured).

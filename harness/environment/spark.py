@@ -152,8 +152,13 @@ def spark_session(
         "spark.pyspark.python": settings.python,
         "spark.pyspark.driver.python": settings.python,
         # The driver maps the class-data archive `chaoslab fetch` made (if any): it starts in
-        # ~1.8 s instead of ~3.2 s (harness.environment.spark_cds).
-        "spark.driver.extraJavaOptions": " ".join([java_opts, *spark_cds.java_options()]),
+        # ~1.8 s instead of ~3.2 s (harness.environment.spark_cds). Its temporary folders go in
+        # the environment's: a Spark 4 session makes an ``artifacts-UUID`` folder in
+        # java.io.tmpdir and leaves it there, stopped or killed (866 empty ones in /tmp after a
+        # day of runs here, 2026-11-24); in the environment's they go with it.
+        "spark.driver.extraJavaOptions": " ".join(
+            [java_opts, f"-Djava.io.tmpdir={settings.local_dir}", *spark_cds.java_options()]
+        ),
         "spark.executor.extraJavaOptions": java_opts,
         "spark.driver.host": address,
         "spark.driver.bindAddress": address,

@@ -93,7 +93,9 @@ def _probe(out: Path) -> None:
     from pyspark.sql import SparkSession  # the probe's own process: pyspark only here
 
     scratch = out.parent
-    options = " ".join([*LIGHT_JVM, f"-XX:ArchiveClassesAtExit={out}", QUIET_CDS])
+    options = " ".join(
+        [*LIGHT_JVM, f"-XX:ArchiveClassesAtExit={out}", QUIET_CDS, f"-Djava.io.tmpdir={scratch}"]
+    )
     spark = (
         SparkSession.builder.master("local[1]")
         .appName("chaoslab-cds-probe")

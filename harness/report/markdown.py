@@ -12,6 +12,7 @@ from harness.soak import soak_cells
 from .plots import ANOMALIES_PNG, THROUGHPUT_PNG, TIMELINE_PNG
 from .table import (
     BESIDE_NOTE,
+    BESIDE_OVERLAP,
     beside,
     copies_text,
     dead_lettered_text,
@@ -68,8 +69,14 @@ def _workload(run: ScenarioResult) -> str:
     return ", ".join(shown) or "not recorded"
 
 
-def scenario_markdown(run: ScenarioResult, plots: Sequence[str], story: Sequence[str]) -> str:
-    """The scenario's report; ``plots`` are image paths relative to the report."""
+def scenario_markdown(
+    run: ScenarioResult,
+    plots: Sequence[str],
+    story: Sequence[str],
+    alongside: Sequence[ScenarioResult] = (),
+) -> str:
+    """The scenario's report; ``plots`` are image paths relative to the report;
+    ``alongside``, the runs of its matrix under way while it was (``--together``)."""
     verdict = "pass" if run.passed else "FAIL"
     if run.error:
         verdict = "NO RESULTS"
@@ -88,6 +95,9 @@ def scenario_markdown(run: ScenarioResult, plots: Sequence[str], story: Sequence
             ", ".join(f"{k} {v}" for k, v in run.versions.items()) or "not recorded",
         ),
     ]
+    if alongside:
+        names = ", ".join(f"{o.name} (seed {o.seed})" for o in alongside)
+        facts.append(("Ran beside", f"{names} (--together): {BESIDE_OVERLAP}"))
     lines += [f"- **{name}**: {value}" for name, value in facts]
     if run.error:
         lines += ["", f"**No results**: {run.error}", ""]

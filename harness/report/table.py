@@ -133,10 +133,12 @@ def beside(run: ScenarioResult, runs: Sequence[ScenarioResult]) -> list[Scenario
     ]
 
 
+# What sharing the environment means for a run's figures.
+BESIDE_OVERLAP = "their wall times and events/s overlap"
 # Said under a table whose wall times carry a star.
 BESIDE_NOTE = (
     "* ran beside other scenarios whose faults act on their own runs only (--together): "
-    "their wall times and events/s overlap"
+    + BESIDE_OVERLAP
 )
 
 

@@ -13,6 +13,7 @@ from .junit import write_junit
 from .markdown import matrix_markdown, scenario_markdown
 from .plots import write_plots
 from .story import what_happened
+from .table import beside
 
 REPORT_MD = "report.md"
 JUNIT_XML = "junit.xml"
@@ -35,13 +36,16 @@ def write_report(run_dir: Path) -> Report:
     return report
 
 
-def _write(run: ScenarioResult) -> tuple[Report, ScenarioResult]:
+def _write(
+    run: ScenarioResult, others: Sequence[ScenarioResult] = ()
+) -> tuple[Report, ScenarioResult]:
+    """``others``: the runs of its matrix that were under way beside it."""
     assert run.directory is not None
     directory = run.directory
     plots = write_plots(run, directory) if not run.error else ()
     markdown = directory / REPORT_MD
     story = what_happened(run) if not run.error else []
-    markdown.write_text(scenario_markdown(run, [p.name for p in plots], story))
+    markdown.write_text(scenario_markdown(run, [p.name for p in plots], story, others))
     junit = write_junit([run], directory / JUNIT_XML, name=run.name)
     return Report(markdown, junit, plots), run
 
@@ -54,19 +58,19 @@ def write_matrix_report(out_dir: Path, run_dirs: Sequence[Path]) -> Report:
     out_dir.mkdir(parents=True, exist_ok=True)
     parts: list[Report] = []
     runs: list[ScenarioResult] = []
-    links: list[str | None] = []
     for run_dir in map(Path, run_dirs):
         try:
-            run = load(run_dir)
+            runs.append(load(run_dir))
         except (FileNotFoundError, ValueError) as exc:  # unreadable results.json included
-            run = missing(run_dir, str(exc))
+            runs.append(missing(run_dir, str(exc)))
+    links: list[str | None] = []
+    for i, (run_dir, run) in enumerate(zip(map(Path, run_dirs), runs, strict=True)):
         if run_dir.is_dir():
-            part, run = _write(run)
+            part, runs[i] = _write(run, beside(run, runs))
             parts.append(part)
             links.append(Path(os.path.relpath(part.markdown, out_dir)).as_posix())
         else:
             links.append(None)
-        runs.append(run)
     markdown = out_dir / REPORT_MD
     markdown.write_text(matrix_markdown(runs, links))
     junit = write_junit(runs, out_dir / JUNIT_XML)
