@@ -33,7 +33,7 @@ from harness.environment.containers import images, official
 from harness.environment.containers.engine import engine_for_building, engine_problem
 from harness.environment.signals import stop_on_termination
 from harness.errors import BadInput, LabError
-from harness.matrix import Planned, run_matrix
+from harness.matrix import Planned, prefixed, run_matrix
 from harness.repair import add_repair_parser
 from harness.report import (
     render_matrix_table,
@@ -232,12 +232,14 @@ def _load_all(args: argparse.Namespace, files: Sequence[Path]) -> list[Scenario]
     return loaded
 
 
-def _environment_for_run(args: argparse.Namespace, out: Path) -> tuple[Environment, bool]:
+def _environment_for_run(
+    args: argparse.Namespace, out: Path, progress: Progress = say
+) -> tuple[Environment, bool]:
     """The environment named by --env (left running), or a new one in OUT/env (stopped after)."""
     if args.env is not None:
-        return attach(args.env, progress=say), False
+        return attach(args.env, progress=progress), False
     backend, options = _backend(args)
-    return open_environment(backend, out / "env", options, progress=say), True
+    return open_environment(backend, out / "env", options, progress=progress), True
 
 
 def _run_dir(args: argparse.Namespace, name: str) -> Path:
@@ -298,7 +300,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     if problems:
         raise BadInput("\n".join(problems))
     out = _run_dir(args, "matrix" if args.repeat == 1 else "soak")
-    env, owned = _environment_for_run(args, out)
+    env, owned = _environment_for_run(args, out, progress=prefixed(say))
     started = time.monotonic()
     runs = _repeated(scenarios, args.repeat)
     with stop_on_termination(), ExitStack() as stack:

@@ -75,6 +75,26 @@ def run_matrix(
     return [results[run.index] for run in runs]
 
 
+# The run a thread of ``_together`` is playing: what it says is prefixed with its folder.
+_speaking = threading.local()
+
+
+def prefixed(progress: Progress) -> Progress:
+    """``progress``, each line prefixed with the folder of the run whose thread says it while
+    runs are under way together (their lines interleave), unchanged elsewhere. The environment
+    is given one too: a line it says for a run - the Spark standalone cluster it starts when a
+    run first asks - is that run's."""
+
+    def said(line: str) -> None:
+        folder = getattr(_speaking, "folder", None)
+        if folder is None:
+            progress(line)
+        else:
+            progress("\n".join(f"{folder} | {part}" for part in line.strip("\n").split("\n")))
+
+    return said
+
+
 def _together(
     shared: Sequence[Planned],
     total: int,
@@ -88,9 +108,8 @@ def _together(
     standalone = threading.Lock()
 
     def one(run: Planned) -> ScenarioResult:
-        def said(line: str) -> None:
-            progress("\n".join(f"{run.folder} | {part}" for part in line.strip("\n").split("\n")))
-
+        said = prefixed(progress)
+        _speaking.folder = run.folder
         uses_standalone = run.scenario.setting.spark_cluster is SparkCluster.STANDALONE
         if uses_standalone:
             standalone.acquire()
@@ -100,6 +119,7 @@ def _together(
         finally:
             if uses_standalone:
                 standalone.release()
+            _speaking.folder = None
 
     pool = ThreadPoolExecutor(max_workers=together, thread_name_prefix="scenario")
     futures: dict[Future[ScenarioResult], Planned] = {}

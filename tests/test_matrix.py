@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness import paths
-from harness.matrix import Planned, run_matrix, split
+from harness.matrix import Planned, prefixed, run_matrix, split
 from harness.results import ScenarioResult
 from harness.run_loop import Progress
 from harness.scenario import Scenario, load_scenario
@@ -28,6 +28,10 @@ ALONE = {
 def library() -> list[Planned]:
     scenarios = [load_scenario(f) for f in paths.library()]
     return [Planned(s, s.name, i) for i, s in enumerate(scenarios, 1)]
+
+
+def by_name(*names: str) -> list[Planned]:
+    return [r for r in library() if r.folder in names]
 
 
 def test_scenarios_whose_faults_act_on_the_environment_run_alone() -> None:
@@ -128,3 +132,25 @@ def test_runs_on_the_spark_standalone_cluster_take_turns() -> None:
 
     assert len(run_matrix(runs, run_one, together=3, progress=lambda _line: None)) == 3
     assert most == 1
+
+
+def test_what_the_environment_says_for_a_run_together_carries_the_runs_name() -> None:
+    """The environment's progress is ``prefixed`` too: a line it says in a run's thread (the
+    Spark standalone cluster it starts when a run first asks) is that run's; one it says
+    outside the runs (its start and stop) is nobody's."""
+    lines: list[str] = []
+    env_says = prefixed(lines.append)
+    runs = by_name("baseline", "producer-exactly-once")
+
+    def run_one(
+        s: Scenario, folder: str, progress: Progress, stop: threading.Event
+    ) -> ScenarioResult:
+        env_says(f"asked by {folder}\n  a second line")
+        return result(s, folder)
+
+    env_says("environment ready")
+    run_matrix(runs, run_one, together=2, progress=lines.append)
+    env_says("stopped")
+    assert lines[0] == "environment ready" and lines[-1] == "stopped"
+    for run in runs:
+        assert f"{run.folder} | asked by {run.folder}\n{run.folder} |   a second line" in lines
