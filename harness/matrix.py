@@ -56,23 +56,45 @@ def run_matrix(
     *,
     together: int,
     progress: Progress,
+    run_alone: RunOne | None = None,
 ) -> list[ScenarioResult]:
-    """Every run, in the matrix's order in the result: first those that need the environment
-    to themselves, one at a time; then the others, ``together`` at a time."""
+    """Every run, in the matrix's order in the result. Those that need an environment to
+    themselves run one at a time: first, on the one environment - or, given ``run_alone`` (a
+    second environment's), beside the others. The others run ``together`` at a time."""
     stop = threading.Event()
     results: dict[int, ScenarioResult] = {}
     alone, shared = split(runs, together)
-    for run in alone:
-        progress(f"\n=== [{run.index}/{len(runs)}] {run.folder} ===")
-        results[run.index] = run_one(run.scenario, run.folder, progress, stop)
+    if run_alone is None or not shared:
+        for run in alone:
+            progress(f"\n=== [{run.index}/{len(runs)}] {run.folder} ===")
+            results[run.index] = run_one(run.scenario, run.folder, progress, stop)
+        alone = []
+    elif alone:
+        progress(
+            f"\n=== {len(alone)} scenarios whose faults act on the environment, one at a time on "
+            f"a second environment: {', '.join(r.folder for r in alone)} ==="
+        )
     if shared:
         names = ", ".join(r.folder for r in shared)
         progress(
             f"\n=== {len(shared)} scenarios that keep to their own runs, {together} at a time: "
             f"{names} ==="
         )
-        results |= _together(shared, len(runs), run_one, together, progress, stop)
+        lanes = [_Lane(shared, run_one, together)]
+        if alone:
+            assert run_alone is not None
+            lanes.append(_Lane(alone, run_alone, 1))
+        results |= _together(lanes, len(runs), progress, stop)
     return [results[run.index] for run in runs]
+
+
+@dataclass(frozen=True)
+class _Lane:
+    """Runs played on one environment, up to ``at_once`` at a time."""
+
+    runs: Sequence[Planned]
+    run_one: RunOne
+    at_once: int
 
 
 # The run a thread of ``_together`` is playing: what it says is prefixed with its folder.
@@ -96,18 +118,13 @@ def prefixed(progress: Progress) -> Progress:
 
 
 def _together(
-    shared: Sequence[Planned],
-    total: int,
-    run_one: RunOne,
-    together: int,
-    progress: Progress,
-    stop: threading.Event,
+    lanes: Sequence[_Lane], total: int, progress: Progress, stop: threading.Event
 ) -> dict[int, ScenarioResult]:
     # A Spark standalone cluster's workers give each application one core: two applications
     # at once would queue for them, so its scenarios take turns.
     standalone = threading.Lock()
 
-    def one(run: Planned) -> ScenarioResult:
+    def one(run: Planned, run_one: RunOne) -> ScenarioResult:
         said = prefixed(progress)
         _speaking.folder = run.folder
         uses_standalone = run.scenario.setting.spark_cluster is SparkCluster.STANDALONE
@@ -121,10 +138,17 @@ def _together(
                 standalone.release()
             _speaking.folder = None
 
-    pool = ThreadPoolExecutor(max_workers=together, thread_name_prefix="scenario")
+    pools = [
+        ThreadPoolExecutor(max_workers=lane.at_once, thread_name_prefix="scenario")
+        for lane in lanes
+    ]
     futures: dict[Future[ScenarioResult], Planned] = {}
     try:
-        futures = {pool.submit(one, run): run for run in shared}
+        futures = {
+            pool.submit(one, run, lane.run_one): run
+            for pool, lane in zip(pools, lanes, strict=True)
+            for run in lane.runs
+        }
         done, _pending = wait(futures, return_when=FIRST_EXCEPTION)
         failed = [f for f in done if f.exception() is not None]
         if failed:
@@ -136,4 +160,5 @@ def _together(
     finally:
         for future in futures:
             future.cancel()  # those not started yet
-        pool.shutdown(wait=True)  # each run stops what it started, within its own deadlines
+        for pool in pools:
+            pool.shutdown(wait=True)  # each run stops what it started, within its deadlines

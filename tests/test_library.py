@@ -365,6 +365,30 @@ def test_scenarios_that_keep_to_their_runs_run_together_and_the_others_alone(
     assert BESIDE_NOTE in result.stdout
 
 
+def test_a_scenario_whose_fault_acts_on_the_environment_runs_on_a_second_one_beside_the_rest(
+    tmp_path: Path,
+) -> None:
+    """``matrix --together 2`` on environments of its own: mongo-partition cuts the consumers'
+    link to MongoDB of a second environment, while baseline runs on the first."""
+    out = tmp_path / "matrix"
+    names = ("baseline", "mongo-partition")
+    result = chaoslab(
+        "matrix", *names, "--runtime", "listener", "--events", "600", "--together", "2",
+        "--out", str(out), timeout=900, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    runs = {n: load(out / n) for n in names}
+    assert [r.name for r in beside(runs["mongo-partition"], list(runs.values()))] == ["baseline"]
+    assert all(run.passed for run in runs.values())
+    # The cut was the second environment's proxy's: its log has the rule, the first's has none.
+    cut = "'action': 'cut'"
+    assert cut in (out / "env-2" / "logs" / "proxy.log").read_text()
+    assert cut not in (out / "env" / "logs" / "proxy.log").read_text()
+    assert "starting a second local environment" in result.stdout
+    assert "mongo-partition | === [2/2] mongo-partition ===" in result.stdout
+    assert "Ran beside" in (out / "mongo-partition" / "report.md").read_text()
+
+
 @SPARK
 def test_a_scenarios_runtimes_run_side_by_side_and_a_commit_failure_reaches_each_its_own_way(
     scenario_env: LocalEnvironment, tmp_path: Path

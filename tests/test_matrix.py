@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness import paths
-from harness.matrix import Planned, prefixed, run_matrix, split
+from harness.matrix import Planned, RunOne, prefixed, run_matrix, split
 from harness.results import ScenarioResult
 from harness.run_loop import Progress
 from harness.scenario import Scenario, load_scenario
@@ -154,3 +154,47 @@ def test_what_the_environment_says_for_a_run_together_carries_the_runs_name() ->
     assert lines[0] == "environment ready" and lines[-1] == "stopped"
     for run in runs:
         assert f"{run.folder} | asked by {run.folder}\n{run.folder} |   a second line" in lines
+
+
+def test_given_a_second_environment_the_alone_runs_play_there_one_at_a_time_beside_the_rest() -> (
+    None
+):
+    runs = library()
+    alone, shared = split(runs, 2)
+    where: dict[str, str] = {}
+    running_alone = 0
+    most_alone = 0
+    lock = threading.Lock()
+    # An alone run and a shared one must be under way at once.
+    both = threading.Barrier(2, timeout=10)
+
+    def on(name: str) -> RunOne:
+        def run_one(
+            s: Scenario, folder: str, progress: Progress, stop: threading.Event
+        ) -> ScenarioResult:
+            nonlocal running_alone, most_alone
+            with lock:
+                where[folder] = name
+                if name == "second":
+                    running_alone += 1
+                    most_alone = max(most_alone, running_alone)
+            if folder in (alone[0].folder, shared[0].folder):
+                both.wait()
+            progress(f"ran {folder}")
+            with lock:
+                if name == "second":
+                    running_alone -= 1
+            return result(s, folder)
+
+        return run_one
+
+    lines: list[str] = []
+    results = run_matrix(
+        runs, on("first"), together=2, progress=lines.append, run_alone=on("second")
+    )
+    assert [r.name for r in results] == [r.folder for r in runs]
+    assert {f for f, n in where.items() if n == "second"} == ALONE
+    assert {f for f, n in where.items() if n == "first"} == {r.folder for r in shared}
+    assert most_alone == 1
+    # Their lines interleave with the others': they carry their names too.
+    assert "msk-rolling-upgrade | ran msk-rolling-upgrade" in lines

@@ -188,29 +188,37 @@ def test_a_terminated_run_stops_its_runtimes_and_servers(tmp_path: Path, sig: in
 def test_ctrl_c_while_scenarios_run_together_stops_every_run_and_the_servers(
     tmp_path: Path,
 ) -> None:
+    """Two scenarios together on the environment, and one whose fault acts on the environment
+    (a cut of the consumers' MongoDB link) on a second one beside them: Ctrl-C stops all three
+    runs and both environments."""
     out = tmp_path / "matrix"
     log_path = tmp_path / "cli.log"
-    cli = start_cli(tmp_path, "matrix", "baseline", "producer-resend", "--runtime", "listener",
-                    "--events", "20000", "--together", "2", "--out", str(out))  # fmt: skip
+    cli = start_cli(tmp_path, "matrix", "baseline", "producer-resend", "mongo-partition",
+                    "--runtime", "listener", "--events", "20000", "--together", "2",
+                    "--out", str(out))  # fmt: skip
     try:
 
-        def both_consuming() -> str:
-            found = state.load(out / "env")
+        def all_consuming() -> tuple[str, str]:
+            found, second = state.load(out / "env"), state.load(out / "env-2")
             text = log_path.read_text()
-            if found is None or "baseline | [" not in text or "producer-resend | [" not in text:
-                raise NotReady("the two scenarios have not both started")
-            names = processes_of(found.env_id).values()
-            listeners = [n for n in names if n.startswith("runtime-")]
+            started = ("baseline | [", "producer-resend | [", "mongo-partition | [")
+            if found is None or second is None or not all(s in text for s in started):
+                raise NotReady("the three scenarios have not all started")
+            listeners = [n for n in processes_of(found.env_id).values() if n.startswith("runtime-")]
             if len(listeners) < 5 + 6:  # one listener per lane: baseline 5, producer-resend 6
                 raise NotReady(f"consumers so far: {sorted(listeners)}")
-            return found.env_id
+            beside = [n for n in processes_of(second.env_id).values() if n.startswith("runtime-")]
+            if len(beside) < 4:  # mongo-partition's four lanes, on the second environment
+                raise NotReady(f"consumers on the second environment: {sorted(beside)}")
+            return found.env_id, second.env_id
 
-        env_id = wait_for(both_consuming, what="both scenarios' listeners", timeout=180)
+        env_ids = wait_for(all_consuming, what="the three scenarios' listeners", timeout=240)
         cli.send_signal(signal.SIGINT)
         assert cli.wait(timeout=120) != 0
     finally:
         if cli.poll() is None:
             cli.kill()
     text = log_path.read_text()
-    assert processes_of(env_id) == {}, text[-3000:]
+    for env_id in env_ids:
+        assert processes_of(env_id) == {}, text[-3000:]
     assert "Traceback" not in text, text[-3000:]

@@ -137,8 +137,8 @@ def beside(run: ScenarioResult, runs: Sequence[ScenarioResult]) -> list[Scenario
 BESIDE_OVERLAP = "their wall times and events/s overlap"
 # Said under a table whose wall times carry a star.
 BESIDE_NOTE = (
-    "* ran beside other scenarios whose faults act on their own runs only (--together): "
-    + BESIDE_OVERLAP
+    "* ran beside other scenarios (--together: on one environment where their faults act on "
+    "their own runs only, on a second one where they act on the environment): " + BESIDE_OVERLAP
 )
 
 
