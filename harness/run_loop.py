@@ -136,12 +136,15 @@ def wait_until_consumed(
     progress: Progress,
     report: Callable[[Sequence[Watch], dict[int, int] | None], str] | None = None,
     stop: threading.Event | None = None,
+    running: threading.Event | None = None,
 ) -> ProduceSummary:
     """Until every lane's consumers committed past every acknowledged record (``end_offsets``,
     asked once the producer is done) and the fault schedule has played out, restarting
     consumers that crash; returns the producer's summary. The fault schedule's clock starts
-    once every lane's consumers wrote a batch. Every 10 s, ``report`` says how far the lanes
-    are (by default: what each committed of the target). ``stop`` set ends it (``Stopped``)."""
+    once every lane's consumers wrote a batch; ``running`` is set then (a workload held back
+    until then goes on: ``harness.workload.producer.Hold``). Every 10 s, ``report`` says how
+    far the lanes are (by default: what each committed of the target). ``stop`` set ends it
+    (``Stopped``)."""
     deadline = time.monotonic() + timeout
     targets: dict[int, int] | None = None
     reported = time.monotonic()
@@ -149,6 +152,8 @@ def wait_until_consumed(
     while True:
         if clock is None and all(w.running for w in watches):
             clock = time.monotonic()
+            if running is not None:
+                running.set()
         nemesis.tick(
             None if clock is None else time.monotonic() - clock,
             producer.acked,

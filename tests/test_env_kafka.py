@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -32,6 +33,9 @@ from harness.kafka import (
 )
 from harness.kafka_cluster import OFFSETS_TOPIC
 from harness.readiness import NotReady, wait_for
+from harness.workload import WorkloadSpec, generate
+from harness.workload.ledger import read_ledger
+from harness.workload.producer import Hold, ProducerSpec, ProduceSummary, produce
 from tests.support import server_handles, unique, value_text
 
 pytestmark = pytest.mark.servers
@@ -359,3 +363,43 @@ def test_a_cluster_id_never_starts_with_a_dash() -> None:
         made = cluster_id(env_id)
         assert not made.startswith("-") and made == cluster_id(env_id)
         assert len(base64.urlsafe_b64decode(made + "==")) == 16
+
+
+def test_a_held_workload_sends_its_head_then_waits_until_it_is_let_go(
+    lab_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    """``Hold``: the first records, then nothing until the event is set; then the rest, at the
+    rate, with every record acknowledged once. A transactional producer holds at the end of a
+    transaction (its records are read only once it commits)."""
+    events = list(generate(WorkloadSpec(events=60, keys=20, seed=3)))
+    until = threading.Event()
+    acked: list[int] = []
+    summary: list[ProduceSummary] = []
+    topic = unique("held")
+    create_topic(lab_env.kafka_bootstrap, topic, PARTITIONS)
+    thread = threading.Thread(
+        target=lambda: summary.append(
+            produce(events, bootstrap=lab_env.kafka_bootstrap, topic=topic,
+                    ledger_path=tmp_path / "ledger.csv", rate=200.0, on_ack=acked.append,
+                    hold=Hold(25, until))
+        )
+    )  # fmt: skip
+    thread.start()
+    try:
+
+        def head_acked() -> None:
+            if not acked or acked[-1] < 25:
+                raise NotReady(f"acked so far: {acked[-1:]}")
+
+        wait_for(head_acked, what="the head acked", timeout=30)
+        # A bounded window for a record past the head to show, were the hold not kept.
+        assert not until.wait(1.0) and acked[-1] == 25
+    finally:
+        until.set()
+        thread.join(timeout=60)
+    assert summary and summary[0].acked == 60 and summary[0].failed == 0
+    assert sorted(row.seq for row in read_ledger(tmp_path / "ledger.csv")) == [
+        e.seq for e in events
+    ]
+    assert Hold(25, until).at(ProducerSpec(mode="transactional", transaction_size=20)).after == 40
+    assert Hold(25, until).at(ProducerSpec()).after == 25

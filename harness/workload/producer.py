@@ -53,6 +53,27 @@ def aborted_ledger(ledger_path: Path) -> Path:
 
 
 @dataclass(frozen=True)
+class Hold:
+    """A pause in the workload: after ``after`` records, the producer waits until ``until`` is
+    set (or it is stopped), then goes on at its rate from there. Runs side by side set it once
+    every lane wrote a batch: a listener joined and wrote in ~1 s, while a Spark driver's first
+    batch took 6-11 s on a loaded machine (2026-11-24), and the listeners had consumed all but
+    the end of commit-failure-window's workload when its fault's clock started (their commits
+    then never failed: naive stored no duplicate)."""
+
+    after: int
+    until: threading.Event
+
+    def at(self, spec: ProducerSpec) -> Hold:
+        """Moved to the end of a transaction: a transactional producer's records are read
+        (read_committed) only once it commits."""
+        if not spec.transactional:
+            return self
+        size = spec.transaction_size
+        return Hold(-(-self.after // size) * size, self.until)
+
+
+@dataclass(frozen=True)
 class ProduceSummary:
     produced: int  # events handed to the client
     acked: int  # acknowledged by the broker (= ledger rows; committed, if transactional)
@@ -73,11 +94,15 @@ def produce(
     on_ack: Callable[[int], None] | None = None,
     spec: ProducerSpec = ProducerSpec(),
     seed: int = 0,
+    hold: Hold | None = None,
 ) -> ProduceSummary:
     """Send ``events`` in order; ``rate`` caps events per second (0: as fast as possible).
     ``on_ack`` is called with the number ledgered so far after each acknowledgement (for a
-    transactional producer: after each commit, for the records of that transaction)."""
+    transactional producer: after each commit, for the records of that transaction). ``hold``:
+    where the workload pauses, and until when."""
     started = time.monotonic()
+    hold = None if hold is None else hold.at(spec)
+    paced_from, paced = started, 0  # pacing restarts after a hold
     produced = failed = 0
     pending: list[LedgerRow] = []  # acked, not ledgered yet (a transaction's, until its end)
     aborted: list[LedgerRow] = []
@@ -137,9 +162,17 @@ def produce(
         for event in events:
             if stop is not None and stop.is_set():
                 break
+            if hold is not None and produced == hold.after:
+                while not hold.until.wait(0.05) and not (stop is not None and stop.is_set()):
+                    producer.poll(0.05)  # what was sent is acknowledged (and ledgered) meanwhile
+                    if not spec.transactional:
+                        keep()
+                if stop is not None and stop.is_set():
+                    break
+                paced_from, paced = time.monotonic(), produced
             if rate > 0:
                 # Pace against the start, so a slow moment is caught up rather than lost.
-                lag = started + produced / rate - time.monotonic()
+                lag = paced_from + (produced - paced) / rate - time.monotonic()
                 if lag > 0:
                     producer.poll(lag)
             while True:
