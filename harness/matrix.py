@@ -64,26 +64,24 @@ def run_matrix(
     stop = threading.Event()
     results: dict[int, ScenarioResult] = {}
     alone, shared = split(runs, together)
-    if run_alone is None or not shared:
-        for run in alone:
-            progress(f"\n=== [{run.index}/{len(runs)}] {run.folder} ===")
-            results[run.index] = run_one(run.scenario, run.folder, progress, stop)
-        alone = []
-    elif alone:
+    lanes = [_Lane(shared, run_one, together)] if shared else []
+    if run_alone is not None and shared and alone:
         progress(
             f"\n=== {len(alone)} scenarios whose faults act on the environment, one at a time on "
             f"a second environment: {', '.join(r.folder for r in alone)} ==="
         )
+        lanes.append(_Lane(alone, run_alone, 1))
+    else:
+        for run in alone:
+            progress(f"\n=== [{run.index}/{len(runs)}] {run.folder} ===")
+            results[run.index] = run_one(run.scenario, run.folder, progress, stop)
     if shared:
         names = ", ".join(r.folder for r in shared)
         progress(
             f"\n=== {len(shared)} scenarios that keep to their own runs, {together} at a time: "
             f"{names} ==="
         )
-        lanes = [_Lane(shared, run_one, together)]
-        if alone:
-            assert run_alone is not None
-            lanes.append(_Lane(alone, run_alone, 1))
+    if lanes:
         results |= _together(lanes, len(runs), progress, stop)
     return [results[run.index] for run in runs]
 

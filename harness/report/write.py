@@ -32,13 +32,10 @@ class Report:
 def write_report(run_dir: Path) -> Report:
     """report.md, the plots and junit.xml for the run in ``run_dir`` (from its results.json,
     histories and ledgers), written into ``run_dir``."""
-    report, _ = _write(load(Path(run_dir)))
-    return report
+    return _write(load(Path(run_dir)))
 
 
-def _write(
-    run: ScenarioResult, others: Sequence[ScenarioResult] = ()
-) -> tuple[Report, ScenarioResult]:
+def _write(run: ScenarioResult, others: Sequence[ScenarioResult] = ()) -> Report:
     """``others``: the runs of its matrix that were under way beside it."""
     assert run.directory is not None
     directory = run.directory
@@ -47,7 +44,7 @@ def _write(
     story = what_happened(run) if not run.error else []
     markdown.write_text(scenario_markdown(run, [p.name for p in plots], story, others))
     junit = write_junit([run], directory / JUNIT_XML, name=run.name)
-    return Report(markdown, junit, plots), run
+    return Report(markdown, junit, plots)
 
 
 def write_matrix_report(out_dir: Path, run_dirs: Sequence[Path]) -> Report:
@@ -64,9 +61,9 @@ def write_matrix_report(out_dir: Path, run_dirs: Sequence[Path]) -> Report:
         except (FileNotFoundError, ValueError) as exc:  # unreadable results.json included
             runs.append(missing(run_dir, str(exc)))
     links: list[str | None] = []
-    for i, (run_dir, run) in enumerate(zip(map(Path, run_dirs), runs, strict=True)):
+    for run_dir, run in zip(map(Path, run_dirs), runs, strict=True):
         if run_dir.is_dir():
-            part, runs[i] = _write(run, beside(run, runs))
+            part = _write(run, beside(run, runs))
             parts.append(part)
             links.append(Path(os.path.relpath(part.markdown, out_dir)).as_posix())
         else:

@@ -159,15 +159,19 @@ def produce(
         if spec.transactional:
             producer.init_transactions()
             producer.begin_transaction()
+
+        def stopped() -> bool:
+            return stop is not None and stop.is_set()
+
         for event in events:
-            if stop is not None and stop.is_set():
+            if stopped():
                 break
             if hold is not None and produced == hold.after:
-                while not hold.until.wait(0.05) and not (stop is not None and stop.is_set()):
+                while not hold.until.wait(0.05) and not stopped():
                     producer.poll(0.05)  # what was sent is acknowledged (and ledgered) meanwhile
                     if not spec.transactional:
                         keep()
-                if stop is not None and stop.is_set():
+                if stopped():
                     break
                 paced_from, paced = time.monotonic(), produced
             if rate > 0:
