@@ -347,6 +347,7 @@ def test_what_a_sigkilled_harness_left_is_removed_by_the_next_up(tmp_path: Path)
         env_id = found.env_id
         engine_url = ContainersEnvironment.attach(first).engine.base_url
         assert len(labelled(engine_url, env_id)) == 6  # 5 servers and the network
+        assert (state.scratch_dir(env_id) / "podman.sock").exists()  # the engine's socket
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
     finally:
@@ -358,8 +359,13 @@ def test_what_a_sigkilled_harness_left_is_removed_by_the_next_up(tmp_path: Path)
         assert "removed 5 containers left by environments nobody owns any more" in up.stdout
         new = ContainersEnvironment.attach(second)
         assert labelled(new.engine.base_url, env_id) == []
+        assert not state.scratch_dir(env_id).exists()  # nothing of it left in /tmp either
+        second_state = state.load(second)
+        assert second_state is not None
+        assert state.scratch_dir(second_state.env_id).exists()
     finally:
         down = chaoslab("down", "--dir", str(second), timeout=300)
     assert down.returncode == 0, down.stderr
     assert "removed 5 containers" in down.stdout + down.stderr
     assert not (second / "state.json").exists()
+    assert not state.scratch_dir(second_state.env_id).exists()

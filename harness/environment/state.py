@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -128,6 +129,16 @@ def register(env_id: str, directory: Path) -> None:
 def unregister(env_id: str) -> None:
     (registry_dir() / f"{env_id}.dir").unlink(missing_ok=True)
     (reservations_dir() / f"{env_id}.json").unlink(missing_ok=True)
+    shutil.rmtree(scratch_dir(env_id), ignore_errors=True)
+
+
+def scratch_dir(env_id: str) -> Path:
+    """The environment's short folder under the system's temporary folder (not created here),
+    for what cannot live under its own folder (a unix socket's path is limited to 107 bytes).
+    Removed when the environment is unregistered - by ``down``, and by the next ``up`` after a
+    SIGKILLed harness: left there, one folder stayed in /tmp per containers test run (26 here
+    in two days)."""
+    return Path(tempfile.gettempdir()) / f"chaoslab-{env_id}"
 
 
 # -- port reservations -----------------------------------------------------------------------

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,7 +31,7 @@ import docker
 from testcontainers.core.config import ConnectionMode
 from testcontainers.core.config import testcontainers_config as tc_config
 
-from harness.environment import process
+from harness.environment import process, state
 from harness.environment.base import BackendUnavailable
 from harness.readiness import DeadlineExceeded, GaveUp, NotReady, wait_for
 
@@ -146,7 +145,7 @@ def _podman_version() -> str:
 def socket_path(env_id: str) -> Path:
     # A unix socket's path is limited to 107 bytes: not under the environment's folder, which
     # may be deep (pytest's temporary folders are 70-90 bytes already).
-    return Path(tempfile.gettempdir()) / f"chaoslab-{env_id}" / "podman.sock"
+    return state.scratch_dir(env_id) / "podman.sock"
 
 
 def start_podman(directory: Path, env_id: str) -> Engine:

@@ -310,7 +310,6 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
         except Exception as exc:  # the engine is gone (a SIGKILLed harness): the next up cleans
             self._progress(f"could not remove the containers: {exc}")
         pids = process.reap(found.env_id, grace=10.0)  # the podman service, clients' leftovers
-        shutil.rmtree(engines.socket_path(found.env_id).parent, ignore_errors=True)
         with state.locked(self.directory):
             state.remove(self.directory)
             state.unregister(found.env_id)
