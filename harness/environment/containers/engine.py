@@ -209,4 +209,4 @@ def engine_for_building(directory: Path) -> Iterator[Engine]:
         yield engine
     finally:
         process.reap(env_id, grace=10.0)
-        shutil.rmtree(socket_path(env_id).parent, ignore_errors=True)
+        shutil.rmtree(state.scratch_dir(env_id), ignore_errors=True)  # never registered
