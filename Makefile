@@ -81,8 +81,8 @@ bench: $(STAMP) jars
 # Every library scenario SOAK times with different seeds (default 10), and how often each
 # variant's expectations held: false alarms and detections (chaoslab matrix --repeat).
 SOAK ?= 10
-# Two scenarios at a time where they may share the environment, as the demo runs them (the
-# library once: 6.6 minutes instead of 9.2).
+# Two scenarios at a time where they may share the environment, as the demo runs them (faster
+# than one at a time: docs/performance.md).
 soak: $(STAMP) jars
 	$(BIN)/chaoslab matrix --repeat $(SOAK) --together 2
 

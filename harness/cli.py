@@ -335,8 +335,9 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         run_alone = None
         if owned and env.backend == "local" and alone and shared:
             # The scenarios whose faults act on the environment (brokers restarting, a cut of
-            # the consumers' link to MongoDB) get one of their own, beside the others': they
-            # had the machine 56% idle while they ran first, one at a time, on the one.
+            # the consumers' link to MongoDB) get one of their own, beside the others': run
+            # first, one at a time, on the one, they left the machine mostly idle
+            # (docs/performance.md).
             second, _ = _environment_for_run(args, out, progress=prefixed(say), name=SECOND_ENV)
             say(f"starting a second {second.backend} environment in {out / SECOND_ENV}")
             stack.enter_context(second)
@@ -355,9 +356,9 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     return 0 if all(r.passed for r in results) else 1
 
 
-# The demo runs the scenarios that keep to their own runs two at a time: measured on 2 cores,
-# the library took 9.2 minutes one at a time, with the CPU 47% idle on average (a consumer's
-# restart, a group's rejoin and a fault's window are mostly waiting).
+# The demo runs the scenarios that keep to their own runs two at a time: one at a time, the
+# library leaves the CPU mostly idle (a consumer's restart, a group's rejoin and a fault's
+# window are mostly waiting; docs/performance.md).
 DEMO_TOGETHER = 2
 
 

@@ -95,7 +95,8 @@ def delete_topics(bootstrap: str, names: list[str], *, timeout: float = 30.0) ->
 
 class Watermarks:
     """Reads the high watermark (the next offset to be written) of each partition of a topic,
-    with one consumer for every ``read()`` (making one and connecting costs ~100 ms)."""
+    with one consumer for every ``read()`` (making one and connecting is not free:
+    docs/performance.md)."""
 
     def __init__(
         self,
@@ -160,8 +161,8 @@ def end_offsets(bootstrap: str, topic: str, *, timeout: float = 30.0) -> dict[in
 
 def await_group_coordinator(bootstrap: str, *, timeout: float = 120.0) -> None:
     """Until the cluster answers a consumer group's request, and every broker lists its groups.
-    The first request makes Kafka create ``__consumer_offsets`` (measured: 20 s on two cores),
-    which an environment does at start, not in its first run's consumers."""
+    The first request makes Kafka create ``__consumer_offsets`` (slow on a small machine:
+    docs/performance.md), which an environment does at start, not in its first run's consumers."""
     settings = {"client.id": HARNESS_CLIENT, "log_level": QUIET}
     consumer = Consumer(consumer_config(bootstrap, "chaoslab-warm-up", **settings))
 
@@ -184,9 +185,8 @@ def lab_groups(bootstrap: str, *, timeout: float = 10.0) -> list[str]:
     """The consumer groups the cluster knows (the lab's: a run's groups are named after its
     topic), sorted."""
     # The client is held until its answer is in: one collected while its request is out loses
-    # the answer now and then (measured, idle cluster: 8 of 10,000 calls timed out with the
-    # client dropped after the request was sent, 0 of 10,000 with it held). That was the
-    # `status` that said Kafka was down ("TimeoutError: ") in three fresh-clone suites.
+    # the answer now and then, never with it held (docs/environment.md). That was the `status`
+    # that said Kafka was down ("TimeoutError: ").
     client = admin(bootstrap)
     found = client.list_consumer_groups(request_timeout=timeout).result(timeout)
     return sorted(g.group_id for g in found.valid)
@@ -226,8 +226,8 @@ def read_topic(
         "log_level": QUIET,
         "enable.partition.eof": True,
         # A partition's end shows as a fetch that returns nothing, which the broker holds for
-        # fetch.wait.max.ms (500 ms by default). Measured on 1,000 records over 3 partitions:
-        # 0.55 s to read them and see every end -> 0.05 s with 10 ms.
+        # fetch.wait.max.ms (500 ms by default); 10 ms makes reading a topic to every end many
+        # times faster (docs/performance.md).
         "fetch.wait.max.ms": 10,
     }
     consumer = Consumer(consumer_config(bootstrap, "chaoslab-reader", **settings))
@@ -238,8 +238,8 @@ def read_topic(
 
     def read_all() -> None:
         # Short polls, until every partition's end: a consume asking for more records than the
-        # topic holds waits out its whole timeout (it was 0.5 s a call: ~1.1 s per topic read,
-        # after every run for its topic and each lane's dead-letter topic).
+        # topic holds waits out its whole timeout, and a topic is read after every run (its
+        # topic and each lane's dead-letter topic; docs/performance.md).
         while messages := consumer.consume(num_messages=5000, timeout=0.05):
             read(messages)
             if len(at_end) == len(ends):

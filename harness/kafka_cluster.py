@@ -5,9 +5,9 @@ One ``ClusterView`` is one Metadata request (``list_topics``) plus one DescribeQ
 The Admin API's DescribeCluster and DescribeConsumerGroups are avoided on purpose:
 
 * in KRaft, DescribeCluster's "controller" is a random broker, not the active controller
-  (measured: 3,3,3,1,1 while node 2 led the quorum); DescribeQuorum names the leader, and
+  (docs/environment.md); DescribeQuorum names the leader, and
   confluent-kafka has no call for it, hence the few lines of protocol below;
-* librdkafka 2.16 aborted the whole process twice when DescribeConsumerGroups was polled
+* librdkafka 2.16 aborted the whole process when DescribeConsumerGroups was polled
   while a broker restarted (``rd_kafka_enq_once_del_source_return: Assertion ... refcnt > 0``),
   so a group's coordinator is computed as Kafka does: the leader of ``__consumer_offsets``
   partition ``abs(group.hashCode()) % partitions`` (it matched DescribeConsumerGroups in every

@@ -72,10 +72,10 @@ class Watch:
     logs: Path  # where to look when it does not catch up
     ready_on: EventKind  # what its consumers write once they can consume (``Runtime.ready``)
     committed: dict[int, int] = field(default_factory=dict)  # partition -> next offset
-    # Its consumers wrote a batch. Not merely handled one: a Spark runtime's first batch took
-    # 9.5 s to write on its executors in a fresh-clone suite (Kafka consumers and Python
-    # workers starting), and commit-failure-window's 8 s window, started at its BATCH event,
-    # closed before spark/naive's first commit - a fault that hit nothing.
+    # Its consumers wrote a batch. Not merely handled one: a Spark runtime's first batch is slow
+    # to write on its executors (Kafka consumers and Python workers starting), and
+    # commit-failure-window's short window, started at its BATCH event, closed before
+    # spark/naive's first commit - a fault that hit nothing (docs/faults.md).
     running: bool = False
     ready: bool = False  # its consumers wrote ``ready_on``
     finished: bool = False  # committed past every acknowledged record
@@ -105,8 +105,8 @@ def await_ready(
     stop: threading.Event | None = None,
 ) -> None:
     """Until every lane's consumers are ready (``Watch.ready``), restarting consumers that die
-    meanwhile. Four Spark drivers starting at once took 14 s on 2 cores; ``timeout`` is for a
-    consumer that never gets there."""
+    meanwhile. Spark drivers starting at once take a while on a small machine
+    (docs/performance.md); ``timeout`` is for a consumer that never gets there."""
 
     def every_one_ready() -> None:
         for supervisor in supervisors:

@@ -293,8 +293,8 @@ def _play(
     # Faults on the clock, and lanes of more than one runtime: the workload's first batch, then
     # the rest once every lane wrote a batch (when the clock starts) - a listener is not to
     # consume all of it while a Spark driver's first batch is under way. Not otherwise: held,
-    # the workload reaches a Spark lane in other batches (cdc-crash-before-ack's first was 82
-    # records, not 199), and its counts would follow the timing.
+    # the workload reaches a Spark lane in other batches (cdc-crash-before-ack's first batch
+    # shrank: docs/scenarios.md), and its counts would follow the timing.
     running = threading.Event()
     mixed = len({lane.runtime for lane in run.lanes}) > 1
     timed = any(step.at is not None for plan in run.schedule for step in plan.steps)
@@ -331,9 +331,10 @@ def _play(
     try:
         for supervisor in supervisors:
             supervisor.start()
-        # The workload starts once every lane can consume: side by side, a listener joined its
-        # group in ~1 s while a Spark driver took 5-10 s to start its queries, and a listener
-        # had consumed all of commit-failure-window's workload before its fault's clock started.
+        # The workload starts once every lane can consume: side by side, a listener joins its
+        # group long before a Spark driver starts its queries (docs/performance.md), and a
+        # listener had consumed all of commit-failure-window's workload before its fault's
+        # clock started.
         await_ready(
             [lane.watch for lane in run.lanes],
             supervisors,
@@ -370,8 +371,8 @@ def _check(
 ) -> list[VariantResult]:
     """The topic holds what was acknowledged; each lane's sink is judged against the ledger."""
     # Checked once the consumers are done, not when the producer is: reading the whole topic
-    # takes seconds on a three-node cluster, and the fault schedule must not wait for it
-    # (measured: a bounce planned at +2.5 s started at +5.7 s).
+    # takes seconds on a three-node cluster, and the fault schedule must not wait for it (a
+    # bounce started seconds late: docs/faults.md).
     _verify_stored(run.env.kafka_bootstrap, run.topic, run.ledger_path)
     for lane in run.lanes:
         if lane.runtime.group_member:  # its client logs hold the coordinators' errors

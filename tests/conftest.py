@@ -7,8 +7,8 @@ import pytest
 from harness.environment import LocalEnvironment
 from harness.readiness import NotReady, wait_for
 
-# A node a test stopped is back within 8-29 s (measured on 2 cores); its partitions are in sync
-# a few seconds later.
+# A margin over a stopped node's start and its partitions' catching up on 2 cores
+# (docs/performance.md).
 WHOLE_TIMEOUT_S = 180.0
 
 
@@ -18,7 +18,7 @@ def lab_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEnvironme
 
     Tests that bounce or stop a server leave it running again; tests about the environment's
     own life cycle start environments of their own. One, not one per test: a three-node cluster
-    takes 20-35 s and ~60 CPU-seconds to start, and each idle node keeps using CPU.
+    is slow and CPU-heavy to start (docs/performance.md), and each idle node keeps using CPU.
     """
     with LocalEnvironment(tmp_path_factory.mktemp("env")) as env:
         yield env

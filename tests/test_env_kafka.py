@@ -331,10 +331,9 @@ def test_a_clean_rolling_restart_under_produce_and_consume_loses_nothing(
         acked, _ = t.settle()
     assert set(t.loop.values) == set(acked)
     stored = read_back_at(lab_env.kafka_bootstrap, t.topic)
-    # Once (fresh clone of 233533d, 2026-11-23) the read-back held one message twice (m4903)
-    # after this restart, with an idempotent producer: where each copy was read (the log holds
-    # two, or the reader returned one twice) and what the producer was told is what finding it
-    # needs.
+    # The read-back has held one message twice after this restart, with an idempotent producer
+    # (docs/faults.md): where each copy was read (the log holds two, or the reader returned one
+    # twice) and what the producer was told is what finding it needs.
     counts = Counter(value for value, _ in stored)
     twice = {v: (acked.get(v), [at for value, at in stored if value == v])
              for v, n in counts.items() if n > 1}  # fmt: skip

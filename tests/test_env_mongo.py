@@ -223,8 +223,8 @@ def test_a_resume_point_pruned_from_the_oplog_is_history_lost(lab_env: LocalEnvi
             # ... and so under transactions and single writes from six clients at once (the
             # outbox's writer and relays), none of them failing: SecantusDB pruned inside the
             # commit of a transaction, and commits that pruned the same entries failed with
-            # InternalError (3 runs of 3 by hand, one fresh-clone suite) - the lab's server
-            # prunes outside transactions, in the background, as mongod does.
+            # InternalError (docs/environment.md) - the lab's server prunes outside transactions,
+            # in the background, as mongod does.
             c[name].create_collection("outbox")  # four transactions creating it conflict
             with ThreadPoolExecutor(6) as pool:
                 list(pool.map(lambda k: writes(c, name, k, 100), range(6)))
@@ -242,7 +242,8 @@ def test_a_transaction_left_open_is_aborted_after_the_lifetime(client: MongoClie
     (``transactionLifetimeLimitSeconds``, 10 s in the lab): a retry of the same write in a
     transaction of its own (a lost executor's task, run again) conflicts until then, and gets
     through after; the open transaction is gone. (SecantusDB 0.7.0b3 blocks a write outside a
-    transaction on such a document past the lifetime, measured: 290 s, so none is made here.)"""
+    transaction on such a document far past the lifetime - docs/environment.md - so none is
+    made here.)"""
     orders = client[unique("db")]["orders"]
     orders.insert_one({"_id": "held", "v": 0})
     orphan = client.start_session()

@@ -511,9 +511,10 @@ def test_a_commit_fails_with_the_injected_error_until_the_rule_is_lifted(
     create_topic(env.kafka_bootstrap, topic, 2)
     values = [f"m{i}" for i in range(40)]
     produce(env.kafka_bootstrap, topic, values)
-    # A NOT_COORDINATOR commit takes librdkafka about 9 s of coordinator lookups to give up, and
-    # no heartbeat gets through meanwhile: with the default 6 s session the group would drop the
-    # assignment (ASSIGNMENT_LOST) before the test lifts the rule.
+    # A NOT_COORDINATOR commit takes librdkafka longer than the default 6 s session to give up
+    # (coordinator lookups; docs/faults.md), and no heartbeat gets through meanwhile: with that
+    # session the group would drop the assignment (ASSIGNMENT_LOST) before the test lifts the
+    # rule.
     with group_consumer(env, topic, **{"session.timeout.ms": 30_000}) as (consumer, group):
         assert len(consume(consumer, len(values), 30)) == len(values)
         rule = LinkRule(Link.CONSUMER_KAFKA, "kafka-error", api_keys=(8,), error_code=error)

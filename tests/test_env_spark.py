@@ -74,7 +74,7 @@ def test_the_standalone_cluster_starts_when_asked_and_runs_tasks_on_both_workers
 ) -> None:
     # On the shared environment: `up` without --spark-standalone starts no master
     # (test_env_supervision's test_down_stops_every_server names every server `up` started), and
-    # an environment of its own cost this test 70 s of the Spark chain in a fresh-clone suite.
+    # an environment of its own would lengthen the suite's Spark chain (docs/performance.md).
     settings = lab_env.spark_on(SparkCluster.STANDALONE)  # started now, or by an earlier test
     names = {"spark-master", "spark-worker-1", "spark-worker-2"}
     assert names <= server_handles(lab_env.directory).keys()

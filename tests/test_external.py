@@ -98,8 +98,8 @@ def _scenario(**changes: Any) -> dict[str, Any]:
         "seed": 4,
         "workload": {"events": 600, "keys": 150, "partitions": 3, "rate": 150},
         # Spark's Java client through the rewriting proxy, one driver: librdkafka through it is
-        # tests/test_proxy_addresses.py's (suite time: with the listener and a second variant
-        # this test took 189 s in a fresh-clone suite).
+        # tests/test_proxy_addresses.py's (suite time: the listener and a second variant made
+        # this test far longer; docs/performance.md).
         "runtimes": ["spark"],
         "pipeline": {"batch_size": 100, "spark_cluster": "standalone"},
         "variants": ["naive"],

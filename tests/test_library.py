@@ -113,7 +113,7 @@ def test_the_library_has_every_scenario_the_issue_names() -> None:
 
 # One test per scenario and runtime: the Spark runs go one after another on one worker (SPARK),
 # the listener runs of the same scenarios beside them on the other (suite time: as one test per
-# scenario, the Spark chain was the suite's long pole, 27 of its 29 minutes in a fresh clone).
+# scenario, the Spark chain was the suite's long pole: docs/performance.md).
 RUNS = [(p, runtime) for p in LIBRARY for runtime in load_scenario(p).runtimes]
 
 
@@ -198,8 +198,8 @@ def test_a_library_scenario_holds_its_expectations(
             assert r["crashes"] == 1 and r["relay"]["history_lost"] >= 1, variant
             # Never silently: every entry lost at publish was sent before a gap the relay
             # reported (it then read on from the present), none after its last. (Sent, not
-            # acknowledged: measured once, a write applied before the relay's new stream opened
-            # was acknowledged to the application 25 ms after the relay's HISTORY_LOST.)
+            # acknowledged: a write applied before the relay's new stream opened can be
+            # acknowledged to the application after the relay's HISTORY_LOST; docs/faults.md.)
             lost = lost_at_publish(scenario_env, r, list(outbox.topics))
             assert len(lost) == r["relay"]["published"]["lost"] > 0, variant
             events = read_history(Path(r["directory"]) / "history")
@@ -222,9 +222,9 @@ def test_a_library_scenario_holds_its_expectations(
     if name == "msk-rolling-upgrade":
         # Nothing injected: the group coordinators' own errors are in the history, and the
         # listener's session timed out while a node was down. Which errors depends on when the
-        # client asks: in ten seeds (2026-11-23) the new coordinator's UNKNOWN_MEMBER_ID in all,
-        # NOT_COORDINATOR (from a live node not holding the group) in 3; the killed node answers
-        # nothing.
+        # client asks: the new coordinator's UNKNOWN_MEMBER_ID, NOT_COORDINATOR from a live node
+        # not holding the group; the killed node answers nothing
+        # (docs/experiments/rolling-restart.md).
         events = read_history(Path(rows[("listener", "naive")]["directory"]) / "history")
         errors = {e.detail.split()[0] for e in events if e.kind is EventKind.KAFKA_ERROR}
         assert "SESSION_TIMED_OUT" in errors and errors & {
@@ -232,10 +232,10 @@ def test_a_library_scenario_holds_its_expectations(
             "UNKNOWN_MEMBER_ID", "ILLEGAL_GENERATION",
         }, errors  # fmt: skip
         # The duplicates' cause: commits after the write that failed (none is injected here),
-        # and the partitions handed back from the last commit that succeeded - usually. Once
-        # (a fresh-clone suite, Spark standalone jobs beside it) the commits queued while no
-        # coordinator answered were taken by the new one before the group moved the
-        # partitions, and nothing came again: 0 duplicates. So the count is checked against
+        # and the partitions handed back from the last commit that succeeded - usually. The
+        # commits queued while no coordinator answered can be taken by the new one before the
+        # group moves the partitions, and then nothing comes again: 0 duplicates
+        # (docs/experiments/rolling-restart.md). So the count is checked against
         # what the history says was delivered and written twice, whichever way it went.
         assert [e for e in events if e.kind is EventKind.COMMIT_FAILED]
         naive = rows[("listener", "naive")]

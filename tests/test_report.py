@@ -718,7 +718,7 @@ def test_runs_that_were_under_way_at_once_are_marked_beside_each_other(tmp_path:
     assert "Ran beside" not in (tmp_path / "c/report.md").read_text()
     assert "ran beside" not in render_matrix_table(runs[2:])  # alone: no note
     # One that started as the other ended, within the 0.01 s results.json keeps, is not beside
-    # it (the second of two runs one at a time: 0.13 ms later, measured).
+    # it (as the second of two runs one at a time does).
     first = replace(runs[2], seconds=12.59)  # 12.5862 s, as written
     after = replace(runs[2], started_at=first.started_at + 12.5863)
     assert beside(after, [first, after]) == [] and beside(first, [first, after]) == []

@@ -3,7 +3,7 @@
 Run as ``python -m harness.pipeline.spark_runtime``, the module's code runs as ``__main__``, and
 cloudpickle ships a function of ``__main__`` by value, with a fresh copy of the globals it uses:
 the executors' writer cache was empty in every task, which made its own MongoDB client, history
-file and Kafka producer (tasks of ~60 records 0.55-0.6 s instead of 0.04-0.1 s, 2026-11-24).
+file and Kafka producer (small tasks took many times as long: docs/performance.md).
 """
 
 from __future__ import annotations

@@ -43,8 +43,8 @@ def test_a_job_is_checked_before_anything_starts() -> None:
 def test_a_users_job_runs_under_cdc_crash_before_acks_faults(
     scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:
-    # One kill, not the scenario's three (each restart of a driver costs ~30 s of the suite's
-    # Spark chain; the library test plays all three on the lab's own variants).
+    # One kill, not the scenario's three (each restart of a driver lengthens the suite's Spark
+    # chain; the library test plays all three on the lab's own variants).
     kill = {"kind": "consumer-crash", "point": "after_write_before_commit", "at_batch": 2}
     scenario = parse_scenario(cdc_crash_before_ack(faults=[kill]))
     result = run_scenario(scenario_env, scenario, tmp_path / "run", progress=lambda _m: None)

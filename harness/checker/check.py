@@ -141,8 +141,8 @@ def encode_records(partition: np.ndarray, offset: np.ndarray, what: str) -> np.n
 
 def _in_sorted(values: np.ndarray, sorted_unique: np.ndarray) -> np.ndarray:
     """Per value, whether it is in ``sorted_unique`` (sorted, no repeats): a binary search,
-    where ``np.isin`` sorts both arrays together - on a 10-million-row ledger its temporaries
-    were most of the check's peak."""
+    where ``np.isin`` sorts both arrays together - on a large ledger its temporaries dominate
+    the check's peak memory (docs/performance.md)."""
     if not len(sorted_unique):
         return np.zeros(len(values), dtype=bool)
     at = np.searchsorted(sorted_unique, values)

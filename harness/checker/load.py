@@ -19,8 +19,8 @@ from .model import KIND_NAMES, LedgerArrays, require_one_topic
 _TYPES = {
     "order_id": pa.int64(),
     "version": pa.int64(),
-    # Dictionary-encoded: a few distinct values over millions of rows (as plain strings the
-    # two columns were a third of a 10-million-row ledger's memory).
+    # Dictionary-encoded: a few distinct values over millions of rows, where plain strings
+    # would be a large share of a ledger's memory (docs/performance.md).
     "kind": pa.dictionary(pa.int32(), pa.string()),
     "topic": pa.dictionary(pa.int32(), pa.string()),
     "partition": pa.int32(),
@@ -82,8 +82,8 @@ def read_ledger_columns(path: Path, *, topic: str | None = None) -> dict[str, np
 
 def _pop_table(table: pa.Table) -> dict[str, pa.ChunkedArray]:
     """The table's columns, in a dict that ``_columns`` empties as it converts them: each
-    column's memory goes as soon as its numpy copy is made (a 10-million-row table and all its
-    copies at once were most of the checker's peak)."""
+    column's memory goes as soon as its numpy copy is made (a large table and all its copies
+    at once would be most of the checker's peak memory: docs/performance.md)."""
     return {name: table.column(name) for name in _TYPES}
 
 

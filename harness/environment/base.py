@@ -217,8 +217,8 @@ class EnvironmentStatus:
     servers: tuple[ServerStatus, ...]
     kafka: KafkaStatus | None = None
     # Why the cluster did not answer the status's questions, when its nodes are up: a status
-    # that cannot see the cluster is not a healthy one (a fresh-clone suite once read
-    # "healthy" with no cluster view, and the error was swallowed).
+    # that cannot see the cluster is not a healthy one (else it reads "healthy" with no
+    # cluster view, and the error is swallowed).
     kafka_error: str = ""
 
     @property
@@ -339,7 +339,7 @@ class Environment(ABC):
 
     # Blocking operations, for people and tests. For Kafka, ``broker`` names a node id; None
     # means every node (stopped at once: a lone node of a three-voter quorum cannot finish a
-    # controlled shutdown, measured hanging > 150 s).
+    # controlled shutdown, and hangs: docs/environment.md).
 
     @abstractmethod
     def restart(
@@ -377,8 +377,8 @@ class Environment(ABC):
         self.resume(Component.KAFKA, broker=broker)
 
     # Steps on one Kafka node that return at once: the nemesis takes them between its polls
-    # of the run (a node takes 3-8 s to stop cleanly and 8-29 s to start here), so the
-    # consumers' supervision goes on meanwhile.
+    # of the run (a node takes seconds to stop cleanly, and longer to start:
+    # docs/performance.md), so the consumers' supervision goes on meanwhile.
 
     @abstractmethod
     def begin_stop_broker(self, broker: int, *, hard: bool) -> None:

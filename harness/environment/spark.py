@@ -151,11 +151,11 @@ def spark_session(
     options = {
         "spark.pyspark.python": settings.python,
         "spark.pyspark.driver.python": settings.python,
-        # The driver maps the class-data archive `chaoslab fetch` made (if any): it starts in
-        # ~1.8 s instead of ~3.2 s (harness.environment.spark_cds). Its temporary folders go in
-        # the environment's: a Spark 4 session makes an ``artifacts-UUID`` folder in
-        # java.io.tmpdir and leaves it there, stopped or killed (866 empty ones in /tmp after a
-        # day of runs here, 2026-11-24); in the environment's they go with it.
+        # The driver maps the class-data archive `chaoslab fetch` made (if any): it starts
+        # sooner (harness.environment.spark_cds). Its temporary folders go in the
+        # environment's: a Spark 4 session makes an ``artifacts-UUID`` folder in
+        # java.io.tmpdir and leaves it there, stopped or killed (they pile up in /tmp:
+        # docs/environment.md); in the environment's they go with it.
         "spark.driver.extraJavaOptions": " ".join(
             [java_opts, f"-Djava.io.tmpdir={settings.local_dir}", *spark_cds.java_options()]
         ),
@@ -169,14 +169,15 @@ def spark_session(
         "spark.sql.streaming.checkpointLocation": settings.checkpoint_root,
         "spark.sql.shuffle.partitions": "4",
         # The lab's queries are tiny: compiling them (whole-stage codegen, adaptive plans) costs
-        # more CPU than it saves, and a Spark driver already takes ~20 CPU-seconds to start.
+        # more CPU than it saves, and a Spark driver's start already costs much CPU
+        # (docs/performance.md).
         "spark.sql.codegen.wholeStage": "false",
         "spark.sql.adaptive.enabled": "false",
         "spark.executor.memory": "1g",
         **(STANDALONE_APP if settings.master.startswith("spark://") else {}),
-        # How long the JVM waits for a Python worker it started to connect back (default 15 s).
-        # Measured: a worker missed 15 s on a 2-core machine running a second Spark driver and a
-        # pip install beside the suite, and the query failed while initializing.
+        # How long the JVM waits for a Python worker it started to connect back (default 15 s):
+        # on a busy 2-core machine a worker missed the default, and the query failed while
+        # initializing (docs/performance.md).
         "spark.python.authenticate.socketTimeout": "120s",
         # Spark's Kafka connector: local files, fetched once at setup, asked for only where a
         # session is built (not at every `up` or `status`); nothing is downloaded here.

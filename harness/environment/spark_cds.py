@@ -2,11 +2,10 @@
 it starts, dumped once from a probe driver and mapped by every driver after that.
 
 A Spark driver starts many times in a run of the library (each variant's driver, started again
-after each crash of ``cdc-crash-before-ack``), several at once on two cores. Measured here (one
-driver alone, two runs each, 2026-11-24): a session took 3.20 / 3.23 s to start without the
-archive, 1.80 / 1.86 s with it; the warm-up after it is the same (~1.1 s).
+after each crash of ``cdc-crash-before-ack``), several at once on two cores. With the archive
+a session starts markedly sooner; the warm-up after it is the same (docs/performance.md).
 
-``build`` runs the probe (``chaoslab fetch`` does, once: ~10 s); ``java_options`` gives the
+``build`` runs the probe (``chaoslab fetch`` does, once); ``java_options`` gives the
 driver's options, empty when there is no archive for this Java, PySpark and jars folder - the
 archive records the classpath, and a JVM refuses one made for another (it then starts without,
 silently here). Nothing is shared between machines: the archive lives under ``.chaoslab/``.

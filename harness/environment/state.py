@@ -136,8 +136,7 @@ def scratch_dir(env_id: str) -> Path:
     """The environment's short folder under the system's temporary folder (not created here),
     for what cannot live under its own folder (a unix socket's path is limited to 107 bytes).
     Removed when the environment is unregistered - by ``down``, and by the next ``up`` after a
-    SIGKILLed harness: left there, one folder stayed in /tmp per containers test run (26 here
-    in two days)."""
+    SIGKILLed harness: left there, one folder stayed in /tmp per containers test run."""
     return Path(tempfile.gettempdir()) / f"chaoslab-{env_id}"
 
 

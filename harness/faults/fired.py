@@ -1,10 +1,9 @@
 """Which planned faults fired, from one variant's history (pure).
 
-A fault that did not fire leaves a run that says nothing about it: ``chaoslab notebooks 01
--p events 200`` used to report "0 duplicates" for a crash planned at batch 2 of a consumer
-that only ever read one batch. Each family says how it knows (``Fault.why_unfired``). (Before
-a run, ``harness.scenario.preflight`` says which faults cannot fire, or may not, with the
-scenario's workload.)
+A fault that did not fire leaves a run that says nothing about it: a crash planned at batch 2
+of a consumer that only ever reads one batch would read as "0 duplicates". Each family says
+how it knows (``Fault.why_unfired``). (Before a run, ``harness.scenario.preflight`` says which
+faults cannot fire, or may not, with the scenario's workload.)
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 It is driven by the run's wait loop (``tick`` every ~100 ms with the seconds since every
 variant's consumers handled their first batch - so that ``at: 5`` means five seconds into the
-pipeline's work whether it took a listener 3 s or a Spark driver 30 s to start - and the
+pipeline's work whether a listener or a far slower Spark driver had to start - and the
 records acknowledged so far) rather than by a thread of its own, so a fault and
 the supervision of the consumers never race. Every window is recorded in each variant's history
 as FAULT_START / FAULT_END (source ``nemesis``), and only there: the checker and the report

@@ -237,9 +237,8 @@ def run(config: RuntimeConfig) -> None:
         # A relay that keeps its token in Kafka publishes in transactions: each holds the
         # changes the stream has ready (up to TRANSACTION_CHANGES) and the last one's token, as
         # Kafka Connect's exactly-once sources commit a poll's records with its offsets. One
-        # transaction per change cost ~55 ms on an idle cluster (begin, produce, commit;
-        # measured here): the relay moved ~6 changes/s under load, the outbox scenarios' longest
-        # lane by 20 s.
+        # transaction per change (begin, produce, commit) was too slow under load: the relay
+        # was the outbox scenarios' longest lane by far (docs/performance.md).
         batch: list[Mapping[str, Any]] = []  # the changes published in the open transaction
         while not stop:
             try:

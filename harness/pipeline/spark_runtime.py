@@ -210,8 +210,8 @@ def _import_the_writer(_: int) -> int:
 
 def _warm_up(spark: SparkSession) -> None:
     """Start the executors' Python workers, and import the writer in them, before the first
-    batch: measured, a first batch took 11 s on a loaded machine while they started, and a
-    scenario's early fault window closed before its first write."""
+    batch: otherwise a first batch waits while they start, long enough on a loaded machine for
+    a scenario's early fault window to close before its first write (docs/performance.md)."""
     slots = spark.sparkContext.defaultParallelism
     spark.sparkContext.parallelize(range(slots), slots).map(_import_the_writer).collect()
 
@@ -256,8 +256,8 @@ if __name__ == "__main__":
     # Run as the module it is, not as ``__main__``: cloudpickle ships a function of ``__main__``
     # by value, with a fresh copy of the globals it uses - the executors' ``_WRITERS`` was empty
     # in every task, which then made its own MongoClient, history file and Kafka producer (whose
-    # first send waits ~0.5 s for a producer id): measured, tasks of ~60 records took 0.55-0.6 s
-    # instead of 0.04-0.1 s. And the warm-up imported nothing.
+    # first send waits for a producer id), and small tasks took many times as long
+    # (docs/performance.md). And the warm-up imported nothing.
     from harness.pipeline import spark_runtime
 
     spark_runtime.main(sys.argv[1:])

@@ -58,7 +58,7 @@ class RuntimeSupervisor:
     A runtime with a process per consumer (the listener) gives its variant ``consumers``
     processes of its own. Otherwise (Spark) a variant gets one driver - or, given several lanes,
     one driver runs a query per variant (when no fault targets a single consumer process,
-    sharing a JVM spares ~20 CPU-seconds per variant).
+    sharing a JVM spares a driver's start-up CPU per variant: docs/performance.md).
     """
 
     def __init__(

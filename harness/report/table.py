@@ -115,7 +115,7 @@ def matrix(
 
 
 # results.json keeps a run's seconds to 0.01 s: its end, so derived, may be up to this much late.
-# Measured: a run that started 0.13 ms after the previous one ended overlapped it by rounding.
+# Without it, a run that starts just as the previous one ended overlaps it by rounding.
 ROUNDED_S = 0.005
 
 

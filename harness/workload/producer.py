@@ -56,10 +56,10 @@ def aborted_ledger(ledger_path: Path) -> Path:
 class Hold:
     """A pause in the workload: after ``after`` records, the producer waits until ``until`` is
     set (or it is stopped), then goes on at its rate from there. Runs side by side set it once
-    every lane wrote a batch: a listener joined and wrote in ~1 s, while a Spark driver's first
-    batch took 6-11 s on a loaded machine (2026-11-24), and the listeners had consumed all but
-    the end of commit-failure-window's workload when its fault's clock started (their commits
-    then never failed: naive stored no duplicate)."""
+    every lane wrote a batch: a listener joins and writes long before a Spark driver's first
+    batch is in on a loaded machine (docs/performance.md), and the listeners had consumed all
+    but the end of commit-failure-window's workload when its fault's clock started (their
+    commits then never failed: naive stored no duplicate)."""
 
     after: int
     until: threading.Event

@@ -57,7 +57,7 @@ def cumcount(groups: np.ndarray) -> np.ndarray:
 def write_ledger(path: Path, rows: int, rng: np.random.Generator) -> None:
     """`rows` acked rows: ~1% poison, ~5% resends of one of the last 200 changes, the rest new
     changes (each order's versions 1, 2, 3, ...); the format LedgerWriter writes, built with
-    numpy and written by pyarrow (a Python loop took minutes for 10 million rows)."""
+    numpy and written by pyarrow (a Python loop is far too slow at these sizes)."""
     roll = rng.random(rows)
     orders = rng.integers(1, ORDERS + 1, rows)
     kind = np.where(roll < 0.01, 2, np.where(roll < 0.06, 1, 0))  # poison, resend, normal

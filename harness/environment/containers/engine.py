@@ -3,8 +3,8 @@ else a podman service the lab starts itself.
 
 * Docker: ``DOCKER_HOST`` if set, else the default socket, if it answers a ping.
 * podman: ``podman system service`` on a socket of the lab's own, with a ``containers.conf`` of
-  the lab's own (``CONTAINERS_CONF``). Why its settings, measured on these machines
-  (ENVIRONMENT.md): crun fails on the kernel's cgroup layout ("cgroups in hybrid mode not
+  the lab's own (``CONTAINERS_CONF``). Why its settings, as found on these machines
+  (docs/environment.md): crun fails on the kernel's cgroup layout ("cgroups in hybrid mode not
   supported"), so runc; the sandbox lacks CAP_SYS_RESOURCE, so podman's default rlimits fail
   ("setrlimit RLIMIT_NOFILE: Operation not permitted") unless lowered.
 
@@ -37,7 +37,7 @@ from harness.readiness import DeadlineExceeded, GaveUp, NotReady, wait_for
 
 DEFAULT_SOCKET = Path("/var/run/docker.sock")
 PING_TIMEOUT_S = 3
-SERVICE_READY_S = 30.0  # the podman service answered in 0.3-0.6 s here
+SERVICE_READY_S = 30.0  # a wide margin over the podman service's start (docs/performance.md)
 CONTAINERS_CONF = """\
 # written by chaoslab: the podman service the lab starts reads this (CONTAINERS_CONF)
 [containers]

@@ -78,7 +78,7 @@ SPARK_NAMES = ("master", *(f"worker-{n}" for n in WORKERS))
 KAFKA_READY_S = 180.0  # three JVMs starting together on 2 busy cores
 # Spark's: the local backend's master and workers take 60 s each, one at a time.
 READY_S = {"mongo": 60.0, "proxy": 30.0, **{f"spark-{n}": 90.0 for n in SPARK_NAMES}}
-STOP_TIMEOUT_S = 30  # a Kafka node's controlled shutdown took 2.8-8.2 s as a process here
+STOP_TIMEOUT_S = 30  # a margin over a Kafka node's controlled shutdown (docs/performance.md)
 REMOVE_TIMEOUT_S = 60.0
 SUBNET_TRIES = 10
 EXITED = ("exited", "stopped", "dead", "created", "configured")

@@ -9,7 +9,8 @@
   of the containers backend runs it: a Kafka node, MongoDB (SecantusDB), the fault proxy, a
   consumer. They differ only by command, as the local backend's processes do, so one image
   keeps them at one version. Apart from ``chaoslab-deps`` because the lab changes far more
-  often: its build context is the lab's sources (the requirements' is ~640 MB).
+  often: its build context is the lab's sources (the requirements' is far larger:
+  docs/environment.md).
 
 Each image is tagged with a hash of everything it is made of (the package list, the
 Containerfile, the pinned requirements, the jars' names and sizes, the lab's sources): an image

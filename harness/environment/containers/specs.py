@@ -4,11 +4,11 @@ environment's ports and folder. The environment starts them with testcontainers;
 
 The topology, on a private network of the environment's own. Each server has a fixed address on
 it (the network's subnet is picked free at ``up``), and every client and server is given
-addresses, not names: the engine's DNS is not in the data path. Measured on podman 4.3 with
-netavark: while consumer containers were created and removed (a crash, a restart), lookups of
-the servers' names in the proxy's container took 40 s and failed ("Temporary failure in name
-resolution") for a minute at a time, while connections to the same servers by address took
-under 10 ms; the names remain as aliases, for people.
+addresses, not names: the engine's DNS is not in the data path. With podman 4.3 and netavark,
+while consumer containers were created and removed (a crash, a restart), lookups of the
+servers' names in the proxy's container stalled and failed ("Temporary failure in name
+resolution"), while connections to the same servers by address went through at once
+(docs/environment.md); the names remain as aliases, for people.
 
 * ``mongo`` - SecantusDB, a single-node replica set; its port published on 127.0.0.1 (the
   harness writes the ledger and checks the sink through it).

@@ -47,7 +47,7 @@ PORT_NAMES = (
     *(worker_ui_port_name(index) for index in WORKERS),
 )
 PREPARATION_TIMEOUT_S = 120.0
-KAFKA_STOP_GRACE_S = 30.0  # a controlled shutdown took 2.8-8.2 s on 2 busy cores
+KAFKA_STOP_GRACE_S = 30.0  # a margin over a controlled shutdown (docs/performance.md)
 LOCAL_ABILITIES = BackendAbilities("local", nodes=NODE_IDS, link_faults=True)
 
 
@@ -78,7 +78,7 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
 
     def _killed_first(self) -> list[str]:
         # The Kafka nodes are killed: their data is discarded with the environment, and a
-        # cluster whose nodes all shut down cleanly at once took up to 6.5 s.
+        # clean shutdown of all the nodes at once takes seconds (docs/performance.md).
         return [f"kafka-{n}" for n in NODE_IDS]
 
     # -- the servers ----------------------------------------------------------------------------

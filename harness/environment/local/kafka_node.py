@@ -34,10 +34,10 @@ from harness.readiness import NotReady, accepts_connections
 
 NODE_IDS = (1, 2, 3)
 LOG4J2 = Path(jars.POMS) / "kafka-log4j2.properties"
-# Measured on 2 cores: 128 MB runs out of memory at start-up with Kafka's default 128 MiB log
-# cleaner buffer (allocated once __consumer_offsets exists); 192 MB ran with a full GC at the
-# limit; 256 MB ran every fault (kills, pauses, rolling restarts) with no full GC. The buffer is
-# 16 MiB here: the lab's compacted topics are small.
+# 256 MB runs every fault (kills, pauses, rolling restarts) with no full GC; smaller heaps ran
+# out of memory at start-up or hit full GCs (docs/environment.md). Kafka's log cleaner buffer
+# (128 MiB by default, allocated once __consumer_offsets exists) is 16 MiB here: the lab's
+# compacted topics are small.
 HEAP = "256m"
 CLEANER_BUFFER = 16 * 1024 * 1024
 JVM_FLAGS: tuple[str, ...] = ("-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", *LIGHT_JVM)
@@ -51,8 +51,8 @@ CLUSTER_SETTINGS: Mapping[str, object] = {
     "default.replication.factor": 3,
     "min.insync.replicas": 2,
     "offsets.topic.replication.factor": 3,
-    # 50 by default: made at the first group's first request, which took 20 s here
-    # (150 replicas on two cores); the lab's few groups need no more than 10.
+    # 50 by default, all made at the first group's first request, which is slow on a small
+    # machine (docs/performance.md); the lab's few groups need no more than 10.
     "offsets.topic.num.partitions": 10,
     "transaction.state.log.num.partitions": 10,
     "transaction.state.log.replication.factor": 3,
@@ -99,7 +99,7 @@ def java() -> str:
 
 class KafkaNode(LocalServer):
     role = "Kafka node (KRaft broker + controller)"
-    ready_timeout = 120.0  # a JVM start on 2 busy cores; measured 8-29 s
+    ready_timeout = 120.0  # a margin over a JVM start on 2 busy cores (docs/performance.md)
 
     def __init__(self, ctx: ServerContext, node: int) -> None:
         super().__init__(ctx)

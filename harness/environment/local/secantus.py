@@ -75,17 +75,18 @@ def options(*, config: str, host: str, port: int, storage_path: str) -> list[str
         # oplog's sequence started again below a relay's saved resume token, whose stream then
         # silently never delivered another change (measured here). The lab's server turns its
         # fsync at every commit into a write to the OS at every commit, which a kill survives
-        # (secantus_server.open_writing_every_commit: bulk upserts 2x faster).
+        # and which is much faster (secantus_server.open_writing_every_commit).
         "--sync-on-commit",
         # The oplog holds 20,000 entries, not SecantusDB's 100,000: shrinking it (oplog-shrink)
-        # deletes what it holds one entry at a time, and 100,458 entries took 12.5 s in a
-        # matrix's environment - long enough for a killed relay to come back before its resume
-        # point was gone. Pruning as it grows costs the same either way (every 1,000 entries,
+        # deletes what it holds one entry at a time, and at the default size that took long
+        # enough for a killed relay to come back before its resume point was gone
+        # (docs/faults.md). Pruning as it grows costs the same either way (every 1,000 entries,
         # the oldest 1,000); only the relays read it, each a few entries behind.
         "--oplog-max-entries", "20000",
         # A transaction left open by a killed client (a lost Spark executor's Python worker)
         # holds its documents until MongoDB aborts it, transactionLifetimeLimitSeconds after
         # its last statement; a retry of the same writes waits for that. mongod's default, 60 s,
-        # was a minute of spark-executor-loss' 86 s; the lab's server takes mongod's option.
+        # was most of spark-executor-loss's run (docs/scenarios.md); the lab's server takes
+        # mongod's option.
         "--setParameter", f"transactionLifetimeLimitSeconds={TRANSACTION_LIFETIME_S}",
     ]  # fmt: skip

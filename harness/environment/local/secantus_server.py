@@ -5,20 +5,19 @@ Why not ``secantusd-py`` as it is: SecantusDB 0.7.0b3 keeps a record of every re
 (mongod's ``config.transactions``, so a driver's retry gets the original reply) for 30 minutes,
 at most 10,000, and prunes on every retryable write by scanning all of them - and, once at the
 cap, by sorting all of them. Every write the lab's consumers make is retryable, so after
-~10,000 writes each write pays a scan and a sort of 10,000 records. Measured here: inserts fell
-from ~1,000/s on a fresh server to 70/s after two producer-resend runs, and the last scenario
-of a matrix took 180 s instead of 45 s. Records are stored in the order they are made, so the
-expired ones and the surplus are the oldest: this drops them from the front, keeping the same
-lifetime, cap and eviction order (a record re-stored under an existing key keeps its place and
-may outlive its lifetime by as much; SecantusDB re-stores a key only when a client reuses a
-session's txnNumber for a different write). There is no newer release to take it from.
+~10,000 writes each write pays a scan and a sort of 10,000 records: inserts slowed down run
+after run, and a matrix's last scenarios took several times as long (docs/performance.md).
+Records are stored in the order they are made, so the expired ones and the surplus are the
+oldest: this drops them from the front, keeping the same lifetime, cap and eviction order (a
+record re-stored under an existing key keeps its place and may outlive its lifetime by as
+much; SecantusDB re-stores a key only when a client reuses a session's txnNumber for a
+different write). There is no newer release to take it from.
 
 A change stream that falls behind the oplog's oldest entry is ended with
 ``ChangeStreamHistoryLost`` (286), as mongod ends it: SecantusDB 0.7.0b3 checks that only when a
 stream is opened or resumed from a token, and a stream already open read on from the oldest
-entry left, silently past the pruned ones. Measured here (outbox-history-lost, the suite's
-load): a transactional relay lagging 64+ entries behind lost 390 of 585 entries at publish with
-no error, where mongod would have ended its stream.
+entry left, silently past the pruned ones: a relay lagging behind a small cap lost entries at
+publish with no error, where mongod would have ended its stream (docs/environment.md).
 
 ``replSetResizeOplog`` is not SecantusDB's: it caps its oplog by entries (``--oplog-max-entries``,
 100,000 by default, 16 KiB an entry in its own ``collStats``) and has no command to change the
@@ -101,17 +100,15 @@ def prune_counted(self: Storage, *, now: float | None = None) -> int:
 
     Outside transactions: SecantusDB prunes inside the write that crosses the prune interval,
     and in a transaction's commit that is the transaction's own storage session - two commits
-    pruning the same oldest entries conflict, and one fails with InternalError (seen in a
-    fresh-clone suite of e1072c8: four clients' transactions at a cap of 32). mongod truncates
+    pruning the same oldest entries conflict, and one fails with InternalError (seen with four
+    clients' transactions at a small cap: docs/environment.md). mongod truncates
     its oplog in a background thread, never failing a write; here a prune asked inside a
     transaction is handed to such a thread (``CapMaintainer``), and a bare write's runs inline.
 
-    From a count: SecantusDB prunes by a running count of entries, and the count drifts below
-    the real number: in make demo's environment (e1072c8), by its 8th scenario, 23,807 entries
-    were counted as 20,621 - 3,186 off, so a cap of 64 would have kept ~3,250 (in the
-    fresh-clone suite of da069be a relay away while ~250 entries were written resumed from its
-    token). How it drifts is not found: 4,000 transactions from four threads at a cap of 64,
-    and 8,000 inserts or transactions at a cap of 1,024, left it exact. The resize counts once;
+    From a count: SecantusDB prunes by a running count of entries, and over a long run the
+    count drifts below the real number, so a small cap kept far more entries than it says and
+    a relay away too long still resumed from its token (docs/environment.md). How it drifts is
+    not found (shorter runs left it exact). The resize counts once;
     counting ~70 entries at every prune of the small cap (every sixth write) costs nothing, and
     the cap then holds whatever the drift."""
     if getattr(self._tls, "defer_minted", False):
@@ -200,11 +197,10 @@ def open_writing_every_commit(home: str, config: str) -> Any:
     (write-no-sync), not fsyncs them: what the lab needs is that an acknowledged write survives
     the process being killed (SIGKILL, a container kill), which the OS's page cache gives; an
     fsync also survives the machine losing power, which the lab never does. SecantusDB's
-    --sync-on-commit fsyncs every commit, and a bulk write commits each of its documents.
-    Measured side by side (two runs each, one server each, 2026-11-24): single inserts 1,874 /
-    1,854/s with the fsync, 2,825 / 2,876/s without; bulk upserts of 500: 3,510 / 3,527/s, and
-    6,773 / 7,222/s; insert_many of 500 the same (~31,000/s). A write acknowledged just before a
-    kill -9 survives it either way (test_env_mongo); with neither, the last writes were lost."""
+    --sync-on-commit fsyncs every commit, and a bulk write commits each of its documents:
+    without the fsync, single inserts and bulk upserts are much faster (docs/performance.md).
+    A write acknowledged just before a kill -9 survives it either way (test_env_mongo); with
+    neither, the last writes were lost."""
     return secantus_wiredtiger_open(home, config.replace(FSYNC_EVERY_COMMIT, WRITE_EVERY_COMMIT))
 
 

@@ -108,9 +108,9 @@ class ProxyServer:
         the server itself refuses them, until it accepts connections again.
 
         Why not accept and close at once: a client that connects takes the server for alive.
-        Measured (librdkafka 2.16, a SIGKILLed group coordinator): each accepted connection put
-        the consumer group back in state "up" for a few milliseconds, every 0.1-0.5 s, and a
-        commit sent in such a moment was retried until the new coordinator took it, where
+        With librdkafka 2.16 and a SIGKILLed group coordinator, each accepted connection put
+        the consumer group back in state "up" for a moment, again and again (docs/faults.md),
+        and a commit sent in such a moment was retried until the new coordinator took it, where
         against a refused port it waits for a coordinator and fails after session.timeout.ms.
         """
         if spec.name in self._probes or spec.name not in self._servers:

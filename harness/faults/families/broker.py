@@ -2,8 +2,8 @@
 
 A node is picked when the fault acts (the controller and the coordinators move), by
 ``broker`` (or a rolling restart's ``start``). A stop or a start returns at once: the node takes
-3-8 s to stop cleanly and 8-29 s to start here, and the consumers' supervision goes on
-meanwhile; the steps after it wait until the cluster says it is so.
+seconds to stop cleanly and longer to start (docs/performance.md), and the consumers'
+supervision goes on meanwhile; the steps after it wait until the cluster says it is so.
 """
 
 from __future__ import annotations

@@ -82,9 +82,9 @@ class OplogShrink(Timed):
 
     kind: ClassVar[str] = "oplog-shrink"
     # Not own_run_only, though only change streams read the oplog: every run's writes fill it.
-    # Tried beside other scenarios (2026-11-24, `--together 2`): at 64 entries the others'
-    # writes rolled it past the relays' running change streams ~45 times each, instead of once
-    # after the kill - 285 of 300 entries lost instead of 185. It needs the server to itself.
+    # Beside other scenarios (`--together 2`), their writes rolled the small cap past the
+    # relays' running change streams again and again, not once after the kill, and far more
+    # entries were lost (docs/faults.md). It needs the server to itself.
     name: str
     size_mb: float
     duration: float
