@@ -11,29 +11,26 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
-from harness import doctor, jars, notebooks, paths
-from harness.doctor import component_versions
-from harness.environment import (
+from harness import paths
+from harness.environment import doctor, jars, spark_cds
+from harness.environment.backends import (
     BACKENDS,
-    BackendAbilities,
-    ContainersOptions,
-    Environment,
-    EnvironmentStatus,
-    ExternalOptions,
-    LocalOptions,
-    NoEnvironment,
     Options,
     attach,
     default_directory,
     get_backend,
     open_environment,
-    spark_cds,
 )
+from harness.environment.base import BackendAbilities, Environment, EnvironmentStatus, NoEnvironment
 from harness.environment.containers import images, official
 from harness.environment.containers.engine import engine_for_building, engine_problem
+from harness.environment.containers.environment import ContainersOptions
+from harness.environment.doctor import component_versions
+from harness.environment.external import ExternalOptions
+from harness.environment.local import LocalOptions
 from harness.environment.signals import stop_on_termination
 from harness.errors import BadInput, LabError
-from harness.matrix import Planned, RunOne, prefixed, run_matrix, split
+from harness.notebooks import execute
 from harness.repair import add_repair_parser
 from harness.report import (
     render_matrix_table,
@@ -42,11 +39,12 @@ from harness.report import (
     write_matrix_report,
     write_report,
 )
-from harness.results import RESULTS, ScenarioResult
-from harness.run_loop import Progress
-from harness.runner import run_scenario
+from harness.results.model import RESULTS, ScenarioResult
+from harness.results.soak import soak_cells
+from harness.run.loop import Progress
+from harness.run.matrix import Planned, RunOne, prefixed, run_matrix, split
+from harness.run.runner import run_scenario
 from harness.scenario import Scenario, load_scenario, runnable
-from harness.soak import soak_cells
 
 
 def say(message: str) -> None:
@@ -397,13 +395,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_notebooks(args: argparse.Namespace) -> int:
     """Execute notebooks with papermill; fail when one's own expectations fail."""
-    chosen = notebooks.find(args.names)
-    parameters = notebooks.parse_parameters(args.parameter or [])
+    chosen = execute.find(args.names)
+    parameters = execute.parse_parameters(args.parameter or [])
     if args.env is not None:
         parameters["env_dir"] = str(args.env.resolve())
     out = _run_dir(args, "notebooks")
     with stop_on_termination():
-        results = notebooks.run_notebooks(chosen, out, parameters, progress=say)
+        results = execute.run_notebooks(chosen, out, parameters, progress=say)
     passed = sum(r.passed for r in results)
     say(f"\n{passed} of {len(results)} notebooks passed; executed copies in {out}")
     return 0 if passed == len(results) else 1

@@ -133,7 +133,7 @@ class PipelineSpec:
     write_retry_s: float = 60.0  # how long a failing sink write is retried
     parallel: bool = True  # variants side by side over one topic, or one at a time
     commit: str = "sync"  # listener: commit after each batch, waiting (sync) or not (async)
-    # listener: librdkafka settings over the lab's (harness.kafka.consumer_config), e.g.
+    # listener: librdkafka settings over the lab's (harness.kafka.clients.consumer_config), e.g.
     # {session.timeout.ms: 45000} - a production consumer's, not the lab's quick ones
     kafka: dict[str, Any] = field(default_factory=dict)
 

@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness.environment import LocalEnvironment
+from harness.environment.local import LocalEnvironment
 from harness.readiness import NotReady, wait_for
 
 # A margin over a stopped node's start and its partitions' catching up on 2 cores

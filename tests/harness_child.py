@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from harness.environment import open_environment
+from harness.environment.backends import open_environment
 from tests.support import server_handles
 
 

@@ -8,17 +8,18 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from harness.environment import Link, LocalEnvironment
-from harness.environment.base import BackendAbilities
+from harness.environment.base import BackendAbilities, Link
+from harness.environment.local import LocalEnvironment
 from harness.faults.base import END, START, Setting, Target
 from harness.faults.families.broker_slow import OFF, ON, BrokerSlow
 from harness.faults.kinds import example, parse_fault
 from harness.faults.nemesis import Nemesis
 from harness.faults.schedule import plan
-from harness.history import EventKind, HistoryWriter, fault_windows, read_history
-from harness.kafka import create_topic, producer_config
+from harness.history.events import EventKind, HistoryWriter, read_history
+from harness.history.windows import fault_windows
+from harness.kafka.clients import create_topic, producer_config
 from harness.pipeline.runtimes import LISTENER, CommitFailureVia
-from harness.runner import run_scenario
+from harness.run.runner import run_scenario
 from harness.scenario import ScenarioError, parse_scenario, runnable
 
 LOCAL = BackendAbilities("local", nodes=(1, 2, 3), link_faults=True)

@@ -22,7 +22,7 @@ from harness.checker import (
     check,
     load_ledger,
 )
-from harness.history import FaultWindow
+from harness.history.windows import FaultWindow
 from harness.workload.events import Kind
 from harness.workload.ledger import LedgerRow, LedgerWriter, read_ledger
 

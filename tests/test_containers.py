@@ -19,9 +19,10 @@ import pytest
 import yaml
 from pymongo import MongoClient, errors
 
-from harness.environment import ContainersEnvironment, state
+from harness.environment import state
 from harness.environment.containers import images
 from harness.environment.containers.engine import engine_problem
+from harness.environment.containers.environment import ContainersEnvironment
 from harness.environment.containers.official import (
     MONGO_MEMBERS,
     OfficialTopology,
@@ -29,9 +30,9 @@ from harness.environment.containers.official import (
     replica_set_config,
 )
 from harness.environment.containers.specs import LABEL_ENV, Topology
-from harness.environment.local.kafka_node import cluster_id
+from harness.environment.servers.kafka import cluster_id
 from harness.faults.kinds import parse_fault
-from harness.history import EventKind, read_history
+from harness.history.events import EventKind, read_history
 from harness.paths import project_root
 from harness.readiness import wait_for
 from harness.scenario import load_scenario

@@ -21,9 +21,10 @@ from confluent_kafka.admin._config import (
     ConfigResource,  # confluent_kafka.admin re-exports it implicitly
 )
 
-from harness.environment import Component, LocalEnvironment
-from harness.environment.local.kafka_node import cluster_id
-from harness.kafka import (
+from harness.environment.base import Component
+from harness.environment.local import LocalEnvironment
+from harness.environment.servers.kafka import cluster_id
+from harness.kafka.clients import (
     admin,
     consumer_config,
     create_topic,
@@ -31,7 +32,7 @@ from harness.kafka import (
     partition_offset,
     producer_config,
 )
-from harness.kafka_cluster import OFFSETS_TOPIC
+from harness.kafka.cluster import OFFSETS_TOPIC
 from harness.readiness import NotReady, wait_for
 from harness.workload import WorkloadSpec, generate
 from harness.workload.ledger import read_ledger

@@ -11,8 +11,8 @@ import pytest
 from pymongo import ASCENDING, MongoClient, WriteConcern
 from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError
 
-from harness.environment import LocalEnvironment
-from harness.environment.local.secantus import TRANSACTION_LIFETIME_S
+from harness.environment.local import LocalEnvironment
+from harness.environment.servers.mongo import TRANSACTION_LIFETIME_S
 from harness.faults.families.oplog import oplog_size_mb
 from harness.readiness import wait_for
 from tests.support import server_handles, unique

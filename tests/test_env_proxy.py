@@ -20,12 +20,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from pymongo import MongoClient
 from pymongo.errors import NetworkTimeout, ServerSelectionTimeoutError
 
-from harness.environment import Component, Link, LocalEnvironment
-from harness.environment.base import LinkRule, LinkRuleRefused
+from harness.environment.base import Component, Link, LinkRule, LinkRuleRefused
+from harness.environment.local import LocalEnvironment
 from harness.environment.proxy import RuleRejected
 from harness.environment.proxy import kafka_messages as km
 from harness.errors import BadInput
-from harness.kafka import (
+from harness.kafka.clients import (
     CONSUMER_CLIENT,
     HARNESS_CLIENT,
     PRODUCER_CLIENT,
@@ -35,7 +35,7 @@ from harness.kafka import (
     partition_offset,
     producer_config,
 )
-from harness.kafka_wire import Malformed
+from harness.kafka.wire import Malformed
 from harness.readiness import NotReady, wait_for
 from tests.support import unique, value_text
 

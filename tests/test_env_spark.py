@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.environment import LocalEnvironment, SparkCluster, SparkSettings
+from harness.environment.local import LocalEnvironment
+from harness.environment.spark import SparkCluster, SparkSettings
 from tests.support import SPARK, server_handles
 
 pytestmark = [pytest.mark.servers, SPARK]
@@ -20,7 +21,7 @@ pytestmark = [pytest.mark.servers, SPARK]
 JOB = textwrap.dedent(
     """
     import json, os, sys
-    from harness.environment import SparkSettings, spark_session
+    from harness.environment.spark import SparkSettings, spark_session
 
     settings = SparkSettings.from_json(sys.argv[1])
     spark = spark_session(settings, "env-test")

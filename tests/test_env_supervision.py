@@ -17,9 +17,11 @@ from typing import TypedDict
 import psutil
 import pytest
 
-from harness.environment import EnvironmentBusy, LocalEnvironment, ServerStartError, process
+from harness.environment import process
+from harness.environment.base import EnvironmentBusy, ServerStartError
+from harness.environment.local import LocalEnvironment
 from harness.environment.process import ProcessHandle
-from harness.kafka import create_topic, end_offsets
+from harness.kafka.clients import create_topic, end_offsets
 from harness.readiness import NotReady, wait_for
 from tests.support import (
     chaoslab,
@@ -211,7 +213,7 @@ def test_pause_and_resume_a_node(lab_env: LocalEnvironment) -> None:
 
 RESTART_FROM_ANOTHER_PROCESS = """
 import sys
-from harness.environment import attach
+from harness.environment.backends import attach
 env = attach(sys.argv[1])
 env.restart_broker(hard=False, broker=1)
 env.restart_broker(hard=True, broker=1)

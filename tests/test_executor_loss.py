@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from harness.environment import get_backend
+from harness.environment.backends import get_backend
 from harness.pipeline.crash import CrashPlan, CrashPoint, Struck
 from harness.scenario import ScenarioError, parse_scenario, runnable
 

@@ -9,15 +9,16 @@ from typing import Any
 
 import pytest
 
-from harness.environment import LocalEnvironment, SparkCluster
 from harness.environment.external import (
     ExternalEnvironment,
     ExternalOptions,
     external_abilities,
     proxied_uri,
 )
+from harness.environment.local import LocalEnvironment
+from harness.environment.spark import SparkCluster
 from harness.errors import BadInput
-from harness.runner import run_scenario
+from harness.run.runner import run_scenario
 from harness.scenario import ScenarioError, load_scenario, parse_scenario, runnable
 from tests.support import SPARK, chaoslab
 

@@ -17,7 +17,8 @@ from harness.faults.families.oplog import ON as OPLOG_ON
 from harness.faults.kinds import parse_fault
 from harness.faults.nemesis import Nemesis
 from harness.faults.schedule import describe, plan
-from harness.history import HistoryWriter, fault_windows, read_history
+from harness.history.events import HistoryWriter, read_history
+from harness.history.windows import fault_windows
 from harness.pipeline.crash import Crasher, CrashPlan, CrashPoint
 from harness.pipeline.runtimes import LISTENER
 from harness.scenario import Scenario, parse_scenario

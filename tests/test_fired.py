@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from harness.faults.fired import unfired
-from harness.history import EventKind, HistoryEvent
+from harness.history.events import EventKind, HistoryEvent
+from harness.results.fired import unfired
 from harness.scenario import parse_scenario, preflight
 
 T0 = 1_700_000_000.0

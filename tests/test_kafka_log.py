@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.history import EventKind, read_history
+from harness.history.events import EventKind, read_history
 from harness.pipeline.kafka_log import BrokerError, broker_errors, harvest
 
 LOG = """\

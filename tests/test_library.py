@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 from pymongo import MongoClient
 
-from harness.environment import LocalEnvironment
+from harness.environment.local import LocalEnvironment
 from harness.faults.schedule import describe, plan
-from harness.history import EventKind, read_history, written_again
-from harness.kafka import admin, read_topic
+from harness.history.events import EventKind, read_history, written_again
+from harness.kafka.clients import admin, read_topic
 from harness.outbox.relay import target
 from harness.outbox.writer import read_written
 from harness.pipeline.runtime import RuntimeConfig
 from harness.report.table import BESIDE_NOTE, beside
-from harness.results import load
+from harness.results.model import load
 from harness.scenario import load_scenario
 from harness.workload.ledger import read_ledger
 from harness.workload.producer import aborted_ledger

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from harness import paths
-from harness.matrix import Planned, RunOne, prefixed, run_matrix, split
-from harness.results import ScenarioResult
-from harness.run_loop import Progress
+from harness.results.model import ScenarioResult
+from harness.run.loop import Progress
+from harness.run.matrix import Planned, RunOne, prefixed, run_matrix, split
 from harness.scenario import Scenario, load_scenario
 
 # Their faults act on a server or a link of the environment: they run alone.

@@ -14,7 +14,7 @@ import nbformat
 import papermill
 import pytest
 
-from harness.environment import LocalEnvironment
+from harness.environment.local import LocalEnvironment
 from tests.jupyter_server import (
     CHROMIUM,
     first_output_image,
@@ -101,7 +101,7 @@ def test_a_notebook_whose_expectation_fails_fails_the_command(tmp_path: Path) ->
     path = small_notebook(
         tmp_path / "99-broken.ipynb",
         "import os\n"
-        "from harness.lab import Checks\n"
+        "from harness.notebooks.lab import Checks\n"
         "checks = Checks('broken', out_dir)\n"
         "checks.expect('the kernel runs in the notebook folder', "
         f"os.getcwd() == {str(tmp_path)!r})\n"
@@ -136,7 +136,7 @@ def test_a_notebook_whose_expectation_fails_fails_the_command(tmp_path: Path) ->
 def test_each_notebook_gets_the_parameters_it_takes_and_one_none_takes_is_refused(
     tmp_path: Path,
 ) -> None:
-    checked = "from harness.lab import Checks\nchecks = Checks('nb', out_dir)\n"
+    checked = "from harness.notebooks.lab import Checks\nchecks = Checks('nb', out_dir)\n"
     takes = small_notebook(
         tmp_path / "97-takes.ipynb",
         checked + "checks.expect('events is what -p said', events == 7)\nchecks.save()",

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.environment import LocalEnvironment
+from harness.environment.local import LocalEnvironment
 from harness.errors import BadInput
 from harness.outbox.relays import make_relay
-from harness.outbox.run import run_outbox
 from harness.outbox.workload import OutboxSpec, WriteOp, generate_writes
+from harness.run.outbox import run_outbox
 from harness.scenario import ScenarioError, parse_scenario
 
 PUSH = {

@@ -9,7 +9,7 @@ import pytest
 
 from harness import paths
 from harness.errors import BadInput
-from harness.lab import make_scenario
+from harness.notebooks.lab import make_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "scenarios" / "baseline.yaml"

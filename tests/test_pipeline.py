@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from harness.environment import LocalEnvironment, state
-from harness.history import EventKind, read_history
+from harness.environment import state
+from harness.environment.local import LocalEnvironment
+from harness.history.events import EventKind, read_history
 from harness.readiness import NotReady, wait_for
-from harness.results import ScenarioResult, VariantResult
-from harness.runner import run_scenario
+from harness.results.model import ScenarioResult, VariantResult
+from harness.run.runner import run_scenario
 from harness.scenario import parse_scenario
 from harness.workload.ledger import read_ledger
 from tests.support import processes_of, sigint_as_in_a_terminal

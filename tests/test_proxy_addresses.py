@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 
-from harness.environment import LocalEnvironment, state
+from harness.environment import state
+from harness.environment.local import LocalEnvironment
 from harness.environment.ports import LOOPBACK, free_ports
 from harness.environment.proxy import ProxyControl, ProxyError
 from harness.environment.proxy import kafka_messages as km
@@ -32,7 +33,7 @@ from harness.environment.proxy.addresses import (
 )
 from harness.environment.proxy.listener import ListenerSpec
 from harness.environment.proxy.server import ProxyServer
-from harness.kafka import (
+from harness.kafka.clients import (
     CONSUMER_CLIENT,
     HARNESS_CLIENT,
     PRODUCER_CLIENT,
@@ -41,7 +42,7 @@ from harness.kafka import (
     create_topic,
     producer_config,
 )
-from harness.kafka_wire import Malformed, Writer
+from harness.kafka.wire import Malformed, Writer
 from harness.readiness import NotReady, wait_for
 from tests.support import unique, value_text
 

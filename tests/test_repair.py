@@ -16,7 +16,7 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import DuplicateKeyError
 
-from harness.environment import LocalEnvironment
+from harness.environment.local import LocalEnvironment
 from harness.errors import BadInput, LabError
 from harness.repair import main, repair
 from tests.support import unique

@@ -11,7 +11,7 @@ from typing import Any
 import matplotlib.image
 import pytest
 
-from harness.history import EventKind, HistoryEvent, HistoryWriter
+from harness.history.events import EventKind, HistoryEvent, HistoryWriter
 from harness.report import (
     render_matrix_table,
     render_soak_table,
@@ -31,8 +31,8 @@ from harness.report.timeline import (
     idle_stretches,
     windows_of,
 )
-from harness.results import ScenarioResult, UntimedFault, load
-from harness.soak import Role, soak_cells
+from harness.results.model import ScenarioResult, UntimedFault, load
+from harness.results.soak import Role, soak_cells
 from harness.workload.events import Kind
 from harness.workload.ledger import LedgerRow, LedgerWriter
 

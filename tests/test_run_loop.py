@@ -13,9 +13,10 @@ from harness.faults.base import Target
 from harness.faults.kinds import parse_fault
 from harness.faults.nemesis import Nemesis
 from harness.faults.schedule import plan
-from harness.history import EventKind, HistoryTail, HistoryWriter, fault_windows, read_history
+from harness.history.events import EventKind, HistoryTail, HistoryWriter, read_history
+from harness.history.windows import fault_windows
 from harness.pipeline.runtimes import LISTENER
-from harness.run_loop import RunTimeout, Watch, wait_until_consumed
+from harness.run.loop import RunTimeout, Watch, wait_until_consumed
 from harness.workload.producer import ProduceSummary
 
 ENDS = {0: 40, 1: 60}  # the next offset after the last acknowledged record, per partition

@@ -1,5 +1,5 @@
 """The local MongoDB's retryable-write records, pruned from the oldest end
-(harness/environment/local/secantus_server.py)."""
+(harness/environment/servers/secantus_server.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pymongo import MongoClient
 from secantus import transactions
 from secantus.transactions import TransactionRegistry
 
-from harness.environment import LocalEnvironment
-from harness.environment.local.secantus_server import (
+from harness.environment.local import LocalEnvironment
+from harness.environment.servers.secantus_server import (
     BadParameter,
     prune_oldest,
     secantus_prune,

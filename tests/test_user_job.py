@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.environment import LocalEnvironment, get_backend
-from harness.history import EventKind, read_history
-from harness.runner import run_scenario
+from harness.environment.backends import get_backend
+from harness.environment.local import LocalEnvironment
+from harness.history.events import EventKind, read_history
+from harness.run.runner import run_scenario
 from harness.scenario import ScenarioError, parse_scenario, runnable
 from tests.support import SPARK
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.history import FaultWindow
+from harness.history.windows import FaultWindow
 from harness.workload.events import Kind
 
 from .model import KIND_CODES, Anomaly, LedgerArrays, SinkSnapshot, Verdict

@@ -6,11 +6,13 @@ rather than decided elsewhere).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from harness.environment import state
 from harness.environment.base import BackendAbilities, BackendUnavailable, Environment
 from harness.environment.containers.engine import engine_problem
 from harness.environment.containers.environment import (
@@ -19,9 +21,10 @@ from harness.environment.containers.environment import (
     ContainersOptions,
 )
 from harness.environment.external import ExternalEnvironment, ExternalOptions, external_abilities
-from harness.environment.local import LocalEnvironment, LocalOptions, Progress
-from harness.environment.local.environment import LOCAL_ABILITIES
+from harness.environment.local import LOCAL_ABILITIES, LocalEnvironment, LocalOptions
+from harness.environment.process_environment import ProcessEnvironment, Progress
 from harness.errors import BadInput
+from harness.paths import project_root
 
 Options = LocalOptions | ExternalOptions | ContainersOptions
 T = TypeVar("T", LocalOptions, ExternalOptions, ContainersOptions)
@@ -87,3 +90,37 @@ def get_backend(name: str) -> Backend:
         return REGISTRY[name]
     except KeyError:
         raise BadInput(f"unknown backend {name!r} (choose from: {', '.join(REGISTRY)})") from None
+
+
+BACKENDS = names()
+
+
+def default_directory() -> Path:
+    """``$CHAOSLAB_DIR``, or ``.chaoslab/env`` in the project's folder (wherever the command
+    runs: ``chaoslab up`` in one folder and ``chaoslab down`` in another find the same one)."""
+    return Path(os.environ.get("CHAOSLAB_DIR") or project_root() / ".chaoslab" / "env")
+
+
+def open_environment(
+    backend: str = "local",
+    directory: Path | str | None = None,
+    options: Options | None = None,
+    *,
+    progress: Progress | None = None,
+) -> Environment:
+    """An environment of ``backend`` in ``directory``, not yet started."""
+    directory = directory if directory is not None else default_directory()
+    return get_backend(backend).open(directory, options, progress)
+
+
+def attach(directory: Path | str | None = None, *, progress: Progress | None = None) -> Environment:
+    """The environment already running in ``directory`` (e.g. started by ``chaoslab up``), of
+    whichever backend started it."""
+    directory = Path(directory if directory is not None else default_directory())
+    found = state.load(directory.expanduser().resolve())
+    kinds: dict[str, type[ProcessEnvironment[Any]]] = {
+        "external": ExternalEnvironment,
+        "containers": ContainersEnvironment,
+    }
+    kind = kinds.get(found.backend, LocalEnvironment) if found is not None else LocalEnvironment
+    return kind.attach(directory, progress=progress)

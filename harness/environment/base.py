@@ -22,8 +22,8 @@ from harness.environment.process import ProcessHandle
 from harness.environment.signals import stop_on_termination
 from harness.environment.spark import SparkCluster, SparkSettings
 from harness.errors import BadInput, LabError
-from harness.kafka import HARNESS_CLIENT
-from harness.kafka_cluster import ClusterView, cluster_view
+from harness.kafka.clients import HARNESS_CLIENT
+from harness.kafka.cluster import ClusterView, cluster_view
 
 
 class Component(StrEnum):

@@ -36,12 +36,12 @@ from harness.environment.base import (
     Component,
     Link,
 )
-from harness.environment.local.fault_proxy import FaultProxy, proxy_port_names
-from harness.environment.local.processes import ProcessEnvironment
-from harness.environment.local.server import LocalServer
+from harness.environment.process_environment import ProcessEnvironment
+from harness.environment.servers.base import LocalServer
+from harness.environment.servers.proxy import FaultProxy, proxy_port_names
 from harness.environment.spark import SparkCluster, SparkSettings
 from harness.errors import BadInput
-from harness.kafka import admin
+from harness.kafka.clients import admin
 
 PROBE_TIMEOUT_S = 10.0  # each service's first answer, at ``up``
 

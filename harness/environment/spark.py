@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
 from harness.environment import spark_cds
+from harness.environment.jars import spark_connector_jars
 from harness.environment.jvm import LIGHT_JVM
-from harness.jars import spark_connector_jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -27,11 +27,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.environment import Environment, LinkRule, SparkCluster
-from harness.environment.base import BackendAbilities
-from harness.environment.spark import WORKERS
+from harness.environment.base import BackendAbilities, Environment, LinkRule
+from harness.environment.spark import WORKERS, SparkCluster
 from harness.errors import LabError
-from harness.history import EventKind, HistoryEvent, HistoryWriter
+from harness.history.events import EventKind, HistoryEvent, HistoryWriter
 from harness.pipeline.crash import CrashPlan
 from harness.pipeline.runtimes import CommitFailureVia, Runtime
 from harness.pipeline.supervisor import RuntimeSupervisor

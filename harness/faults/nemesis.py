@@ -6,9 +6,9 @@ pipeline's work whether a listener or a far slower Spark driver had to start - a
 records acknowledged so far) rather than by a thread of its own, so a fault and
 the supervision of the consumers never race. Every window is recorded in each variant's history
 as FAULT_START / FAULT_END (source ``nemesis``), and only there: the checker and the report
-derive the windows from it (``harness.history.fault_windows``); ``restore`` undoes whatever is
-still in force. The nemesis only dispatches: what a step does is its fault family's business
-(``Fault.actor``; ``harness.faults.families``).
+derive the windows from it (``harness.history.windows.fault_windows``); ``restore`` undoes
+whatever is still in force. The nemesis only dispatches: what a step does is its fault family's
+business (``Fault.actor``; ``harness.faults.families``).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from harness.environment import Environment
+from harness.environment.base import Environment
 from harness.faults.base import END, START, Actor, Context, FaultStuck, Step, Target
 from harness.faults.schedule import FaultPlan
-from harness.history import EventKind
+from harness.history.events import EventKind
 
 CHECK_EVERY_S = 0.5  # how often a waiting step asks the cluster (a Metadata request or so)
 WAIT_TIMEOUT_S = 240.0  # a node not gone, or not back, by then is a broken environment

@@ -34,8 +34,8 @@ from pymongo.change_stream import CollectionChangeStream
 from pymongo.collection import Collection
 from pymongo.errors import OperationFailure
 
-from harness.history import EventKind, HistoryWriter
-from harness.kafka import producer_config, read_topic
+from harness.history.events import EventKind, HistoryWriter
+from harness.kafka.clients import producer_config, read_topic
 from harness.outbox.relays import Message as OutboxMessage
 from harness.outbox.relays import Relay, TokenStore, make_relay, outbox_fields
 from harness.outbox.writer import END_ID, SOURCE
@@ -47,7 +47,7 @@ HISTORY_LOST = 286  # ChangeStreamHistoryLost
 TRANSACTION_CHANGES = 100  # at most, in one transaction of a relay keeping its token in Kafka
 RELAY_CLIENT = "chaoslab-relay"
 # What a relay's commit of the application's end marker records: the wait loop of the sink runs
-# (harness.run_loop) reads it as position 1 of a one-partition stream, i.e. "everything relayed".
+# (harness.run.loop) reads it as position 1 of a one-partition stream, i.e. "everything relayed".
 RELAYED = {0: 1}
 
 
@@ -128,7 +128,7 @@ def commit(
     """Save the token of the last change of ``batch`` (committing the open transaction, for a
     token kept in Kafka), and empty ``batch``. The application's end marker relayed: the lab's
     wait loop reads this COMMIT as "position 1 of the one-partition 'stream'"
-    (harness.outbox.run)."""
+    (harness.run.outbox)."""
     if not batch:
         return
     save(producer, tokens, batch[-1]["_id"], in_transaction=tokens.kafka)

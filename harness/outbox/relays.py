@@ -101,7 +101,7 @@ class Relay(ABC):
         return {ENTRY_HEADER: message.entry_id.encode()} if self.idempotent else {}
 
     def producer_settings(self) -> dict[str, Any]:
-        """librdkafka settings over the lab's producer's (harness.kafka.producer_config)."""
+        """librdkafka settings over the lab's producer's (harness.kafka.clients.producer_config)."""
         if self.idempotent:
             return {"enable.idempotence": True, "acks": "all"}
         return {"enable.idempotence": False, "acks": "all"}

@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterable, Sequence
 
 from harness.checker import KIND_CODES, LedgerArrays, SinkSnapshot
-from harness.kafka import StoredRecord
+from harness.kafka.clients import StoredRecord
 from harness.outbox.writer import WrittenEntry
 from harness.workload.events import Kind
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Producer
 
-from harness.kafka import producer_config
+from harness.kafka.clients import producer_config
 from harness.workload.events import ParsedEvent, ParseError, parse
 
 

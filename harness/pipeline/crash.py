@@ -20,7 +20,7 @@ from typing import NoReturn, Self
 import psutil
 
 from harness.environment.process import SERVER_VAR
-from harness.history import EventKind, HistoryWriter
+from harness.history.events import EventKind, HistoryWriter
 
 
 class CrashPoint(StrEnum):

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.history import EventKind, HistoryWriter
+from harness.history.events import EventKind, HistoryWriter
 
 # librdkafka's text of a broker error -> Kafka's name of it (and the client's own timeout). In
 # this order: a session time-out's line names the last error too ("last error was Broker: Not

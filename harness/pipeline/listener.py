@@ -17,8 +17,8 @@ import sys
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from harness.history import EventKind
-from harness.kafka import CONSUMER_CLIENT, consumer_config, partition_offset
+from harness.history.events import EventKind
+from harness.kafka.clients import CONSUMER_CLIENT, consumer_config, partition_offset
 from harness.pipeline.batch import RawRecord
 from harness.pipeline.crash import CrashPoint
 from harness.pipeline.runtime import BatchHandler, RuntimeConfig, StopFlag

@@ -22,7 +22,7 @@ from pymongo import MongoClient
 from pymongo.database import Database
 from pymongo.errors import PyMongoError
 
-from harness.history import EventKind, HistoryWriter
+from harness.history.events import EventKind, HistoryWriter
 from harness.pipeline.batch import Batch, DeadLetters, Poison, RawRecord, split
 from harness.pipeline.crash import Crasher, CrashPlan, CrashPoint
 from harness.pipeline.variants import Variant, WriteContext, make_variant

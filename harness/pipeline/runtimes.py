@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from harness.history import EventKind
+from harness.history.events import EventKind
 
 
 class CommitFailureVia(StrEnum):

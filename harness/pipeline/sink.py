@@ -13,7 +13,7 @@ from pymongo import MongoClient
 from pymongo.database import Database
 
 from harness.checker import SinkSnapshot
-from harness.kafka import read_topic
+from harness.kafka.clients import read_topic
 from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.variants import Variant
 

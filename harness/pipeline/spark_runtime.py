@@ -34,8 +34,8 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from harness.environment.readonly import commit_log
 from harness.environment.spark import SparkSettings, spark_session
-from harness.history import EventKind, HistoryWriter
-from harness.kafka import CONSUMER_CLIENT
+from harness.history.events import EventKind, HistoryWriter
+from harness.kafka.clients import CONSUMER_CLIENT
 from harness.pipeline.batch import RawRecord, split
 from harness.pipeline.crash import Crasher, CrashPoint
 from harness.pipeline.runtime import (

@@ -16,11 +16,10 @@ from pathlib import Path
 
 import psutil
 
-from harness.environment import Environment
 from harness.environment import process as proc
-from harness.environment.base import tail
+from harness.environment.base import Environment, tail
 from harness.errors import LabError
-from harness.history import EventKind, HistoryWriter
+from harness.history.events import EventKind, HistoryWriter
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.runtimes import Runtime, get_runtime
 

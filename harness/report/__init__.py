@@ -1,5 +1,5 @@
 """The report: a run directory (results.json, histories, ledgers) -> report.md, PNG plots and
-junit.xml; and the terminal tables. It reads the one results model (``harness.results``).
+junit.xml; and the terminal tables. It reads the one results model (``harness.results.model``).
 
 Usage::
 
@@ -7,7 +7,7 @@ Usage::
 
     report = write_report(Path("runs/baseline-20250101-120000"))
     report.markdown  # runs/.../report.md, with anomalies.png, timeline.png, throughput.png
-    print(render_table(scenario_result))  # a harness.results.ScenarioResult
+    print(render_table(scenario_result))  # a harness.results.model.ScenarioResult
 """
 
 from harness.report.story import what_happened

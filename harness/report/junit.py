@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness.outcome import Outcome
-from harness.results import ScenarioResult, VariantResult
+from harness.results.model import ScenarioResult, VariantResult
+from harness.results.outcome import Outcome
 
 HOSTNAME = "chaoslab"  # a report is the same wherever it is written
 

@@ -6,8 +6,8 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
-from harness.results import ScenarioResult
-from harness.soak import soak_cells
+from harness.results.model import ScenarioResult
+from harness.results.soak import soak_cells
 
 from .plots import ANOMALIES_PNG, THROUGHPUT_PNG, TIMELINE_PNG
 from .table import (

@@ -17,8 +17,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from harness.history import FaultWindow
-from harness.results import ScenarioResult
+from harness.history.windows import FaultWindow
+from harness.results.model import ScenarioResult
 
 from .timeline import (
     KINDS,

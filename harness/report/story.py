@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
-from harness.history import FaultWindow
-from harness.outcome import Outcome
-from harness.results import ScenarioResult, VariantResult
+from harness.history.windows import FaultWindow
+from harness.results.model import ScenarioResult, VariantResult
+from harness.results.outcome import Outcome
 
 from .timeline import Death, Mark, TimelineRow, timeline
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from harness.results import ScenarioResult, VariantResult
-from harness.soak import Role, SoakCell
+from harness.results.model import ScenarioResult, VariantResult
+from harness.results.soak import Role, SoakCell
 
 # The columns of a variant's row: (header, right-aligned).
 COLUMNS = (

@@ -1,7 +1,7 @@
 """What goes on the timeline, in seconds since the run started: pure functions of the records.
 
 * fault windows - a FAULT_START .. FAULT_END pair of the same fault (by name), from the
-  history only (``harness.history.fault_windows``); a start that never ended lasts to the
+  history only (``harness.history.windows.fault_windows``); a start that never ended lasts to the
   variant's end;
 * consumer deaths - CRASH events (a crash point fired) and consumer exits the supervisor saw
   that no crash point explains; restarts - a consumer's RUNTIME_START after its first;
@@ -20,8 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.checker import Verdict
-from harness.history import EventKind, FaultWindow, HistoryEvent, fault_windows
-from harness.results import ScenarioResult, VariantResult
+from harness.history.events import EventKind, HistoryEvent
+from harness.history.windows import FaultWindow, fault_windows
+from harness.results.model import ScenarioResult, VariantResult
 
 KINDS = ("duplicate", "lost", "stale")
 # A supervisor's "killed by SIGKILL" this soon after a CRASH event is that crash, not another.

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.results import ScenarioResult, load, missing
+from harness.results.model import ScenarioResult, load, missing
 
 from .junit import write_junit
 from .markdown import matrix_markdown, scenario_markdown

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from harness.kafka import producer_config
+from harness.kafka.clients import producer_config
 from harness.workload.events import ChangeEvent
 from harness.workload.ledger import LedgerRow, LedgerWriter
 

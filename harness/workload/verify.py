@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from harness.kafka import read_topic
+from harness.kafka.clients import read_topic
 from harness.workload.ledger import LedgerRow
 
 

@@ -30,7 +30,7 @@ from harness.checker import (
     check,
     load_ledger,
 )
-from harness.history import FaultWindow
+from harness.history.windows import FaultWindow
 from harness.workload.events import Kind
 from harness.workload.ledger import COLUMNS
 

@@ -14,9 +14,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.environment import ContainersEnvironment, LocalEnvironment
 from harness.environment.containers import images
 from harness.environment.containers.engine import engine_for_building, engine_problem
+from harness.environment.containers.environment import ContainersEnvironment
+from harness.environment.local import LocalEnvironment
 
 
 def quiet(_message: str) -> None:

@@ -1,5 +1,5 @@
 """Benchmark (not a test): the local MongoDB's single-document write rate, fresh and after
-many retryable writes (harness/environment/local/secantus_server.py explains why it fell).
+many retryable writes (harness/environment/servers/secantus_server.py explains why it fell).
 
     make bench            # or: .venv/bin/python tests/benchmarks/bench_mongo_writes.py [WRITES]
 
@@ -17,7 +17,7 @@ from typing import Any
 from pymongo import MongoClient
 from pymongo.collection import Collection
 
-from harness.environment import LocalEnvironment
+from harness.environment.local import LocalEnvironment
 
 SAMPLE = 500
 

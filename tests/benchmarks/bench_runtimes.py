@@ -33,9 +33,9 @@ from pymongo import MongoClient, ReplaceOne, UpdateOne
 from pymongo.client_session import ClientSession
 from pymongo.database import Database
 
-from harness.environment import LocalEnvironment
-from harness.kafka import consumer_config, producer_config
-from harness.runner import run_scenario
+from harness.environment.local import LocalEnvironment
+from harness.kafka.clients import consumer_config, producer_config
+from harness.run.runner import run_scenario
 from harness.scenario import parse_scenario
 
 VARIANTS = ["naive", "idempotent", "unique-index", "transactional"]

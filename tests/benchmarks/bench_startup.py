@@ -13,7 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.environment import LocalEnvironment, spark_session
+from harness.environment.local import LocalEnvironment
+from harness.environment.spark import spark_session
 
 GOAL_S = 20.0
 

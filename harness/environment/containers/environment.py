@@ -59,15 +59,15 @@ from harness.environment.containers.specs import (
     port_names,
     supervised,
 )
-from harness.environment.local.fault_proxy import FaultProxy
-from harness.environment.local.kafka_node import LOG4J2, broker_registered
-from harness.environment.local.processes import ProcessEnvironment
-from harness.environment.local.secantus import writable_primary
-from harness.environment.local.server import LocalServer, ServerContext
-from harness.environment.local.spark_standalone import master_alive, worker_registered
+from harness.environment.process_environment import ProcessEnvironment
+from harness.environment.servers.base import LocalServer, ServerContext
+from harness.environment.servers.kafka import LOG4J2, broker_registered
+from harness.environment.servers.mongo import writable_primary
+from harness.environment.servers.proxy import FaultProxy
+from harness.environment.servers.spark_standalone import master_alive, worker_registered
 from harness.environment.spark import WORKERS, SparkCluster, SparkSettings
 from harness.errors import BadInput
-from harness.kafka import await_group_coordinator
+from harness.kafka.clients import await_group_coordinator
 from harness.readiness import DeadlineExceeded, GaveUp, accepts_connections, wait_for
 
 CONTAINERS_ABILITIES = BackendAbilities(

@@ -36,7 +36,7 @@ import docker.errors
 from packaging.requirements import Requirement
 from testcontainers.core.image import DockerImage
 
-from harness import jars
+from harness.environment import jars
 from harness.environment.base import BackendUnavailable
 from harness.environment.containers.engine import Engine
 from harness.errors import LabError

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import jars
+from harness.environment import jars
 from harness.environment.containers.images import lab_ref
 from harness.environment.containers.specs import (
     CONTROLLER,
@@ -27,7 +27,7 @@ from harness.environment.containers.specs import (
     Topology,
     port_names,
 )
-from harness.environment.local.kafka_node import CLUSTER_SETTINGS, cluster_id
+from harness.environment.servers.kafka import CLUSTER_SETTINGS, cluster_id
 
 MONGO_IMAGE = "mongo:8.0"
 MONGO_MEMBERS = ("mongo-1", "mongo-2", "mongo-3")

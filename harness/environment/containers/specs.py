@@ -36,12 +36,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import jars
+from harness.environment import jars
 from harness.environment.containers.images import IMAGE_HOME, IMAGE_PYTHON
-from harness.environment.local.kafka_node import CLUSTER_SETTINGS, HEAP, JVM_FLAGS, cluster_id
-from harness.environment.local.secantus import REPLICA_SET, options
-from harness.environment.local.spark_standalone import WORKER_CORES, WORKER_MEMORY
 from harness.environment.process import SERVER_VAR
+from harness.environment.servers.kafka import CLUSTER_SETTINGS, HEAP, JVM_FLAGS, cluster_id
+from harness.environment.servers.mongo import REPLICA_SET, options
+from harness.environment.servers.spark_standalone import WORKER_CORES, WORKER_MEMORY
 from harness.environment.spark import WORKERS
 
 NODE_IDS = (1, 2, 3)
@@ -147,7 +147,7 @@ class Topology:
 
     def mongo(self) -> ContainerSpec:
         port = self.ports["mongo"]
-        argv = [IMAGE_PYTHON, "-m", "harness.environment.local.secantus_server",
+        argv = [IMAGE_PYTHON, "-m", "harness.environment.servers.secantus_server",
                 *options(config=str(self.directory / "secantusd.toml"), host=ANY, port=port,
                          storage_path=str(self.directory / "mongo"))]  # fmt: skip
         return ContainerSpec(

@@ -26,7 +26,7 @@ from harness.environment.ports import LOOPBACK
 from harness.environment.proxy import kafka_messages as km
 from harness.environment.proxy.listener import ListenerSpec
 from harness.environment.proxy.rules import KAFKA
-from harness.kafka_wire import Malformed, Reader, Writer
+from harness.kafka.wire import Malformed, Reader, Writer
 
 log = logging.getLogger("chaoslab.proxy")
 

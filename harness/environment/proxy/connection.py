@@ -30,7 +30,7 @@ from harness.environment.proxy import kafka_messages as km
 from harness.environment.proxy.addresses import AddressBook, ResponseAddresses
 from harness.environment.proxy.listener import ListenerSpec, ListenerStats
 from harness.environment.proxy.rules import KAFKA, RuleTable
-from harness.kafka_wire import Malformed
+from harness.kafka.wire import Malformed
 
 log = logging.getLogger("chaoslab.proxy")
 

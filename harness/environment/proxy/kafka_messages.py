@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.kafka_wire import Malformed, Reader, Writer
+from harness.kafka.wire import Malformed, Reader, Writer
 
 PRODUCE = 0
 METADATA = 3

@@ -14,8 +14,7 @@ from typing import Any, ClassVar
 
 from confluent_kafka import KafkaException
 
-from harness.environment import Component
-from harness.environment.base import BackendAbilities
+from harness.environment.base import BackendAbilities, Component
 from harness.faults.base import (
     END,
     Actor,
@@ -29,7 +28,7 @@ from harness.faults.base import (
     needs_server_control,
     positive,
 )
-from harness.history import EventKind
+from harness.history.events import EventKind
 
 
 class Pick(StrEnum):

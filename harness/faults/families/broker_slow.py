@@ -8,8 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from harness.environment import Link, LinkRule
-from harness.environment.base import KAFKA_LINKS, BackendAbilities
+from harness.environment.base import KAFKA_LINKS, BackendAbilities, Link, LinkRule
 from harness.faults.base import (
     Actor,
     Context,
@@ -21,7 +20,7 @@ from harness.faults.base import (
     positive,
 )
 from harness.faults.families.broker import FIRST_NODE, BrokerSelector
-from harness.history import EventKind
+from harness.history.events import EventKind
 
 ON, OFF = "slow-broker-on", "slow-broker-off"
 

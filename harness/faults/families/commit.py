@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from harness.environment import Link, LinkRule, readonly
-from harness.environment.base import BackendAbilities
+from harness.environment import readonly
+from harness.environment.base import BackendAbilities, Link, LinkRule
 from harness.faults.base import (
     Actor,
     Context,

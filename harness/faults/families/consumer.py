@@ -21,7 +21,7 @@ from harness.faults.base import (
     Timed,
     positive,
 )
-from harness.history import EventKind
+from harness.history.events import EventKind
 from harness.pipeline.crash import CrashPlan, CrashPoint
 
 

@@ -32,7 +32,7 @@ from harness.faults.base import (
     positive,
     target_problems,
 )
-from harness.history import EventKind
+from harness.history.events import EventKind
 
 ON, OFF = "container-fault-on", "container-fault-off"
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from harness.environment import Component
-from harness.environment.base import BackendAbilities
+from harness.environment.base import BackendAbilities, Component
 from harness.faults.base import (
     END,
     Actor,
@@ -20,7 +19,7 @@ from harness.faults.base import (
     needs_server_control,
     positive,
 )
-from harness.history import EventKind
+from harness.history.events import EventKind
 
 STOP_MONGO, START_MONGO = "stop-mongo", "start-mongo"
 

@@ -29,7 +29,7 @@ from harness.faults.base import (
     positive,
     target_problems,
 )
-from harness.history import EventKind
+from harness.history.events import EventKind
 
 ON, OFF = "netem-on", "netem-off"
 

@@ -6,8 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from harness.environment import Link, LinkRule
-from harness.environment.base import BackendAbilities
+from harness.environment.base import BackendAbilities, Link, LinkRule
 from harness.faults.base import (
     Actor,
     Context,

@@ -2,7 +2,7 @@
 (seed 003: a relay down too long comes back to ``ChangeStreamHistoryLost``).
 
 EMULATED: SecantusDB has no ``replSetResizeOplog``; the lab's server adds one that lowers
-SecantusDB's own entry cap (``harness.environment.local.secantus_server``: ``size * 64``
+SecantusDB's own entry cap (``harness.environment.servers.secantus_server``: ``size * 64``
 entries, at 16 KiB an entry). What a client then sees - the pruned history, the error code 286
 on resume - is SecantusDB's own. A real mongod refuses a size under 990 MB.
 """
@@ -16,7 +16,7 @@ from pymongo import MongoClient
 
 from harness.environment.base import BackendAbilities
 from harness.faults.base import Actor, Context, Problem, Setting, Step, Timed, positive
-from harness.history import EventKind
+from harness.history.events import EventKind
 
 ON, OFF = "oplog-shrink", "oplog-restore"
 MB = 1024 * 1024

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from harness.environment.base import BackendAbilities
 from harness.faults.base import Fault, Problem, Seen, Setting, Step
-from harness.history import EventKind
+from harness.history.events import EventKind
 from harness.pipeline.crash import CrashPlan, CrashPoint
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from harness.environment import SparkCluster
 from harness.environment.base import BackendAbilities
+from harness.environment.spark import SparkCluster
 from harness.faults.base import Fault, Problem, Seen, Setting, Step
-from harness.history import EventKind
+from harness.history.events import EventKind
 from harness.pipeline.crash import CrashPlan, CrashPoint, Struck
 
 

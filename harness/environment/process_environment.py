@@ -33,13 +33,13 @@ from harness.environment.base import (
     ServerStartError,
     ServerStatus,
 )
-from harness.environment.local.fault_proxy import FaultProxy
-from harness.environment.local.server import LocalServer, ServerContext
 from harness.environment.ports import free_ports
 from harness.environment.proxy.client import ProxyControl
+from harness.environment.servers.base import LocalServer, ServerContext
+from harness.environment.servers.proxy import FaultProxy
 from harness.environment.spark import checkpoint_root
 from harness.errors import BadInput
-from harness.kafka import lab_groups
+from harness.kafka.clients import lab_groups
 from harness.readiness import DeadlineExceeded, GaveUp, wait_for
 
 # Directories below DIR that belong to one environment's life and are wiped with it.

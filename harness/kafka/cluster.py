@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from confluent_kafka.admin import AdminClient
 
-from harness.kafka_wire import Malformed, Reader, Writer
+from harness.kafka.wire import Malformed, Reader, Writer
 
 OFFSETS_TOPIC = "__consumer_offsets"
 METADATA_TOPIC = "__cluster_metadata"

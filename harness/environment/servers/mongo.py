@@ -8,8 +8,8 @@ from typing import Any
 
 from pymongo import MongoClient
 
-from harness.environment.local.server import LocalServer
 from harness.environment.ports import LOOPBACK
+from harness.environment.servers.base import LocalServer
 from harness.readiness import NotReady, accepts_connections
 
 REPLICA_SET = "secantus"
@@ -38,7 +38,7 @@ class SecantusMongo(LocalServer):
             # Not secantusd-py: see secantus_server for the slowdown it avoids.
             sys.executable,
             "-m",
-            "harness.environment.local.secantus_server",
+            "harness.environment.servers.secantus_server",
             *options(config=str(self.config), host=LOOPBACK, port=self.port,
                      storage_path=str(self.storage)),
         ]  # fmt: skip

@@ -18,22 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.checker import LedgerArrays, check, load_ledger
-from harness.environment import Environment, Link, SparkCluster
+from harness.environment.base import Environment, Link
+from harness.environment.spark import SparkCluster
 from harness.errors import LabError
 from harness.faults.base import Target
-from harness.faults.fired import unfired
 from harness.faults.nemesis import Nemesis
 from harness.faults.schedule import FaultPlan, plan
-from harness.history import (
-    EventKind,
-    HistoryEvent,
-    HistoryTail,
-    HistoryWriter,
-    fault_windows,
-    read_history,
-)
-from harness.kafka import create_topic, delete_topics
-from harness.outbox.run import run_outbox
+from harness.history.events import EventKind, HistoryEvent, HistoryTail, HistoryWriter, read_history
+from harness.history.windows import fault_windows
+from harness.kafka.clients import create_topic, delete_topics
 from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.kafka_log import harvest
 from harness.pipeline.runtime import RuntimeConfig
@@ -41,8 +34,10 @@ from harness.pipeline.runtimes import Runtime, get_runtime
 from harness.pipeline.sink import database_for, prepare_sink, read_sink, slug
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
 from harness.pipeline.variants import Variant, import_path, make_variant
-from harness.results import RESULTS, ScenarioResult, UntimedFault, VariantResult
-from harness.run_loop import ProducerThread, Progress, Watch, await_ready, wait_until_consumed
+from harness.results.fired import unfired
+from harness.results.model import RESULTS, ScenarioResult, UntimedFault, VariantResult
+from harness.run.loop import ProducerThread, Progress, Watch, await_ready, wait_until_consumed
+from harness.run.outbox import run_outbox
 from harness.scenario import Scenario, VariantSpec
 from harness.workload.generator import generate
 from harness.workload.ledger import read_ledger
@@ -68,7 +63,7 @@ def run_scenario(
     """Run every runtime x variant of ``scenario``. With ``keep_topics=False`` each run's topics
     are deleted once it is judged (``chaoslab matrix`` runs many scenarios on one environment,
     and each run's topics have three replicas of three partitions). ``stop`` set ends a run
-    (``harness.run_loop.Stopped``), stopping what it started."""
+    (``harness.run.loop.Stopped``), stopping what it started."""
     started = time.time()
     out_dir.mkdir(parents=True, exist_ok=True)
     results: list[VariantResult] = []

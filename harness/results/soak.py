@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.results import ScenarioResult, VariantResult
+from harness.results.model import ScenarioResult, VariantResult
 
 # An expectation that an anomaly shows: "duplicates > 0", "published_lost > 0", ...
 _SHOWS = re.compile(r"^\w*(duplicates|lost)\s*>\s*0$")

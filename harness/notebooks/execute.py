@@ -1,7 +1,7 @@
 """``chaoslab notebooks``: execute the notebooks with papermill, as regression tests.
 
 Each notebook takes ``out_dir`` (and whatever else its ``parameters`` cell declares), records
-its own expectations with ``harness.lab.Checks`` into ``out_dir/results.json``, and is judged
+its own expectations with ``harness.notebooks.lab.Checks`` into ``out_dir/results.json``, and is judged
 by those verdicts - not merely by having run to the end. ``OUT/junit.xml`` has one test case
 per recorded expectation, named by notebook, so CI shows which notebook check broke.
 """
@@ -27,7 +27,7 @@ JUNIT_XML = "junit.xml"
 
 @dataclass(frozen=True)
 class Check:
-    """One expectation a notebook recorded (``harness.lab.Checks.expect``)."""
+    """One expectation a notebook recorded (``harness.notebooks.lab.Checks.expect``)."""
 
     name: str
     passed: bool

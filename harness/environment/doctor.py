@@ -12,7 +12,7 @@ from importlib import metadata
 
 from confluent_kafka import libversion
 
-from harness import jars
+from harness.environment import jars
 from harness.environment.containers.engine import describe_engine, engine_problem
 
 PACKAGES = (

@@ -19,13 +19,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.doctor import component_versions
-from harness.environment import Environment, attach, open_environment
-from harness.notebooks import RESULTS, Check
+from harness.environment.doctor import component_versions
+from harness.environment.base import Environment
+from harness.environment.backends import attach, open_environment
+from harness.notebooks.execute import RESULTS, Check
 from harness.paths import find_scenario, runs_dir
 from harness.report import write_report
-from harness.results import ScenarioResult, VariantResult
-from harness.runner import run_scenario
+from harness.results.model import ScenarioResult, VariantResult
+from harness.run.runner import run_scenario
 from harness.scenario import (
     Scenario,
     load_scenario,

@@ -12,8 +12,8 @@ import math
 from collections.abc import Sequence
 
 from harness.faults.base import Fault, Seen
-from harness.history import EventKind, HistoryEvent
-from harness.outcome import UnfiredFault
+from harness.history.events import EventKind, HistoryEvent
+from harness.results.outcome import UnfiredFault
 
 
 def unfired(

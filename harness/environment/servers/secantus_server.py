@@ -26,7 +26,7 @@ cap. The lab adds one taking mongod's ``size`` (megabytes) and setting the cap t
 ``ChangeStreamHistoryLost`` a relay then gets is SecantusDB's own. Unlike mongod (which refuses
 a size under 990 MB), any positive size is taken: 0.5 keeps 32 entries.
 
-    python -m harness.environment.local.secantus_server [secantusd-py options]
+    python -m harness.environment.servers.secantus_server [secantusd-py options]
 """
 
 from __future__ import annotations

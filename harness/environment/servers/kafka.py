@@ -1,5 +1,5 @@
-"""A node of the local backend's Kafka cluster: Apache Kafka in KRaft mode, broker and controller
-in one JVM, from the jars ``chaoslab fetch`` put in ``.chaoslab/jars`` (see ``harness.jars``).
+"""A node of the lab's Kafka cluster: Apache Kafka in KRaft mode, broker and controller in one
+JVM, from the jars ``chaoslab fetch`` put in ``.chaoslab/jars`` (``harness.environment.jars``).
 
 Three nodes make the cluster (a static quorum of three voters). Each listens on 127.0.0.1:
 
@@ -24,12 +24,12 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from harness import jars
+from harness.environment import jars
 from harness.environment.base import ServerStartError
 from harness.environment.jvm import LIGHT_JVM
-from harness.environment.local.server import LocalServer, ServerContext
 from harness.environment.ports import LOOPBACK
-from harness.kafka import HARNESS_CLIENT
+from harness.environment.servers.base import LocalServer, ServerContext
+from harness.kafka.clients import HARNESS_CLIENT
 from harness.readiness import NotReady, accepts_connections
 
 NODE_IDS = (1, 2, 3)

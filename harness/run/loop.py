@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from harness.errors import LabError
-from harness.history import EventKind, HistoryTail, HistoryWriter
+from harness.history.events import EventKind, HistoryTail, HistoryWriter
 from harness.readiness import GaveUp, NotReady, wait_for
 from harness.workload.producer import ProduceSummary
 

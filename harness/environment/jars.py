@@ -1,6 +1,6 @@
 """The Java jars the lab runs, fetched once with Maven and reused (offline) after that.
 
-Each set is a POM in ``harness/maven`` (``kafka.pom.xml``: an Apache Kafka broker;
+Each set is a POM in ``harness/environment/maven`` (``kafka.pom.xml``: an Apache Kafka broker;
 ``spark-kafka.pom.xml``: Spark's Kafka connector, for the Spark runtime). ``fetch``
 runs ``mvn dependency:copy-dependencies`` into the project's ``.chaoslab/jars/NAME-VERSION``
 (git ignores it) and marks the folder complete; Maven's own defaults say where the jars come

@@ -4,7 +4,7 @@ Every Kafka client reaches the cluster through the proxy: it has one Kafka liste
 (``kafka/1``, ``kafka/2``, ``kafka/3``), each node advertises its listener as the address of its
 CLIENT listener, so the connections a client makes after bootstrap come back through the proxy
 too; a rule on ``kafka`` covers all three. The producer and consumer links share those
-addresses and are told apart by client.id (``harness.kafka``'s ``PRODUCER_CLIENT``,
+addresses and are told apart by client.id (``harness.kafka.clients``'s ``PRODUCER_CLIENT``,
 ``CONSUMER_CLIENT``; the harness's own ``HARNESS_CLIENT`` is never a target). The consumers'
 MongoDB link is a plain TCP listener in front of SecantusDB. In front of servers the lab did not
 start (the external backend), the proxy rewrites the brokers' addresses in Kafka's responses
@@ -17,10 +17,10 @@ import sys
 from collections.abc import Collection, Mapping
 
 from harness.environment.base import Link, LinkRule
-from harness.environment.local.server import LocalServer, ServerContext
 from harness.environment.ports import LOOPBACK
 from harness.environment.proxy.client import ProxyControl
-from harness.kafka import CONSUMER_CLIENT, PRODUCER_CLIENT
+from harness.environment.servers.base import LocalServer, ServerContext
+from harness.kafka.clients import CONSUMER_CLIENT, PRODUCER_CLIENT
 
 KAFKA_LISTENER = "kafka"  # the group of the nodes' listeners, kafka/1 ...
 MONGO_LISTENER = "mongo"

@@ -10,8 +10,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from harness.environment.local.server import LocalServer, ServerContext
 from harness.environment.ports import LOOPBACK
+from harness.environment.servers.base import LocalServer, ServerContext
 from harness.readiness import NotReady
 
 

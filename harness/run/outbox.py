@@ -24,13 +24,13 @@ from typing import Any
 from pymongo import MongoClient
 
 from harness.checker import RelayStage, check
-from harness.environment import Environment, Link
+from harness.environment.base import Environment, Link
 from harness.faults.base import Target
-from harness.faults.fired import unfired
 from harness.faults.nemesis import Nemesis
 from harness.faults.schedule import plan
-from harness.history import EventKind, HistoryTail, HistoryWriter, fault_windows, read_history
-from harness.kafka import StoredRecord, create_topic, delete_topics, read_topic
+from harness.history.events import EventKind, HistoryTail, HistoryWriter, read_history
+from harness.history.windows import fault_windows
+from harness.kafka.clients import StoredRecord, create_topic, delete_topics, read_topic
 from harness.outbox.relay import RELAYED, target, token_topic
 from harness.outbox.relays import make_relay
 from harness.outbox.stages import published_snapshot, written_ledger
@@ -42,8 +42,9 @@ from harness.pipeline.runtimes import CommitFailureVia, Runtime
 from harness.pipeline.sink import database_for, prepare_sink, read_sink, slug
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
 from harness.pipeline.variants import Variant, WriteContext, import_path, make_variant
-from harness.results import UntimedFault, VariantResult
-from harness.run_loop import ProducerThread, Progress, Watch, await_ready, wait_until_consumed
+from harness.results.fired import unfired
+from harness.results.model import UntimedFault, VariantResult
+from harness.run.loop import ProducerThread, Progress, Watch, await_ready, wait_until_consumed
 from harness.scenario import RelaySpec, Scenario
 from harness.workload.producer import ProduceSummary
 
@@ -83,7 +84,7 @@ def run_outbox(
     stop: threading.Event | None = None,
 ) -> list[VariantResult]:
     """Every relay of ``scenario`` side by side over one application's writes; each judged.
-    ``stop`` set ends the run (``harness.run_loop.Stopped``)."""
+    ``stop`` set ends the run (``harness.run.loop.Stopped``)."""
     outbox = scenario.outbox
     assert outbox is not None, "not an outbox scenario"
     started = time.monotonic()

@@ -13,7 +13,7 @@ own start times: ``beside``).
 
 Runs side by side are threads of this process (the runs' consumers are processes of their
 own; the harness mostly waits). Ctrl-C, or a run that fails, sets ``stop``: the other runs end
-at their next look (``harness.run_loop.Stopped``), each stopping what it started.
+at their next look (``harness.run.loop.Stopped``), each stopping what it started.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
-from harness.environment import SparkCluster
-from harness.results import ScenarioResult
-from harness.run_loop import Progress
+from harness.environment.spark import SparkCluster
+from harness.results.model import ScenarioResult
+from harness.run.loop import Progress
 from harness.scenario import Scenario
 
 # One scenario run: (scenario, its folder, its progress, stop) -> its result.

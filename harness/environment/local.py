@@ -22,20 +22,20 @@ from harness.environment.base import (
     ServerStartError,
     ServerStatus,
 )
-from harness.environment.local.fault_proxy import FaultProxy
-from harness.environment.local.kafka_node import NODE_IDS, KafkaNode, port_names
-from harness.environment.local.processes import ProcessEnvironment, answers
-from harness.environment.local.secantus import SecantusMongo
-from harness.environment.local.server import LocalServer, ServerContext
-from harness.environment.local.spark_standalone import (
+from harness.environment.ports import LOOPBACK
+from harness.environment.process_environment import ProcessEnvironment, answers
+from harness.environment.servers.base import LocalServer, ServerContext
+from harness.environment.servers.kafka import NODE_IDS, KafkaNode, port_names
+from harness.environment.servers.mongo import SecantusMongo
+from harness.environment.servers.proxy import FaultProxy
+from harness.environment.servers.spark_standalone import (
     SparkMaster,
     SparkWorker,
     worker_ui_port_name,
 )
-from harness.environment.ports import LOOPBACK
 from harness.environment.spark import WORKERS, SparkCluster, SparkSettings
 from harness.errors import BadInput
-from harness.kafka import await_group_coordinator
+from harness.kafka.clients import await_group_coordinator
 
 PORT_NAMES = (
     *(name for node in NODE_IDS for name in port_names(node)),

@@ -17,8 +17,8 @@ import numpy as np
 
 from harness.checker.load import read_ledger_columns
 from harness.checker.model import RelayStage, Verdict
-from harness.history import HistoryEvent, read_history
-from harness.outcome import Outcome, UnfiredFault, reason_text
+from harness.history.events import HistoryEvent, read_history
+from harness.results.outcome import Outcome, UnfiredFault, reason_text
 from harness.scenario import Scenario
 
 RESULTS = "results.json"
@@ -27,7 +27,7 @@ RESULTS = "results.json"
 @dataclass(frozen=True)
 class UntimedFault:
     """A fault the consumers apply themselves (a crash point): it has no window in the history,
-    so results.json names it. Windows come from the history (``harness.history``)."""
+    so results.json names it. Windows come from the history (``harness.history.events``)."""
 
     name: str
     kind: str
