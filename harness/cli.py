@@ -14,20 +14,17 @@ from pathlib import Path
 from harness import paths
 from harness.environment import doctor, jars, spark_cds
 from harness.environment.backends import (
-    BACKENDS,
-    Options,
+    DEFAULT,
+    REGISTRY,
+    Request,
     attach,
+    choose,
     default_directory,
     get_backend,
-    open_environment,
+    names,
 )
 from harness.environment.base import BackendAbilities, Environment, EnvironmentStatus, NoEnvironment
-from harness.environment.containers import images, official
-from harness.environment.containers.engine import engine_for_building, engine_problem
-from harness.environment.containers.environment import ContainersOptions
 from harness.environment.doctor import component_versions
-from harness.environment.external import ExternalOptions
-from harness.environment.local import LocalOptions
 from harness.environment.signals import stop_on_termination
 from harness.errors import BadInput, LabError
 from harness.notebooks import execute
@@ -42,7 +39,7 @@ from harness.report import (
 from harness.results.model import RESULTS, ScenarioResult
 from harness.results.soak import soak_cells
 from harness.run.loop import Progress
-from harness.run.matrix import Planned, RunOne, prefixed, run_matrix, split
+from harness.run.matrix import SECOND_ENV, Planned, RunOne, prefixed, run_on_environments
 from harness.run.runner import run_scenario
 from harness.scenario import Scenario, load_scenario, runnable
 
@@ -84,55 +81,36 @@ def render_status(st: EnvironmentStatus) -> str:
     return "\n".join(lines)
 
 
-def _backend(args: argparse.Namespace) -> tuple[str, Options | None]:
-    """The backend the command line asks for, with its options: the external one when any of
-    --kafka-bootstrap, --mongo-uri, --spark-master is given; BadInput naming every problem."""
-    external = ExternalOptions(
+def _request(args: argparse.Namespace) -> Request:
+    """What the command line asks of an environment (the backend's record makes its options)."""
+    return Request(
+        backend=args.backend,
+        spark_cores=getattr(args, "spark_cores", 2),
+        spark_standalone=getattr(args, "spark_standalone", False),
         kafka_bootstrap=args.kafka_bootstrap or "",
         mongo_uri=args.mongo_uri or "",
         spark_master=args.spark_master or "",
-        spark_cores=getattr(args, "spark_cores", 2),
+        running=getattr(args, "env", None) is not None,
     )
-    given = any((args.kafka_bootstrap, args.mongo_uri, args.spark_master))
-    if not given and args.backend == "containers":
-        return "containers", ContainersOptions(
-            spark_cores=getattr(args, "spark_cores", 2),
-            spark_standalone=getattr(args, "spark_standalone", False),
-        )
-    if not given and args.backend != "external":
-        if args.command != "up":
-            return args.backend, None
-        local = LocalOptions(spark_standalone=args.spark_standalone, spark_cores=args.spark_cores)
-        return args.backend, local
-    problems = external.problems()
-    if args.backend not in ("local", "external"):
-        problems.insert(
-            0, f"--backend {args.backend}: the addresses given are for the external one"
-        )
-    if getattr(args, "spark_standalone", False):
-        problems.append("--spark-standalone starts the lab's own cluster; give --spark-master")
-    if getattr(args, "env", None) is not None:
-        problems.append("--env uses a running environment; the addresses would be ignored")
-    if problems:
-        raise BadInput("the external environment: " + "; ".join(problems))
-    return "external", external
 
 
 def cmd_up(args: argparse.Namespace) -> int:
     if args.dry_run or args.images != "lab":
-        if args.backend != "containers":
-            raise BadInput("--images and --dry-run are for --backend containers")
+        backend = get_backend(args.backend)
+        if not backend.builds_images:
+            builders = ", ".join(b.name for b in REGISTRY.values() if b.builds_images)
+            raise BadInput(f"--images and --dry-run are for --backend {builders}")
         if args.dry_run:
-            print(official.to_json(official.rendered(args.images, args.dir or default_directory())))
+            print(backend.load().official_topology(args.images, args.dir or default_directory()))
             return 0
         raise BadInput(
             "--images official: this version renders the upstream images' topology (see it "
             "with --dry-run) but does not start it - the project's machines reach no registry "
             "to try it on; use the lab's images (the default)"
         )
-    backend, options = _backend(args)
-    env = open_environment(backend, args.dir, options, progress=say)
-    say(f"starting the {backend} environment in {env.directory}")
+    backend, options = choose(_request(args))
+    env = backend.open(args.dir, options, progress=say)
+    say(f"starting the {backend.name} environment in {env.directory}")
     with stop_on_termination():
         env.start(detach=True)
     say("")
@@ -173,20 +151,21 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 def cmd_images(args: argparse.Namespace) -> int:
     """Build the containers backend's images now (``up`` builds what is missing anyway)."""
-    problem = engine_problem()
-    if problem:
-        say(f"no images built: the containers backend cannot run here ({problem})")
-        return 0  # nothing to build for; doctor says what is missing
-    with engine_for_building(paths.project_root() / ".chaoslab" / "images") as engine:
-        ref = images.build_lab(engine, say)
-    say(f"the containers backend's images are ready: {ref.tag}")
+    for backend in (b for b in REGISTRY.values() if b.builds_images):
+        module = backend.load()
+        problem, _ = module.engine_check()
+        if problem:
+            say(f"no images built: the {backend.name} backend cannot run here ({problem})")
+            continue  # nothing to build for; doctor says what is missing
+        tag = module.build_images(paths.project_root() / ".chaoslab" / "images", say)
+        say(f"the {backend.name} backend's images are ready: {tag}")
     return 0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     diagnosis = doctor.diagnose()
     say(diagnosis.to_json() if args.json else doctor.render(diagnosis))
-    return 0 if diagnosis.can_run("local") else 1
+    return 0 if diagnosis.can_run(DEFAULT) else 1
 
 
 # -- scenarios ---------------------------------------------------------------------------------
@@ -200,7 +179,7 @@ def _abilities(args: argparse.Namespace) -> BackendAbilities:
     """What the environment the command line names can do (--env: the running one's)."""
     if args.env is not None:
         return attach(args.env).abilities
-    return get_backend(_backend(args)[0]).abilities
+    return choose(_request(args))[0].abilities
 
 
 def _load(args: argparse.Namespace, path: Path, abilities: BackendAbilities) -> Scenario:
@@ -237,11 +216,8 @@ def _environment_for_run(
     after)."""
     if args.env is not None:
         return attach(args.env, progress=progress), False
-    backend, options = _backend(args)
-    return open_environment(backend, out / name, options, progress=progress), True
-
-
-SECOND_ENV = "env-2"  # a matrix's second environment (--together): OUT/env-2
+    backend, options = choose(_request(args))
+    return backend.open(out / name, options, progress=progress), True
 
 
 def _run_dir(args: argparse.Namespace, name: str) -> Path:
@@ -254,7 +230,7 @@ def _scenario_backend(args: argparse.Namespace, files: Sequence[Path]) -> None:
     if args.backend is not None or args.env is not None:
         return
     wanted = {s.backend for s in (load_scenario(paths.find_scenario(f)) for f in files)}
-    args.backend = wanted.pop() if len(wanted) == 1 and None not in wanted else "local"
+    args.backend = wanted.pop() if len(wanted) == 1 and None not in wanted else DEFAULT
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -328,20 +304,19 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
             return run_one
 
-        planned = [Planned(s, folder, i) for i, (s, folder) in enumerate(runs, 1)]
-        alone, shared = split(planned, args.together)
-        run_alone = None
-        if owned and env.backend == "local" and alone and shared:
-            # The scenarios whose faults act on the environment (brokers restarting, a cut of
-            # the consumers' link to MongoDB) get one of their own, beside the others': run
-            # first, one at a time, on the one, they left the machine mostly idle
-            # (docs/performance.md).
-            second, _ = _environment_for_run(args, out, progress=prefixed(say), name=SECOND_ENV)
-            say(f"starting a second {second.backend} environment in {out / SECOND_ENV}")
-            stack.enter_context(second)
-            run_alone = runs_on(second)
-        results = run_matrix(
-            planned, runs_on(env), together=args.together, progress=say, run_alone=run_alone
+        def second() -> Environment:
+            other, _ = _environment_for_run(args, out, progress=prefixed(say), name=SECOND_ENV)
+            say(f"starting a second {other.backend} environment in {out / SECOND_ENV}")
+            return other
+
+        results = run_on_environments(
+            env,
+            [Planned(s, folder, i) for i, (s, folder) in enumerate(runs, 1)],
+            runs_on,
+            together=args.together,
+            progress=say,
+            stack=stack,
+            second=second if owned else None,
         )
     report = write_matrix_report(out, [out / folder for _s, folder in runs])
     wall = time.monotonic() - started
@@ -374,7 +349,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         "together": DEMO_TOGETHER,
     }
     external = {"kafka_bootstrap": None, "mongo_uri": None, "spark_master": None}
-    return cmd_matrix(argparse.Namespace(**vars(args), **defaults, **external, backend="local"))
+    return cmd_matrix(argparse.Namespace(**vars(args), **defaults, **external, backend=DEFAULT))
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -429,7 +404,7 @@ def _add_scenario_options(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--env", type=Path, help="use the environment running in this directory")
     p.add_argument(
         "--backend",
-        choices=BACKENDS,
+        choices=names(),
         help="default: the scenario's own (`backend:` in its file), else local",
     )
     _add_external(p)
@@ -460,7 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     up = sub.add_parser("up", help="start an environment and leave it running")
-    up.add_argument("--backend", choices=BACKENDS, default="local")
+    up.add_argument("--backend", choices=names(), default="local")
     _add_dir(up)
     up.add_argument(
         "--images",

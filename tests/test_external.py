@@ -9,13 +9,9 @@ from typing import Any
 
 import pytest
 
-from harness.environment.external import (
-    ExternalEnvironment,
-    ExternalOptions,
-    external_abilities,
-    proxied_uri,
-)
+from harness.environment.external import ExternalEnvironment, proxied_uri
 from harness.environment.local import LocalEnvironment
+from harness.environment.options import ExternalOptions, external_abilities
 from harness.environment.spark import SparkCluster
 from harness.errors import BadInput
 from harness.run.runner import run_scenario

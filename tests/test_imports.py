@@ -1,24 +1,56 @@
-"""The harness's import graph has no cycle, and no import inside a function hides one.
+"""The harness's import graph has no cycle, no import inside a function hides one, and no room
+imports one above it (the layers of docs/architecture.md).
 
 Read with the standard library's ``ast``, not by importing: a cycle that works only because of
 the order modules happen to load in is still a cycle. Edges are the module-level imports
 (``if TYPE_CHECKING:`` blocks excluded, they never run) plus, for ``import a.b.c``, the
 packages Python runs on the way (``a``, ``a.b``), except the importer's own ancestors, which
-are already loading when it runs. The fault families, which ``harness.faults.kinds`` finds
-and imports with ``importlib``, count as imported by it.
+are already loading when it runs. The modules found and imported with ``importlib`` count as
+imported by their finder: the fault families by ``harness.faults.kinds``, the backends'
+modules by ``harness.environment.backends``.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from harness.environment.backends import REGISTRY
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "harness"
-# Modules that import every module of a package at run time (``importlib``), not by a statement.
-DISCOVERED = {"harness.faults.kinds": "harness.faults.families"}
+# Modules that import others at run time (``importlib``), not by a statement: every module of a
+# package (a prefix ending in "."), or the modules named.
+DISCOVERED: dict[str, tuple[str, ...]] = {
+    "harness.faults.kinds": ("harness.faults.families.",),
+    "harness.environment.backends": tuple(b.module for b in REGISTRY.values()),
+}
+# The rooms, lowest first: a module imports from its own room and the rooms below it only.
+LAYERS = (
+    "harness.errors",
+    "harness.paths",
+    "harness.readiness",
+    "harness.records",
+    "harness.history",
+    "harness.kafka",
+    "harness.environment",
+    "harness.workload",
+    "harness.checker",
+    "harness.pipeline",
+    "harness.outbox",
+    "harness.faults",
+    "harness.scenario",
+    "harness.results",
+    "harness.run",
+    "harness.report",
+    "harness.notebooks",
+    "harness.repair",
+    "harness.cli",
+)
 
 
 def modules() -> dict[str, Path]:
@@ -79,8 +111,8 @@ def graph() -> tuple[dict[str, set[str]], list[str]]:
                 parent = ".".join(parts[:i])
                 if parent in known and not name.startswith(parent + "."):
                     loaded.add(parent)
-        if name in DISCOVERED:
-            loaded |= {m for m in known if m.startswith(DISCOVERED[name] + ".")}
+        for found in DISCOVERED.get(name, ()):
+            loaded |= {m for m in known if m.startswith(found) if found.endswith(".") or m == found}
         edges[name] = loaded - {name}
         for function in ast.walk(tree):
             if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -130,6 +162,81 @@ def test_the_harness_has_no_import_cycle() -> None:
     edges, _ = graph()
     assert len(edges) > 50  # the whole package was read
     assert cycles(edges) == []
+
+
+def room(module: str) -> int:
+    """The layer of a harness module (its room: a top-level module or package)."""
+    top = ".".join(module.split(".")[:2])
+    assert top in LAYERS, f"{top} is in no layer of LAYERS: place it"
+    return LAYERS.index(top)
+
+
+def upward_imports() -> list[str]:
+    edges, _ = graph()
+    return [
+        f"{importer} imports {target}"
+        for importer, targets in sorted(edges.items())
+        if importer != PACKAGE
+        for target in sorted(targets)
+        if target != PACKAGE and room(target) > room(importer)
+    ]
+
+
+def test_no_room_imports_one_above_it() -> None:
+    assert upward_imports() == []
+
+
+def test_the_layer_check_finds_an_upward_import(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = tmp_path / PACKAGE
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "errors.py").write_text("from harness import cli\n")
+    (package / "cli.py").write_text("from harness.errors import LabError\n")
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    monkeypatch.setitem(globals(), "DISCOVERED", {})
+    assert upward_imports() == ["harness.errors imports harness.cli"]
+
+
+def test_the_discovered_backends_are_edges_of_the_graph() -> None:
+    edges, _ = graph()
+    assert "harness.environment.local" in edges["harness.environment.backends"]
+    assert "harness.environment.containers.backend" in edges["harness.environment.backends"]
+
+
+def loaded_by(module: str) -> list[str]:
+    """The modules importing ``module`` loads, in a fresh interpreter."""
+    code = f"import sys, {module}; print(' '.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+BACKEND_MODULES = ("harness.environment.local", "harness.environment.external",
+                   "harness.environment.containers", "docker", "testcontainers")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["harness.pipeline.listener", "harness.outbox.relay", "harness.cli", "harness.run.runner"],
+)
+def test_no_backend_loads_until_it_is_asked_for(module: str) -> None:
+    # A listener process, a relay process, the CLI and a run on the local backend: none
+    # loads a backend's modules (docker and testcontainers included) by being imported.
+    loaded = loaded_by(module)
+    assert module in loaded
+    assert [m for m in loaded if m.startswith(BACKEND_MODULES)] == []
+
+
+def test_a_backend_loads_when_asked_for() -> None:
+    code = (
+        "import sys\n"
+        "from harness.environment.backends import get_backend\n"
+        "get_backend('containers').environment()\n"
+        "print('testcontainers' in sys.modules, 'harness.environment.local' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "False"]
 
 
 def test_the_discovered_fault_families_are_edges_of_the_graph() -> None:

@@ -1,81 +1,143 @@
-"""The backends an environment can run on, as registered records: each says how it opens an
-environment and what it can do to its servers, so that a scenario it cannot play is refused
-before anything starts (Jepsen's ``db/Kill``, ``db/Pause`` capabilities, asked of the backend
-rather than decided elsewhere).
+"""The backends an environment can run on, as registered records: each says what it can do to
+its servers (so that a scenario it cannot play is refused before anything starts: Jepsen's
+``db/Kill``, ``db/Pause`` capabilities, asked of the backend rather than decided elsewhere), how
+its options follow from what a user asked, and which module holds its environment.
+
+A backend's own modules load only when it is asked for (``Backend.load``, with ``importlib``:
+``tests/test_imports.py`` counts those imports as edges of the import graph): a listener process
+or a local run never imports docker or testcontainers.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from types import ModuleType
+from typing import Any
 
 from harness.environment import state
 from harness.environment.base import BackendAbilities, BackendUnavailable, Environment
-from harness.environment.containers.engine import engine_problem
-from harness.environment.containers.environment import (
+from harness.environment.options import (
     CONTAINERS_ABILITIES,
-    ContainersEnvironment,
+    LOCAL_ABILITIES,
     ContainersOptions,
+    ExternalOptions,
+    LocalOptions,
+    Options,
+    external_abilities,
 )
-from harness.environment.external import ExternalEnvironment, ExternalOptions, external_abilities
-from harness.environment.local import LOCAL_ABILITIES, LocalEnvironment, LocalOptions
 from harness.environment.process_environment import ProcessEnvironment, Progress
 from harness.errors import BadInput
 from harness.paths import project_root
 
-Options = LocalOptions | ExternalOptions | ContainersOptions
-T = TypeVar("T", LocalOptions, ExternalOptions, ContainersOptions)
-Opener = Callable[[Path | str, Options | None, Progress | None], Environment]
+
+@dataclass(frozen=True)
+class Request:
+    """What a command line or a notebook asks of an environment; each backend's record makes
+    its options of what it uses."""
+
+    backend: str | None = None  # None: the default - or the one the addresses are for
+    spark_cores: int = 2
+    spark_standalone: bool = False
+    # Servers the lab did not start (the backend that takes addresses).
+    kafka_bootstrap: str = ""
+    mongo_uri: str = ""
+    spark_master: str = ""
+    running: bool = False  # an environment already running is to be used instead
+
+    @property
+    def addresses(self) -> bool:
+        return any((self.kafka_bootstrap, self.mongo_uri, self.spark_master))
+
+
+def _local(request: Request) -> LocalOptions:
+    return LocalOptions(spark_standalone=request.spark_standalone, spark_cores=request.spark_cores)
+
+
+def _containers(request: Request) -> ContainersOptions:
+    return ContainersOptions(
+        spark_cores=request.spark_cores, spark_standalone=request.spark_standalone
+    )
+
+
+def _external(request: Request) -> ExternalOptions:
+    options = ExternalOptions(
+        kafka_bootstrap=request.kafka_bootstrap,
+        mongo_uri=request.mongo_uri,
+        spark_master=request.spark_master,
+        spark_cores=request.spark_cores,
+    )
+    problems = options.problems()
+    if request.spark_standalone:
+        problems.append("--spark-standalone starts the lab's own cluster; give --spark-master")
+    if request.running:
+        problems.append("--env uses a running environment; the addresses would be ignored")
+    if problems:
+        raise BadInput("the external environment: " + "; ".join(problems))
+    return options
 
 
 @dataclass(frozen=True)
 class Backend:
     abilities: BackendAbilities  # before an environment runs (``Environment.abilities`` after)
-    open: Opener  # an environment in a directory, not yet started
+    module: str  # holds ENVIRONMENT, its environment class (and the backend's own commands)
+    options_type: type[Options]
+    options: Callable[[Request], Options]  # its options of a request; BadInput names problems
+    takes_addresses: bool = False  # its servers are the user's, named by address
+    builds_images: bool = False  # ``chaoslab images`` builds its images (``build_images``)
 
     @property
     def name(self) -> str:
         return self.abilities.name
 
+    def load(self) -> ModuleType:
+        """Its module, imported now (the first time it is asked for)."""
+        return importlib.import_module(self.module)
 
-def _options(options: Options | None, kind: type[T], backend: str) -> T | None:
-    if options is None or isinstance(options, kind):
-        return options
-    raise BadInput(f"the {backend} backend takes {kind.__name__}, got {type(options).__name__}")
+    def environment(self) -> type[ProcessEnvironment[Any]]:
+        found: type[ProcessEnvironment[Any]] = self.load().ENVIRONMENT
+        return found
 
-
-def _open_local(
-    directory: Path | str, options: Options | None, progress: Progress | None
-) -> Environment:
-    return LocalEnvironment(directory, _options(options, LocalOptions, "local"), progress=progress)
-
-
-def _open_external(
-    directory: Path | str, options: Options | None, progress: Progress | None
-) -> Environment:
-    chosen = _options(options, ExternalOptions, "external")
-    return ExternalEnvironment(directory, chosen, progress=progress)
-
-
-def _open_containers(
-    directory: Path | str, options: Options | None, progress: Progress | None
-) -> Environment:
-    chosen = _options(options, ContainersOptions, "containers")
-    problem = engine_problem()
-    if problem:
-        raise BackendUnavailable(f"the containers backend cannot run here: {problem}")
-    return ContainersEnvironment(directory, chosen, progress=progress)
+    def open(
+        self,
+        directory: Path | str,
+        options: Options | None = None,
+        progress: Progress | None = None,
+    ) -> Environment:
+        """An environment of this backend in ``directory``, not yet started."""
+        if options is not None and not isinstance(options, self.options_type):
+            raise BadInput(
+                f"the {self.name} backend takes {self.options_type.__name__}, "
+                f"got {type(options).__name__}"
+            )
+        kind = self.environment()
+        if problem := kind.unavailable():
+            raise BackendUnavailable(problem)
+        return kind(directory, options, progress=progress)
 
 
+DEFAULT = "local"
 REGISTRY: dict[str, Backend] = {
     b.name: b
     for b in (
-        Backend(LOCAL_ABILITIES, _open_local),
-        Backend(external_abilities(), _open_external),
-        Backend(CONTAINERS_ABILITIES, _open_containers),
+        Backend(LOCAL_ABILITIES, "harness.environment.local", LocalOptions, _local),
+        Backend(
+            external_abilities(),
+            "harness.environment.external",
+            ExternalOptions,
+            _external,
+            takes_addresses=True,
+        ),
+        Backend(
+            CONTAINERS_ABILITIES,
+            "harness.environment.containers.backend",
+            ContainersOptions,
+            _containers,
+            builds_images=True,
+        ),
     )
 }
 
@@ -92,7 +154,19 @@ def get_backend(name: str) -> Backend:
         raise BadInput(f"unknown backend {name!r} (choose from: {', '.join(REGISTRY)})") from None
 
 
-BACKENDS = names()
+def choose(request: Request) -> tuple[Backend, Options]:
+    """The backend a request names, with its options: the one that takes addresses when they
+    are given; BadInput naming every problem."""
+    named = get_backend(request.backend or DEFAULT)
+    if not request.addresses and not named.takes_addresses:
+        return named, named.options(request)
+    addressed = next(b for b in REGISTRY.values() if b.takes_addresses)
+    if request.backend not in (None, DEFAULT, addressed.name):
+        raise BadInput(
+            f"the external environment: --backend {request.backend}: the addresses given are "
+            f"for the {addressed.name} one"
+        )
+    return addressed, addressed.options(request)
 
 
 def default_directory() -> Path:
@@ -102,7 +176,7 @@ def default_directory() -> Path:
 
 
 def open_environment(
-    backend: str = "local",
+    backend: str = DEFAULT,
     directory: Path | str | None = None,
     options: Options | None = None,
     *,
@@ -118,9 +192,5 @@ def attach(directory: Path | str | None = None, *, progress: Progress | None = N
     whichever backend started it."""
     directory = Path(directory if directory is not None else default_directory())
     found = state.load(directory.expanduser().resolve())
-    kinds: dict[str, type[ProcessEnvironment[Any]]] = {
-        "external": ExternalEnvironment,
-        "containers": ContainersEnvironment,
-    }
-    kind = kinds.get(found.backend, LocalEnvironment) if found is not None else LocalEnvironment
-    return kind.attach(directory, progress=progress)
+    backend = REGISTRY.get(found.backend if found is not None else DEFAULT, REGISTRY[DEFAULT])
+    return backend.environment().attach(directory, progress=progress)

@@ -116,6 +116,9 @@ class BackendAbilities:
     server_control: bool = True  # it started its servers: it can stop, kill, pause them
     test_commands: bool = True  # its MongoDB has test commands (failCommand)
     containers: bool = False  # its servers and consumers are containers (ContainerControl)
+    # A second environment of it can run beside the first on one machine: the matrix plays
+    # the scenarios whose faults act on the environment there, beside the others.
+    second: bool = False
 
 
 class ContainerControl(ABC):
@@ -238,13 +241,22 @@ class Environment(ABC):
     SIGTERM - stops every server the environment started.
     """
 
-    backend: str
     directory: Path
 
     @property
     @abstractmethod
     def abilities(self) -> BackendAbilities:
         """What this environment can do to its servers (a scenario it cannot play is refused)."""
+
+    @property
+    def backend(self) -> str:
+        """The name of its backend."""
+        return self.abilities.name
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why this backend cannot run on this machine (None if it can)."""
+        return None
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from importlib import metadata
 from confluent_kafka import libversion
 
 from harness.environment import jars
-from harness.environment.containers.engine import describe_engine, engine_problem
+from harness.environment.backends import REGISTRY
 
 PACKAGES = (
     "pyspark",
@@ -106,8 +106,11 @@ def _jars(jar_set: jars.JarSet) -> Check:
 
 
 def _engine() -> Check:
-    problem = engine_problem()
-    return Check("container engine", problem is None, describe_engine())
+    # The backend that builds images runs on a container engine; its module says which.
+    problem, description = (
+        next(b for b in REGISTRY.values() if b.builds_images).load().engine_check()
+    )
+    return Check("container engine", problem is None, description)
 
 
 def _debootstrap() -> Check:

@@ -27,8 +27,7 @@ from typing import Any, Self
 from urllib.parse import urlsplit
 
 from pymongo import MongoClient
-from pymongo.errors import ConfigurationError, InvalidURI, PyMongoError
-from pymongo.uri_parser import parse_uri
+from pymongo.errors import PyMongoError
 
 from harness.environment.base import (
     BackendAbilities,
@@ -36,6 +35,7 @@ from harness.environment.base import (
     Component,
     Link,
 )
+from harness.environment.options import ExternalOptions, address, external_abilities
 from harness.environment.process_environment import ProcessEnvironment
 from harness.environment.servers.base import LocalServer
 from harness.environment.servers.proxy import FaultProxy, proxy_port_names
@@ -48,57 +48,6 @@ PROBE_TIMEOUT_S = 10.0  # each service's first answer, at ``up``
 
 class NotStartedHere(BadInput):
     """The external environment cannot stop, kill or pause a server it did not start."""
-
-
-def _address(text: str) -> tuple[str, int] | None:
-    host, _, port = text.strip().rpartition(":")
-    return (host, int(port)) if host and port.isdigit() and 0 < int(port) < 65536 else None
-
-
-@dataclass(frozen=True)
-class ExternalOptions:
-    """What the user gives (``--kafka-bootstrap``, ``--mongo-uri``, ``--spark-master``), and what
-    ``up`` found there (kept for the environment's life)."""
-
-    kafka_bootstrap: str = ""
-    mongo_uri: str = ""
-    spark_master: str = ""  # spark://HOST:PORT; '' runs Spark in the driver
-    spark_cores: int = 2  # local[N] when there is no master
-    # Found at up: each broker as it advertises itself, and MongoDB's primary.
-    brokers: tuple[tuple[int, str], ...] = ()
-    mongo_primary: str = ""
-
-    def problems(self) -> list[str]:
-        """Every problem of the given settings, without connecting to anything."""
-        found = []
-        if not self.kafka_bootstrap:
-            found.append("--kafka-bootstrap is missing (HOST:PORT[,HOST:PORT...])")
-        elif bad := [a for a in self.kafka_bootstrap.split(",") if _address(a) is None]:
-            found.append(f"--kafka-bootstrap: not HOST:PORT: {', '.join(map(repr, bad))}")
-        if not self.mongo_uri:
-            found.append("--mongo-uri is missing (mongodb://HOST:PORT/?replicaSet=NAME)")
-        elif self.mongo_uri.startswith("mongodb+srv://"):
-            found.append(
-                "--mongo-uri: mongodb+srv:// is not supported (the fault proxy needs the "
-                "members' addresses; give them as mongodb://HOST:PORT,...)"
-            )
-        else:
-            try:
-                parse_uri(self.mongo_uri)
-            except (InvalidURI, ConfigurationError, ValueError) as exc:
-                found.append(f"--mongo-uri: {exc}")
-        if self.spark_master and not (
-            self.spark_master.startswith("spark://") and _address(self.spark_master[8:])
-        ):
-            found.append(f"--spark-master: expected spark://HOST:PORT, got {self.spark_master!r}")
-        if self.spark_cores < 1:
-            found.append(f"spark cores must be at least 1, got {self.spark_cores}")
-        return found
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
-        brokers = tuple((int(n), str(a)) for n, a in raw.get("brokers") or ())
-        return cls(**{**raw, "brokers": brokers})
 
 
 @dataclass(frozen=True)
@@ -140,10 +89,10 @@ def _mongo_primary(uri: str) -> _Answer:
 def _spark_master(master: str) -> _Answer:
     if not master:
         return _Answer()
-    address = _address(master[len("spark://") :])
-    assert address is not None  # problems() checked it
+    where = address(master[len("spark://") :])
+    assert where is not None  # problems() checked it
     try:
-        with socket.create_connection(address, timeout=PROBE_TIMEOUT_S):
+        with socket.create_connection(where, timeout=PROBE_TIMEOUT_S):
             return _Answer()
     except OSError as exc:
         return _Answer(problem=f"the Spark master {master} did not answer: {exc}")
@@ -180,8 +129,6 @@ def proxied_uri(mongo_uri: str, address: str) -> str:
 
 class ExternalEnvironment(ProcessEnvironment[ExternalOptions]):
     """Servers the lab did not start, behind the lab's fault proxy (see the module)."""
-
-    backend = "external"
 
     @classmethod
     def _default_options(cls) -> ExternalOptions:
@@ -293,8 +240,4 @@ class ExternalEnvironment(ProcessEnvironment[ExternalOptions]):
         raise self._refuse(Component.KAFKA)
 
 
-def external_abilities(nodes: tuple[int, ...] | None = None) -> BackendAbilities:
-    """The external backend's abilities: its nodes are known once ``up`` asked (None before)."""
-    return BackendAbilities(
-        "external", nodes=nodes, link_faults=True, server_control=False, test_commands=False
-    )
+ENVIRONMENT = ExternalEnvironment  # what the registry opens (harness.environment.backends)

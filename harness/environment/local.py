@@ -9,19 +9,18 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.environment import process, state
 from harness.environment.base import (
-    BackendAbilities,
     Component,
     KafkaStatus,
     Link,
     ServerStartError,
     ServerStatus,
 )
+from harness.environment.options import LOCAL_ABILITIES, LocalOptions
 from harness.environment.ports import LOOPBACK
 from harness.environment.process_environment import ProcessEnvironment, answers
 from harness.environment.servers.base import LocalServer, ServerContext
@@ -48,21 +47,9 @@ PORT_NAMES = (
 )
 PREPARATION_TIMEOUT_S = 120.0
 KAFKA_STOP_GRACE_S = 30.0  # a margin over a controlled shutdown (docs/performance.md)
-LOCAL_ABILITIES = BackendAbilities("local", nodes=NODE_IDS, link_faults=True)
-
-
-@dataclass(frozen=True)
-class LocalOptions:
-    spark_standalone: bool = False  # run a Spark master and worker as processes
-    spark_cores: int = 2
-
-    def __post_init__(self) -> None:
-        if self.spark_cores < 1:
-            raise BadInput(f"spark cores must be at least 1, got {self.spark_cores}")
 
 
 class LocalEnvironment(ProcessEnvironment[LocalOptions]):
-    backend = "local"
     abilities = LOCAL_ABILITIES
 
     @classmethod
@@ -313,3 +300,6 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
     def broker_ready(self, broker: int) -> bool:
         (node,) = self._targets(Component.KAFKA, broker)
         return answers(node)
+
+
+ENVIRONMENT = LocalEnvironment  # what the registry opens (harness.environment.backends)

@@ -21,8 +21,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from contextlib import ExitStack
 from dataclasses import dataclass
 
+from harness.environment.base import Environment
 from harness.environment.spark import SparkCluster
 from harness.results.model import ScenarioResult
 from harness.run.loop import Progress
@@ -30,6 +32,7 @@ from harness.scenario import Scenario
 
 # One scenario run: (scenario, its folder, its progress, stop) -> its result.
 RunOne = Callable[[Scenario, str, Progress, threading.Event], ScenarioResult]
+SECOND_ENV = "env-2"  # the folder of a matrix's second environment, in its output folder
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,28 @@ def run_matrix(
     if lanes:
         results |= _together(lanes, len(runs), progress, stop)
     return [results[run.index] for run in runs]
+
+
+def run_on_environments(
+    env: Environment,
+    runs: Sequence[Planned],
+    run_on: Callable[[Environment], RunOne],
+    *,
+    together: int,
+    progress: Progress,
+    stack: ExitStack,
+    second: Callable[[], Environment] | None = None,
+) -> list[ScenarioResult]:
+    """``run_matrix`` on ``env`` - and, where a second environment of its backend can run
+    beside it (``BackendAbilities.second``), the runs that need an environment to themselves
+    on one made by ``second`` (started here, stopped with ``stack``): they had the machine
+    mostly idle while they ran first, one at a time, on the one (docs/performance.md).
+    ``second`` is None for an environment the caller did not start (``--env``)."""
+    alone, shared = split(runs, together)
+    run_alone = None
+    if second is not None and env.abilities.second and alone and shared:
+        run_alone = run_on(stack.enter_context(second()))
+    return run_matrix(runs, run_on(env), together=together, progress=progress, run_alone=run_alone)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,6 @@ from testcontainers.core.network import Network
 
 from harness.environment import process, state
 from harness.environment.base import (
-    BackendAbilities,
     BackendUnavailable,
     Component,
     EnvironmentStatus,
@@ -51,7 +50,6 @@ from harness.environment.containers.specs import (
     HOSTS,
     LABEL_ENV,
     LABEL_SERVER,
-    NODE_IDS,
     SPARK_WORKER_UI,
     ContainerSpec,
     Mount,
@@ -59,9 +57,10 @@ from harness.environment.containers.specs import (
     port_names,
     supervised,
 )
+from harness.environment.options import CONTAINERS_ABILITIES, ContainersOptions
 from harness.environment.process_environment import ProcessEnvironment
 from harness.environment.servers.base import LocalServer, ServerContext
-from harness.environment.servers.kafka import LOG4J2, broker_registered
+from harness.environment.servers.kafka import LOG4J2, NODE_IDS, broker_registered
 from harness.environment.servers.mongo import writable_primary
 from harness.environment.servers.proxy import FaultProxy
 from harness.environment.servers.spark_standalone import master_alive, worker_registered
@@ -70,9 +69,6 @@ from harness.errors import BadInput
 from harness.kafka.clients import await_group_coordinator
 from harness.readiness import DeadlineExceeded, GaveUp, accepts_connections, wait_for
 
-CONTAINERS_ABILITIES = BackendAbilities(
-    "containers", nodes=NODE_IDS, link_faults=True, containers=True
-)
 ENGINE_FILE = "engine.json"
 SPARK_NAMES = ("master", *(f"worker-{n}" for n in WORKERS))
 KAFKA_READY_S = 180.0  # three JVMs starting together on 2 busy cores
@@ -84,19 +80,13 @@ SUBNET_TRIES = 10
 EXITED = ("exited", "stopped", "dead", "created", "configured")
 
 
-@dataclass(frozen=True)
-class ContainersOptions:
-    spark_cores: int = 2
-    spark_standalone: bool = False  # start the Spark master and workers at up
-
-    def __post_init__(self) -> None:
-        if self.spark_cores < 1:
-            raise BadInput(f"spark cores must be at least 1, got {self.spark_cores}")
-
-
 class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
-    backend = "containers"
     abilities = CONTAINERS_ABILITIES
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        problem = engines.engine_problem()
+        return f"the containers backend cannot run here: {problem}" if problem else None
 
     @classmethod
     def _default_options(cls) -> ContainersOptions:

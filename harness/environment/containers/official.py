@@ -21,13 +21,12 @@ from harness.environment.containers.specs import (
     HOST,
     INTERNAL,
     NET,
-    NODE_IDS,
     PROXY_NET_BASE,
     ContainerSpec,
     Topology,
     port_names,
 )
-from harness.environment.servers.kafka import CLUSTER_SETTINGS, cluster_id
+from harness.environment.servers.kafka import CLUSTER_SETTINGS, NODE_IDS, cluster_id
 
 MONGO_IMAGE = "mongo:8.0"
 MONGO_MEMBERS = ("mongo-1", "mongo-2", "mongo-3")

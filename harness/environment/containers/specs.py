@@ -39,12 +39,17 @@ from pathlib import Path
 from harness.environment import jars
 from harness.environment.containers.images import IMAGE_HOME, IMAGE_PYTHON
 from harness.environment.process import SERVER_VAR
-from harness.environment.servers.kafka import CLUSTER_SETTINGS, HEAP, JVM_FLAGS, cluster_id
+from harness.environment.servers.kafka import (
+    CLUSTER_SETTINGS,
+    HEAP,
+    JVM_FLAGS,
+    NODE_IDS,
+    cluster_id,
+)
 from harness.environment.servers.mongo import REPLICA_SET, options
 from harness.environment.servers.spark_standalone import WORKER_CORES, WORKER_MEMORY
 from harness.environment.spark import WORKERS
 
-NODE_IDS = (1, 2, 3)
 # Ports inside the containers (each has its own network namespace, so they are fixed); the
 # published ones are the environment's, picked free at ``up`` and kept across restarts.
 INTERNAL, NET, HOST, CONTROLLER = 9092, 9093, 9094, 9095
