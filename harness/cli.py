@@ -435,7 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     up = sub.add_parser("up", help="start an environment and leave it running")
-    up.add_argument("--backend", choices=names(), default="local")
+    up.add_argument("--backend", choices=names(), default=DEFAULT)
     _add_dir(up)
     up.add_argument(
         "--images",

@@ -38,6 +38,7 @@ from harness.faults.kinds import parse_fault
 from harness.outbox.relays import make_relay
 from harness.outbox.workload import OutboxSpec
 from harness.pipeline.crash import CrashPlan
+from harness.pipeline.runtimes import DEFAULT as DEFAULT_RUNTIME
 from harness.pipeline.runtimes import get_runtime, names
 from harness.pipeline.variants import make_variant
 from harness.workload.generator import Burst, WorkloadSpec
@@ -234,7 +235,7 @@ class Scenario:
             partitions=self.partitions,
             variants=frozenset({v.name for v in self.variants} | {v.label for v in self.variants}),
             commit_failure=frozenset(get_runtime(r).commit_failure for r in self.runtimes),
-            runtimes=frozenset(self.runtimes),
+            runtimes=frozenset(get_runtime(r) for r in self.runtimes),
             spark_cluster=SparkCluster(self.pipeline.spark_cluster),
             relays=frozenset({r.name for r in self.relays} | {r.label for r in self.relays}),
         )
@@ -326,7 +327,9 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
     if rate is not None and rate < 0:
         pr.add("workload.rate", f"must be >= 0, got {rate}")
     workload = _dataclass(pr, "workload", WorkloadSpec, {**workload_raw, "seed": seed or 1})
-    runtimes = tuple(_typed(pr, "runtimes", top.get("runtimes", ["listener"]), list) or ())
+    runtimes = tuple(
+        _typed(pr, "runtimes", top.get("runtimes", [DEFAULT_RUNTIME.name]), list) or ()
+    )
     for i, runtime in enumerate(runtimes):
         if runtime not in names():
             pr.add(f"runtimes[{i}]", f"unknown runtime {runtime!r} ({', '.join(names())})")
@@ -512,12 +515,11 @@ def runnable(scenario: Scenario, abilities: BackendAbilities) -> tuple[str, ...]
     pr = Problems(scenario.path)
     setting = scenario.setting
     for i, spec in enumerate(scenario.variants):
-        allowed = make_variant(spec.name, spec.options).runtimes
-        if allowed is not None and (others := [r for r in scenario.runtimes if r not in allowed]):
+        variant = make_variant(spec.name, spec.options)
+        if others := [r for r in scenario.runtimes if not variant.runs_on(get_runtime(r))]:
             pr.add(
                 f"variants[{i}]",
-                f"{spec.name} runs on {', '.join(sorted(allowed))} only, and the scenario also "
-                f"runs {', '.join(others)}",
+                f"{spec.name} does not run on {', '.join(others)}, and the scenario runs it",
             )
     for i, fault in enumerate(scenario.faults):
         for at, problem in fault.refusals(setting, abilities):

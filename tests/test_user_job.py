@@ -35,7 +35,7 @@ def test_a_job_is_checked_before_anything_starts() -> None:
     with pytest.raises(ScenarioError, match="must be module:callable"):
         parse_scenario(cdc_crash_before_ack(variants=[{"name": "spark-job", "job": "ingest"}]))
     listener = parse_scenario(cdc_crash_before_ack(runtimes=["listener", "spark"]))
-    with pytest.raises(ScenarioError, match=r"variants\[0\]: spark-job runs on spark only"):
+    with pytest.raises(ScenarioError, match=r"variants\[0\]: spark-job does not run on listener"):
         runnable(listener, get_backend("local").abilities)
 
 

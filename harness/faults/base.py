@@ -32,6 +32,7 @@ from harness.environment.spark import WORKERS, SparkCluster
 from harness.errors import LabError
 from harness.history.events import EventKind, HistoryEvent, HistoryWriter
 from harness.pipeline.crash import CrashPlan
+from harness.pipeline.runtimes import DEFAULT as DEFAULT_RUNTIME
 from harness.pipeline.runtimes import CommitFailureVia, Runtime
 from harness.pipeline.supervisor import RuntimeSupervisor
 from harness.workload.generator import Burst
@@ -106,7 +107,8 @@ def target_problems(
             found.append(
                 ("worker", f"the Spark cluster's workers are {list(WORKERS)}, not {worker}")
             )
-        if setting.runtimes != {"spark"} or setting.spark_cluster is not SparkCluster.STANDALONE:
+        spark_only = all(r.spark for r in setting.runtimes)
+        if not spark_only or setting.spark_cluster is not SparkCluster.STANDALONE:
             found.append(("target", "a Spark worker exists when the scenario runs only spark, "
                                     "with pipeline.spark_cluster: standalone"))  # fmt: skip
     return found
@@ -257,7 +259,7 @@ class Setting:
     partitions: int
     variants: frozenset[str]  # names and labels
     commit_failure: frozenset[CommitFailureVia]  # how the scenario's runtimes fail commits
-    runtimes: frozenset[str] = frozenset({"listener"})
+    runtimes: frozenset[Runtime] = frozenset({DEFAULT_RUNTIME})
     spark_cluster: SparkCluster = SparkCluster.LOCAL
     relays: frozenset[str] = frozenset()  # an outbox scenario's relays (names and labels)
 

@@ -24,6 +24,7 @@ from harness.environment.base import Environment
 from harness.environment.backends import attach, open_environment
 from harness.notebooks.execute import RESULTS, Check
 from harness.paths import find_scenario, runs_dir
+from harness.pipeline.runtimes import DEFAULT as DEFAULT_RUNTIME
 from harness.report import write_report
 from harness.results.model import ScenarioResult, VariantResult
 from harness.run.runner import run_scenario
@@ -169,7 +170,9 @@ def _stages(r: VariantResult) -> dict[str, Any]:
     }
 
 
-def verdict(result: ScenarioResult, variant: str, runtime: str = "listener") -> VariantResult:
+def verdict(
+    result: ScenarioResult, variant: str, runtime: str = DEFAULT_RUNTIME.name
+) -> VariantResult:
     """One variant's result (by label or name) from a scenario result."""
     for r in result.variants:
         if r.runtime == runtime and (r.variant == variant or r.variant.split("[")[0] == variant):

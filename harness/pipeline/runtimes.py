@@ -1,7 +1,8 @@
-"""The runtimes a scenario can run its variants on, as registered records (papermill's
-``engines.py`` registry is the model): everything the harness needs to know about one - how it
-is launched, how many processes a variant gets, how a commit failure reaches it - is said here
-once, and nowhere else compares a runtime's name.
+"""The runtimes the lab runs consumers on, as registered records (papermill's ``engines.py``
+registry is the model): everything the harness needs to know about one - how it is launched,
+how many processes a variant gets, how a commit failure reaches it, whether it is Spark - is
+said here once, and nowhere else compares a runtime's name. The sink runtimes run a scenario's
+variants over its topic (its ``runtimes:``); the relay runs an outbox scenario's relays.
 
 A runtime's own code runs in its processes (``python -m MODULE``); this module names the module
 and never imports it, so the harness does not load pyspark to run listeners.
@@ -29,6 +30,8 @@ class CommitFailureVia(StrEnum):
 @dataclass(frozen=True)
 class Runtime:
     name: str
+    # Runs a scenario's sink variants over its topic (a scenario lists it in ``runtimes:``).
+    sink: bool
     module: str  # python -m MODULE RUNTIME.JSON... [INDEX]
     # True: each variant gets ``pipeline.consumers`` processes of its own, each given its index
     # (a listener container's concurrency). False: one process per variant, or one for several
@@ -48,6 +51,7 @@ class Runtime:
 
 LISTENER = Runtime(
     name="listener",
+    sink=True,
     module="harness.pipeline.listener",
     process_per_consumer=True,
     group_member=True,
@@ -58,6 +62,7 @@ LISTENER = Runtime(
 )
 SPARK = Runtime(
     name="spark",
+    sink=True,
     module="harness.pipeline.spark_runtime",
     process_per_consumer=False,
     group_member=False,  # its Kafka source assigns partitions and keeps offsets in a checkpoint
@@ -69,7 +74,21 @@ SPARK = Runtime(
     ready=EventKind.RUNTIME_START,  # the driver writes it once its queries started
 )
 
-REGISTRY: dict[str, Runtime] = {r.name: r for r in (LISTENER, SPARK)}
+# Seed 003's way back: one process per relay lane reads MongoDB's change stream into Kafka.
+RELAY = Runtime(
+    name="relay",
+    sink=False,
+    module="harness.outbox.relay",
+    process_per_consumer=True,
+    group_member=False,
+    commit_failure=CommitFailureVia.PROXY,
+    spark=False,
+    read_committed=True,
+    ready=EventKind.RUNTIME_START,  # the relay writes it once its change stream is open
+)
+
+DEFAULT = LISTENER  # a scenario's, unless it names its runtimes
+REGISTRY: dict[str, Runtime] = {r.name: r for r in (LISTENER, SPARK, RELAY)}
 
 
 def register(runtime: Runtime) -> Runtime:
@@ -81,12 +100,13 @@ def register(runtime: Runtime) -> Runtime:
 
 
 def names() -> tuple[str, ...]:
-    return tuple(REGISTRY)
+    """The sink runtimes' names: what a scenario's ``runtimes:`` and ``--runtime`` choose from."""
+    return tuple(r.name for r in REGISTRY.values() if r.sink)
 
 
 def get_runtime(name: str) -> Runtime:
-    """The registered runtime ``name``; ValueError naming the known ones otherwise."""
+    """The registered runtime ``name``; ValueError naming the sink runtimes otherwise."""
     try:
         return REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown runtime {name!r} (known: {', '.join(REGISTRY)})") from None
+        raise ValueError(f"unknown runtime {name!r} (known: {', '.join(names())})") from None

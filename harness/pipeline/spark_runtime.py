@@ -45,6 +45,7 @@ from harness.pipeline.runtime import (
     StopFlag,
     Written,
 )
+from harness.pipeline.runtimes import SPARK
 from harness.pipeline.variants import make_variant
 from harness.pipeline.variants.spark_job import JobSink, SparkJob, load_job
 
@@ -192,7 +193,7 @@ def write_partition(
     if writer is None:
         config = RuntimeConfig.from_json(config_json)
         label = make_variant(config.variant, config.variant_options).label
-        history = HistoryWriter(config.history_dir, "spark", label)
+        history = HistoryWriter(config.history_dir, SPARK.name, label)
         crasher = Crasher(
             list(config.crash_plans), Path(config.run_dir) / "crashes", history, group=driver_group
         )
@@ -221,7 +222,7 @@ def run(configs: list[RuntimeConfig]) -> None:
     a driver when no fault targets a single consumer process."""
     stop = StopFlag()
     committed = _Committed()
-    lanes = [_Lane(c, BatchHandler(c, source="spark"), committed) for c in configs]
+    lanes = [_Lane(c, BatchHandler(c, source=SPARK.name), committed) for c in configs]
     spark = spark_session(
         SparkSettings.from_json(configs[0].spark_settings), f"chaoslab-{configs[0].topic}"
     )

@@ -38,7 +38,7 @@ from harness.outbox.workload import OutboxSpec, generate_writes
 from harness.outbox.writer import SOURCE, WrittenEntry, read_written, write_all
 from harness.pipeline.batch import RawRecord, split
 from harness.pipeline.runtime import RuntimeConfig
-from harness.pipeline.runtimes import CommitFailureVia, Runtime
+from harness.pipeline.runtimes import RELAY
 from harness.pipeline.sink import database_for, prepare_sink, read_sink, slug
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
 from harness.pipeline.variants import Variant, WriteContext, import_path, make_variant
@@ -47,18 +47,6 @@ from harness.results.model import UntimedFault, VariantResult
 from harness.run.loop import ProducerThread, Progress, Watch, await_ready, wait_until_consumed
 from harness.scenario import RelaySpec, Scenario
 from harness.workload.producer import ProduceSummary
-
-# The relay as the supervisor and the nemesis see it: one process per relay lane.
-RELAY = Runtime(
-    name="relay",
-    module="harness.outbox.relay",
-    process_per_consumer=True,
-    group_member=False,
-    commit_failure=CommitFailureVia.PROXY,
-    spark=False,
-    read_committed=True,
-    ready=EventKind.RUNTIME_START,  # the relay writes it once its change stream is open
-)
 
 
 @dataclass(frozen=True)

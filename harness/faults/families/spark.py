@@ -55,7 +55,7 @@ class ExecutorLoss(Fault):
 
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
         found: list[Problem] = []
-        if others := sorted(setting.runtimes - {"spark"}):
+        if others := sorted(r.name for r in setting.runtimes if not r.spark):
             found.append(
                 ("", f"loses a Spark executor, and the scenario also runs {', '.join(others)}")
             )

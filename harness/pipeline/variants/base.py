@@ -31,6 +31,7 @@ from pymongo.errors import BulkWriteError
 from harness.errors import BadInput
 from harness.pipeline.batch import Batch, Record
 from harness.pipeline.crash import Crasher, CrashPoint
+from harness.pipeline.runtimes import Runtime
 from harness.workload.events import Op
 
 DUPLICATE_KEY = 11000
@@ -86,10 +87,12 @@ class Variant(ABC):
     """A sink strategy. Subclasses are dataclasses whose fields are the variant's options."""
 
     name: ClassVar[str]
-    # The runtimes it can run on (None: any).
-    runtimes: ClassVar[frozenset[str] | None] = None
     # Its collections: the landing zone and the projection, and whatever its own bookkeeping needs.
     collections: ClassVar[tuple[str, ...]] = ("events", "orders")
+
+    def runs_on(self, runtime: Runtime) -> bool:
+        """Whether it can run on ``runtime`` (any, unless it says otherwise)."""
+        return True
 
     @property
     def label(self) -> str:

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from harness.pipeline.batch import Batch
+from harness.pipeline.runtimes import Runtime
 from harness.pipeline.variants.base import Variant, WriteContext, import_callable
 
 
@@ -51,8 +52,10 @@ class SparkJob(Variant):
     """The user's job (``job: module:callable``) writes its batches itself."""
 
     name = "spark-job"
-    runtimes: ClassVar[frozenset[str] | None] = frozenset({"spark"})
     job: str = ""
+
+    def runs_on(self, runtime: Runtime) -> bool:
+        return runtime.spark  # its job is a Spark job
 
     def __post_init__(self) -> None:
         load_job(self.job)
