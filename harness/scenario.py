@@ -22,9 +22,9 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Protocol, Self, TypeVar
 
 import yaml
 
@@ -33,7 +33,7 @@ from harness.environment.backends import names as backend_names
 from harness.environment.base import BackendAbilities
 from harness.environment.spark import SparkCluster
 from harness.errors import BadInput
-from harness.faults.base import Fault, FieldErrors, Setting
+from harness.faults.base import Fault, Setting
 from harness.faults.kinds import parse_fault
 from harness.outbox.relays import make_relay
 from harness.outbox.workload import OutboxSpec
@@ -41,6 +41,7 @@ from harness.pipeline.crash import CrashPlan
 from harness.pipeline.runtimes import DEFAULT as DEFAULT_RUNTIME
 from harness.pipeline.runtimes import get_runtime, names
 from harness.pipeline.variants import make_variant
+from harness.records import FieldError, FieldErrors, Problem, build, coerce
 from harness.workload.generator import Burst, WorkloadSpec
 from harness.workload.producer import ProducerSpec
 
@@ -56,8 +57,9 @@ OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
 }  # fmt: skip
 
 
-# Fields of the records above that a scenario file does not set directly.
-INTERNAL_FIELDS = {"bursts"}
+# Fields of the workload's record that a scenario file does not set: the lab does (its faults'
+# bursts of the workload's own records).
+INTERNAL_FIELDS = frozenset({"bursts"})
 COMMIT_MODES = ("sync", "async")
 # Consumer settings the runtimes need as they are (the topic, the group, manual commits).
 RESERVED_KAFKA = frozenset(
@@ -315,33 +317,35 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
         pr.raise_any()
     assert top is not None
     _only(pr, "", top, {f.name for f in fields(Scenario)} - {"path"})
-    name = _typed(pr, "name", top.get("name"), str, required=True)
+    name = _field(pr, "name", str, top.get("name"), required=True)
     if name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,40}", name):
         pr.add("name", f"use letters, digits, '-', '_' or '.', got {name!r}")
-    seed = _typed(pr, "seed", top.get("seed", 1), int)
+    seed = _field(pr, "seed", int, top.get("seed", 1))
     workload_raw = dict(_mapping(pr, "workload", top.get("workload", {})) or {})
-    partitions = _typed(pr, "workload.partitions", workload_raw.pop("partitions", 3), int)
+    partitions = _field(pr, "workload.partitions", int, workload_raw.pop("partitions", 3))
     if partitions is not None and partitions < 1:
         pr.add("workload.partitions", f"must be >= 1, got {partitions}")
-    rate = _typed(pr, "workload.rate", workload_raw.pop("rate", 0), (int, float))
+    rate = _field(pr, "workload.rate", float, workload_raw.pop("rate", 0))
     if rate is not None and rate < 0:
         pr.add("workload.rate", f"must be >= 0, got {rate}")
-    workload = _dataclass(pr, "workload", WorkloadSpec, {**workload_raw, "seed": seed or 1})
+    workload = _section(
+        pr, "workload", WorkloadSpec, {**workload_raw, "seed": seed or 1}, INTERNAL_FIELDS
+    )
     runtimes = tuple(
-        _typed(pr, "runtimes", top.get("runtimes", [DEFAULT_RUNTIME.name]), list) or ()
+        _field(pr, "runtimes", list[str], top.get("runtimes", [DEFAULT_RUNTIME.name])) or ()
     )
     for i, runtime in enumerate(runtimes):
         if runtime not in names():
             pr.add(f"runtimes[{i}]", f"unknown runtime {runtime!r} ({', '.join(names())})")
-    pipeline = _dataclass(pr, "pipeline", PipelineSpec, top.get("pipeline", {}))
-    backend = _typed(pr, "backend", top["backend"], str) if "backend" in top else None
+    pipeline = _section(pr, "pipeline", PipelineSpec, top.get("pipeline", {}))
+    backend = _field(pr, "backend", str, top["backend"]) if "backend" in top else None
     if backend is not None and backend not in backend_names():
         pr.add("backend", f"unknown backend {backend!r} ({', '.join(backend_names())})")
-    producer = _dataclass(pr, "producer", ProducerSpec, top.get("producer", {}))
-    outbox = _dataclass(pr, "outbox", OutboxSpec, top["outbox"]) if "outbox" in top else None
+    producer = _section(pr, "producer", ProducerSpec, top.get("producer", {}))
+    outbox = _section(pr, "outbox", OutboxSpec, top["outbox"]) if "outbox" in top else None
     relays = [
         _relay(pr, f"relays[{i}]", r)
-        for i, r in enumerate(_typed(pr, "relays", top.get("relays", []), list) or ())
+        for i, r in enumerate(_field(pr, "relays", list[Any], top.get("relays", [])) or ())
     ]
     if "outbox" in top and not relays:
         pr.add("relays", "an outbox scenario needs at least one relay (e.g. [naive, seed-003])")
@@ -350,12 +354,12 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
     variants = [
         _variant(pr, f"variants[{i}]", v)
         for i, v in enumerate(
-            _typed(pr, "variants", top.get("variants"), list, required=True) or ()
+            _field(pr, "variants", list[Any], top.get("variants"), required=True) or ()
         )
     ]
     faults = [
         _fault(pr, i, raw)
-        for i, raw in enumerate(_typed(pr, "faults", top.get("faults", []), list) or ())
+        for i, raw in enumerate(_field(pr, "faults", list[Any], top.get("faults", [])) or ())
     ]
     seen: set[str] = set()
     for i, fault in enumerate(faults):
@@ -410,45 +414,37 @@ def _only(pr: Problems, where: str, value: Mapping[str, Any], known: set[str]) -
             pr.add(at, f"unknown field (known: {', '.join(sorted(known))})")
 
 
-def _typed(
-    pr: Problems,
-    where: str,
-    value: Any,
-    kind: type | tuple[type, ...],
-    required: bool = False,
-) -> Any:
-    """``value`` if it is of ``kind``; otherwise the problem is noted and None returned."""
+def _field(pr: Problems, where: str, hint: Any, value: Any, required: bool = False) -> Any:
+    """``value`` as ``hint`` says (``harness.records``); otherwise the problem is noted and None
+    returned."""
     if value is None and required:
         pr.add(where, "is required")
         return None
-    if isinstance(value, bool) and kind in (int, float, (int, float)):
-        pr.add(where, f"must be a number, got {value!r}")
+    try:
+        return coerce(hint, value, where)
+    except FieldError as exc:
+        pr.add(exc.field, exc.problem)
         return None
-    if not isinstance(value, kind):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        pr.add(where, f"must be {names}, got {value!r}")
-        return None
-    return value
 
 
-def _dataclass(pr: Problems, where: str, cls: type, raw: Any) -> Any:
-    mapping = _mapping(pr, where, raw)
-    if mapping is None:
+class _Section(Protocol):
+    def problems(self) -> list[Problem]: ...
+
+
+S = TypeVar("S", bound=_Section)
+
+
+def _section(
+    pr: Problems, where: str, cls: type[S], raw: Any, internal: frozenset[str] = frozenset()
+) -> S | None:
+    """A section of the file as its record (``harness.records``), checked by its own
+    ``problems()``; every problem noted, None if there is one in its fields."""
+    try:
+        instance = build(cls, raw, f"{where}.", internal=internal)
+    except FieldErrors as exc:
+        for at, problem in exc.problems:
+            pr.add(at or where, problem)
         return None
-    known = {f.name: f for f in fields(cls) if f.name not in INTERNAL_FIELDS}
-    _only(pr, where, mapping, set(known))
-    values, bad = {}, False
-    for key, value in mapping.items():
-        if key not in known:
-            continue
-        f = known[key]
-        default = f.default_factory() if f.default_factory is not MISSING else f.default
-        kind = (int, float) if isinstance(default, float) else type(default)
-        values[key] = _typed(pr, f"{where}.{key}", value, kind)
-        bad = bad or values[key] is None
-    if bad:
-        return None
-    instance = cls(**values)
     for name, problem in instance.problems():
         pr.add(f"{where}.{name}", problem)
     return instance
@@ -467,7 +463,7 @@ def _variant(pr: Problems, where: str, raw: Any) -> VariantSpec | None:
         name, options = raw, {}
     else:
         spec = dict(_mapping(pr, where, raw) or {})
-        name = _typed(pr, f"{where}.name", spec.pop("name", None), str, required=True)
+        name = _field(pr, f"{where}.name", str, spec.pop("name", None), required=True)
         options = spec
     if name is None:
         return None
@@ -483,7 +479,7 @@ def _relay(pr: Problems, where: str, raw: Any) -> RelaySpec | None:
         name, options = raw, {}
     else:
         options = dict(_mapping(pr, where, raw) or {})
-        name = _typed(pr, f"{where}.name", options.pop("name", None), str, required=True)
+        name = _field(pr, f"{where}.name", str, options.pop("name", None), required=True)
     if name is None:
         return None
     try:

@@ -35,6 +35,7 @@ from harness.kafka.clients import (
     partition_offset,
     producer_config,
 )
+from harness.kafka.protocol import FAILABLE_APIS, ApiKey, api_name
 from harness.kafka.wire import Malformed
 from harness.readiness import NotReady, wait_for
 from tests.support import unique, value_text
@@ -390,6 +391,21 @@ def group_first(api_key: int, version: int, group: str) -> bytes:
 def group_ids_of(api_key: int, version: int, body: bytes) -> list[str]:
     frame = request_frame(api_key, version, 1, CONSUMER_CLIENT, body)[4:]
     return km.group_ids(km.parse_request_header(frame), frame)
+
+
+def test_the_apis_a_rule_can_fail_are_those_the_proxy_can_answer() -> None:
+    # Kafka's API keys are written once (harness.kafka.protocol); the proxy's error layouts
+    # cover exactly the APIs a kafka-error rule may name, which the tests' own numbers agree on.
+    assert set(km.ERROR_VERSIONS) == set(FAILABLE_APIS)
+    assert [int(a) for a in FAILABLE_APIS] == [
+        OFFSET_COMMIT,
+        FIND_COORDINATOR,
+        JOIN_GROUP,
+        HEARTBEAT,
+    ]
+    assert api_name(ApiKey.OFFSET_COMMIT) == "OffsetCommit"
+    assert api_name(ApiKey.INIT_PRODUCER_ID) == "InitProducerId"
+    assert api_name(999) == "api 999"
 
 
 def test_the_group_ids_a_request_is_for() -> None:

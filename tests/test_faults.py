@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.faults.base import END, START, FieldErrors, Target
+from harness.faults.base import END, START, Target
 from harness.faults.families.broker import Do
 from harness.faults.families.mongo import OFF as FAILPOINT_OFF
 from harness.faults.families.mongo import ON as FAILPOINT_ON
@@ -21,6 +21,7 @@ from harness.history.events import HistoryWriter, read_history
 from harness.history.windows import fault_windows
 from harness.pipeline.crash import Crasher, CrashPlan, CrashPoint
 from harness.pipeline.runtimes import LISTENER
+from harness.records import FieldErrors
 from harness.scenario import Scenario, parse_scenario
 
 

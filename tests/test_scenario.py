@@ -84,7 +84,21 @@ def test_a_valid_scenario_loads_with_defaults_and_expectations(tmp_path: Path) -
             "variants[0]: variant idempotent:",
         ),
         ("name: x\nvariants: [naive]\nworkload: {events: -5}\n", "workload.events: must be >= 0"),
-        ("name: x\nvariants: [naive]\nworkload: {events: lots}\n", "workload.events: must be int"),
+        (
+            "name: x\nvariants: [naive]\nworkload: {events: lots}\n",
+            "workload.events: must be an integer",
+        ),
+        # Every section is built by the one coercer the faults use (harness.records).
+        ("name: x\nvariants: [naive]\nworkload: {bursts: []}\n", "workload.bursts: unknown field"),
+        ("name: x\nvariants: [naive]\nruntimes: [3]\n", "runtimes[0]: must be a string, got 3"),
+        (
+            "name: x\nvariants: [naive]\nrelays: [naive]\noutbox: {mix: {push: lots}}\n",
+            "outbox.mix.push: must be a number, got 'lots'",
+        ),
+        (
+            "name: x\nvariants: [naive]\npipeline: {parallel: 1}\n",
+            "pipeline.parallel: must be true",
+        ),
         ("name: x\nvariants: [naive]\nruntimes: [flink]\n", "runtimes[0]: unknown runtime"),
         (
             "name: x\nvariants: [naive]\nfaults: [{kind: consumer-crash, point: nowhere}]\n",

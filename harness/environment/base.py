@@ -24,6 +24,7 @@ from harness.environment.spark import SparkCluster, SparkSettings
 from harness.errors import BadInput, LabError
 from harness.kafka.clients import HARNESS_CLIENT
 from harness.kafka.cluster import ClusterView, cluster_view
+from harness.kafka.protocol import FAILABLE_APIS
 
 
 class Component(StrEnum):
@@ -43,8 +44,6 @@ class Link(StrEnum):
 
 KAFKA_LINKS = frozenset({Link.PRODUCER_KAFKA, Link.CONSUMER_KAFKA})
 LINK_ACTIONS = ("cut", "reset", "delay", "kafka-error")
-# The Kafka APIs a kafka-error rule can fail: OffsetCommit, FindCoordinator, JoinGroup, Heartbeat.
-KAFKA_ERROR_APIS = frozenset({8, 10, 11, 12})
 
 
 class LinkRuleRefused(BadInput):
@@ -98,9 +97,10 @@ class LinkRule:
                 f"a kafka-error rule needs a Kafka link; {self.link} is a MongoDB link "
                 "(fail MongoDB commands with failCommand instead)"
             )
-        if not self.api_keys or not set(self.api_keys) <= KAFKA_ERROR_APIS:
+        if not self.api_keys or not set(self.api_keys) <= set(FAILABLE_APIS):
             raise LinkRuleRefused(
-                f"kafka-error can fail APIs {sorted(KAFKA_ERROR_APIS)}, got {list(self.api_keys)}"
+                f"kafka-error can fail APIs {[int(k) for k in FAILABLE_APIS]}, "
+                f"got {list(self.api_keys)}"
             )
         if not (self.error_code and -(2**15) <= self.error_code < 2**15):
             raise LinkRuleRefused(f"error_code must be a non-zero int16, got {self.error_code}")

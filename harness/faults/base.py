@@ -35,30 +35,11 @@ from harness.pipeline.crash import CrashPlan
 from harness.pipeline.runtimes import DEFAULT as DEFAULT_RUNTIME
 from harness.pipeline.runtimes import CommitFailureVia, Runtime
 from harness.pipeline.supervisor import RuntimeSupervisor
+from harness.records import Problem
 from harness.workload.generator import Burst
-
-# (field relative to the fault, what is wrong with it)
-Problem = tuple[str, str]
 
 START = "start"  # a fault's window opens (recorded in the history)
 END = "end"  # and closes
-
-
-class FieldError(ValueError):
-    """A fault's field is wrong: ``field`` names it relative to the fault."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field}: {problem}" if field else problem)
-        self.field = field
-        self.problem = problem
-
-
-class FieldErrors(ValueError):
-    """Every problem of one fault entry, so that a user fixes them in one go."""
-
-    def __init__(self, problems: list[Problem]) -> None:
-        super().__init__("; ".join(f"{f}: {p}" if f else p for f, p in problems))
-        self.problems = problems
 
 
 class FaultStuck(LabError):

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 from confluent_kafka.admin import AdminClient
 
+from harness.kafka.protocol import ApiKey
 from harness.kafka.wire import Malformed, Reader, Writer
 
 OFFSETS_TOPIC = "__consumer_offsets"
 METADATA_TOPIC = "__cluster_metadata"
-DESCRIBE_QUORUM = 55
 _correlation = itertools.count(1)
 
 
@@ -111,7 +111,7 @@ def quorum_leader(host: str, port: int, client_id: str, *, timeout: float = 10.0
     correlation = next(_correlation) & 0x7FFFFFFF
     request = (
         Writer()
-        .int16(DESCRIBE_QUORUM)
+        .int16(ApiKey.DESCRIBE_QUORUM)
         .int16(0)
         .int32(correlation)
         .nullable_string(client_id, compact=False)  # header v2: never compact

@@ -26,6 +26,7 @@ from harness.environment.ports import LOOPBACK
 from harness.environment.proxy import kafka_messages as km
 from harness.environment.proxy.listener import ListenerSpec
 from harness.environment.proxy.rules import KAFKA
+from harness.kafka.protocol import ApiKey, api_name
 from harness.kafka.wire import Malformed, Reader, Writer
 
 log = logging.getLogger("chaoslab.proxy")
@@ -33,10 +34,10 @@ log = logging.getLogger("chaoslab.proxy")
 # The versions whose layouts are read here: every one Kafka 4.3.1 defines. Metadata v10-v13 and
 # FindCoordinator v5-v6 change nothing before the last address (topic ids, a top-level error
 # code after the topics, new error codes and key types).
-REWRITE_VERSIONS = {
-    km.METADATA: range(0, 14),
-    km.FIND_COORDINATOR: range(0, 7),
-    km.DESCRIBE_CLUSTER: range(0, 3),
+REWRITE_VERSIONS: dict[int, range] = {
+    ApiKey.METADATA: range(0, 14),
+    ApiKey.FIND_COORDINATOR: range(0, 7),
+    ApiKey.DESCRIBE_CLUSTER: range(0, 3),
 }
 
 Address = tuple[str, int]  # (host, port), the host lower-cased: host names ignore case
@@ -133,9 +134,9 @@ def describe_cluster_endpoints(r: Reader, version: int) -> list[Endpoint]:
 
 
 ENDPOINTS: dict[int, Callable[[Reader, int], list[Endpoint]]] = {
-    km.METADATA: metadata_endpoints,
-    km.FIND_COORDINATOR: find_coordinator_endpoints,
-    km.DESCRIBE_CLUSTER: describe_cluster_endpoints,
+    ApiKey.METADATA: metadata_endpoints,
+    ApiKey.FIND_COORDINATOR: find_coordinator_endpoints,
+    ApiKey.DESCRIBE_CLUSTER: describe_cluster_endpoints,
 }
 
 
@@ -152,7 +153,7 @@ def rewrite_response(
     each address in ``ports`` replaced by (127.0.0.1, its port). Raises ``Malformed`` (the
     connection then closes, as for any frame that does not decode) or ``Unsupported``."""
     if version not in REWRITE_VERSIONS.get(api_key, ()):
-        raise km.Unsupported(f"no layout for {km.api_name(api_key)} v{version} responses")
+        raise km.Unsupported(f"no layout for {api_name(api_key)} v{version} responses")
     compact = km.is_flexible(api_key, version)
     r = Reader(frame, 8)  # after the size and the correlation id
     if compact:
@@ -225,7 +226,7 @@ class AddressBook:
             self._warn_once(
                 ("version", api_key, version),
                 "cannot rewrite broker addresses in %s v%d responses: forwarded unchanged",
-                km.api_name(api_key),
+                api_name(api_key),
                 version,
             )
             return False
@@ -239,7 +240,7 @@ class AddressBook:
                 "%s: %s v%d names %s:%d, which no Kafka listener forwards to: left as it is "
                 "(clients connect there directly, around the proxy)",
                 label,
-                km.api_name(api_key),
+                api_name(api_key),
                 version,
                 host,
                 port,

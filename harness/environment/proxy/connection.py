@@ -30,6 +30,7 @@ from harness.environment.proxy import kafka_messages as km
 from harness.environment.proxy.addresses import AddressBook, ResponseAddresses
 from harness.environment.proxy.listener import ListenerSpec, ListenerStats
 from harness.environment.proxy.rules import KAFKA, RuleTable
+from harness.kafka.protocol import api_name
 from harness.kafka.wire import Malformed
 
 log = logging.getLogger("chaoslab.proxy")
@@ -264,7 +265,7 @@ class Connection:
                 log.info(
                     "%s: answered %s v%d (correlation %d) with error %d (rule %s)",
                     self.label,
-                    km.api_name(header.api_key),
+                    api_name(header.api_key),
                     header.api_version,
                     header.correlation_id,
                     rule.error_code,
@@ -276,7 +277,7 @@ class Connection:
                     "%s: rule %s: cannot answer %s v%d itself; forwarded",
                     self.label,
                     rule.id,
-                    km.api_name(header.api_key),
+                    api_name(header.api_key),
                     header.api_version,
                 )
             if km.expects_response(header, frame[4:]):

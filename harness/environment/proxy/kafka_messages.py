@@ -17,76 +17,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.kafka.protocol import ApiKey, api_name, error_name
 from harness.kafka.wire import Malformed, Reader, Writer
-
-PRODUCE = 0
-METADATA = 3
-CONTROLLED_SHUTDOWN = 7
-OFFSET_COMMIT = 8
-FIND_COORDINATOR = 10
-JOIN_GROUP = 11
-HEARTBEAT = 12
-API_VERSIONS = 18
-DESCRIBE_CLUSTER = 60
-
-API_NAMES = {
-    0: "Produce",
-    1: "Fetch",
-    2: "ListOffsets",
-    3: "Metadata",
-    8: "OffsetCommit",
-    9: "OffsetFetch",
-    10: "FindCoordinator",
-    11: "JoinGroup",
-    12: "Heartbeat",
-    13: "LeaveGroup",
-    14: "SyncGroup",
-    15: "DescribeGroups",
-    16: "ListGroups",
-    18: "ApiVersions",
-    19: "CreateTopics",
-    20: "DeleteTopics",
-    22: "InitProducerId",
-    32: "DescribeConfigs",
-    60: "DescribeCluster",
-    71: "GetTelemetrySubscriptions",
-    72: "PushTelemetry",
-}
 
 # The first flexible version (compact strings and arrays, tagged fields, request header v2,
 # response header v1) of each API whose body the proxy reads or writes.
-FLEXIBLE_FROM = {
-    PRODUCE: 9,
-    METADATA: 9,
-    OFFSET_COMMIT: 8,
-    FIND_COORDINATOR: 3,
-    JOIN_GROUP: 6,
-    HEARTBEAT: 4,
-    API_VERSIONS: 3,
-    DESCRIBE_CLUSTER: 0,
+FLEXIBLE_FROM: dict[int, int] = {
+    ApiKey.PRODUCE: 9,
+    ApiKey.METADATA: 9,
+    ApiKey.OFFSET_COMMIT: 8,
+    ApiKey.FIND_COORDINATOR: 3,
+    ApiKey.JOIN_GROUP: 6,
+    ApiKey.HEARTBEAT: 4,
+    ApiKey.API_VERSIONS: 3,
+    ApiKey.DESCRIBE_CLUSTER: 0,
 }
 
 # The versions the proxy can answer with an error: all that Kafka 3.x/4.0 define but OffsetCommit
 # v10, which replaces topic names by topic ids (librdkafka 2.16 sends v9 to Kafka 4.3).
-ERROR_VERSIONS = {
-    OFFSET_COMMIT: range(0, 10),
-    FIND_COORDINATOR: range(0, 7),
-    JOIN_GROUP: range(0, 10),
-    HEARTBEAT: range(0, 5),
-}
-
-ERROR_NAMES = {
-    7: "REQUEST_TIMED_OUT",
-    14: "COORDINATOR_LOAD_IN_PROGRESS",
-    15: "COORDINATOR_NOT_AVAILABLE",
-    16: "NOT_COORDINATOR",
+ERROR_VERSIONS: dict[int, range] = {
+    ApiKey.OFFSET_COMMIT: range(0, 10),
+    ApiKey.FIND_COORDINATOR: range(0, 7),
+    ApiKey.JOIN_GROUP: range(0, 10),
+    ApiKey.HEARTBEAT: range(0, 5),
 }
 
 INT16 = range(-(2**15), 2**15)
-
-
-def api_name(api_key: int) -> str:
-    return API_NAMES.get(api_key, f"api {api_key}")
 
 
 class Unsupported(ValueError):
@@ -115,7 +71,7 @@ def parse_request_header(frame: bytes) -> RequestHeader:
     r = Reader(frame)
     api_key, version, correlation_id = r.int16(), r.int16(), r.int32()
     client_id: str | None = None
-    if not (api_key == CONTROLLED_SHUTDOWN and version == 0):
+    if not (api_key == ApiKey.CONTROLLED_SHUTDOWN and version == 0):
         # Never compact, even in header v2: brokers must read it before knowing the version.
         client_id = r.nullable_string(compact=False)
     body_offset: int | None = r.offset
@@ -129,11 +85,12 @@ def parse_request_header(frame: bytes) -> RequestHeader:
 
 def expects_response(header: RequestHeader, frame: bytes) -> bool:
     """False only for Produce with acks=0, which the broker never answers."""
-    if header.api_key != PRODUCE or header.body_offset is None:
+    if header.api_key != ApiKey.PRODUCE or header.body_offset is None:
         return True
     r = Reader(frame, header.body_offset)
     if header.api_version >= 3:
-        r.nullable_string(compact=is_flexible(PRODUCE, header.api_version))  # transactional id
+        # The transactional id.
+        r.nullable_string(compact=is_flexible(ApiKey.PRODUCE, header.api_version))
     return r.int16() != 0
 
 
@@ -152,11 +109,11 @@ def error_response(header: RequestHeader, frame: bytes, error_code: int) -> byte
     assert header.body_offset is not None  # every API in ERROR_VERSIONS is in FLEXIBLE_FROM
     version = header.api_version
     body = Reader(frame, header.body_offset)
-    if header.api_key == OFFSET_COMMIT:
+    if header.api_key == ApiKey.OFFSET_COMMIT:
         encoded = offset_commit_error(version, read_offset_commit(body, version), error_code)
-    elif header.api_key == FIND_COORDINATOR:
+    elif header.api_key == ApiKey.FIND_COORDINATOR:
         encoded = find_coordinator_error(version, read_find_coordinator(body, version), error_code)
-    elif header.api_key == JOIN_GROUP:
+    elif header.api_key == ApiKey.JOIN_GROUP:
         encoded = join_group_error(version, error_code)
     else:
         encoded = heartbeat_error(version, error_code)
@@ -172,7 +129,7 @@ def group_ids(header: RequestHeader, frame: bytes) -> list[str]:
     assert header.body_offset is not None  # every API in ERROR_VERSIONS is in FLEXIBLE_FROM
     body = Reader(frame, header.body_offset)
     try:
-        if header.api_key == FIND_COORDINATOR:
+        if header.api_key == ApiKey.FIND_COORDINATOR:
             return read_find_coordinator(body, header.api_version)
         return [body.string(compact=is_flexible(header.api_key, header.api_version))]
     except Malformed:
@@ -183,7 +140,8 @@ def response_frame(header: RequestHeader, body: bytes) -> bytes:
     """Size, response header (v1 - with tagged fields - for flexible versions, except for
     ApiVersions, whose response header is always v0), body."""
     w = Writer().int32(header.correlation_id)
-    if is_flexible(header.api_key, header.api_version) and header.api_key != API_VERSIONS:
+    flexible = is_flexible(header.api_key, header.api_version)
+    if flexible and header.api_key != ApiKey.API_VERSIONS:
         w.empty_tagged_fields()
     w.raw(body)
     payload = w.bytes()
@@ -191,7 +149,7 @@ def response_frame(header: RequestHeader, body: bytes) -> bytes:
 
 
 def _message(error_code: int) -> str:
-    return f"{ERROR_NAMES.get(error_code, f'error {error_code}')} (injected by chaoslab's proxy)"
+    return f"{error_name(error_code)} (injected by chaoslab's proxy)"
 
 
 # -- request bodies ---------------------------------------------------------------------------

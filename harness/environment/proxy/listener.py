@@ -6,8 +6,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.environment.proxy.kafka_messages import api_name
 from harness.environment.proxy.rules import MODES
+from harness.kafka.protocol import api_name
 
 log = logging.getLogger("chaoslab.proxy")
 

@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from harness.environment.proxy.kafka_messages import ERROR_VERSIONS, INT16, api_name
+from harness.environment.proxy.kafka_messages import ERROR_VERSIONS, INT16
+from harness.kafka.protocol import api_name
 
 ACTIONS = ("cut", "reset", "delay", "kafka-error")
 KAFKA, TCP = "kafka", "tcp"

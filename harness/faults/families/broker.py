@@ -20,8 +20,6 @@ from harness.faults.base import (
     Actor,
     Context,
     FaultStuck,
-    FieldError,
-    Problem,
     Setting,
     Step,
     Timed,
@@ -29,6 +27,7 @@ from harness.faults.base import (
     positive,
 )
 from harness.history.events import EventKind
+from harness.records import FieldError, Problem
 
 
 class Pick(StrEnum):

@@ -9,18 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from harness.environment.base import KAFKA_LINKS, BackendAbilities, Link, LinkRule
-from harness.faults.base import (
-    Actor,
-    Context,
-    Problem,
-    Setting,
-    Step,
-    Timed,
-    needs_link_proxies,
-    positive,
-)
+from harness.faults.base import Actor, Context, Setting, Step, Timed, needs_link_proxies, positive
 from harness.faults.families.broker import FIRST_NODE, BrokerSelector
 from harness.history.events import EventKind
+from harness.records import Problem
 
 ON, OFF = "slow-broker-on", "slow-broker-off"
 

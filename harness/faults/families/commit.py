@@ -20,7 +20,6 @@ from harness.faults.base import (
     Context,
     FaultStuck,
     LinkRuleActor,
-    Problem,
     Setting,
     Step,
     Target,
@@ -28,16 +27,12 @@ from harness.faults.base import (
     needs_link_proxies,
     positive,
 )
+from harness.kafka.protocol import FAILABLE_APIS, ErrorCode
 from harness.pipeline.runtimes import CommitFailureVia
+from harness.records import Problem
 
-# Kafka's error codes and API keys the fault speaks (seed 002's log lines).
-KAFKA_ERRORS = {
-    "REQUEST_TIMED_OUT": 7,
-    "COORDINATOR_LOAD_IN_PROGRESS": 14,
-    "COORDINATOR_NOT_AVAILABLE": 15,
-    "NOT_COORDINATOR": 16,
-}
-KAFKA_APIS = {"OffsetCommit": 8, "FindCoordinator": 10, "JoinGroup": 11, "Heartbeat": 12}
+# The APIs a scenario names, by Kafka's names of them (``OffsetCommit``).
+KAFKA_APIS = {api.title: api for api in FAILABLE_APIS}
 ON, OFF = "commit-failure-on", "commit-failure-off"
 
 
@@ -102,10 +97,9 @@ class CommitFailure(Timed):
 
     def problems(self) -> list[Problem]:
         found = self.trigger_problems() + positive("duration", self.duration)
-        if self.error not in KAFKA_ERRORS:
-            found.append(
-                ("error", f"unknown Kafka error {self.error!r} ({', '.join(KAFKA_ERRORS)})")
-            )
+        if self.error not in ErrorCode.__members__:
+            known = ", ".join(ErrorCode.__members__)
+            found.append(("error", f"unknown Kafka error {self.error!r} ({known})"))
         if not self.apis:
             found.append(("apis", "name at least one API"))
         found += [
@@ -123,7 +117,7 @@ class CommitFailure(Timed):
             Link.CONSUMER_KAFKA,
             "kafka-error",
             api_keys=tuple(KAFKA_APIS[a] for a in self.apis),
-            error_code=KAFKA_ERRORS[self.error],
+            error_code=ErrorCode[self.error],
             # The run's own consumer groups (``{topic}.{lane}``): a scenario beside it is not hit.
             group_prefix=f"{context.topic}." if context.topic else "",
         )

@@ -9,20 +9,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from harness.environment.base import BackendAbilities
-from harness.faults.base import (
-    END,
-    Actor,
-    Context,
-    Fault,
-    Problem,
-    Seen,
-    Setting,
-    Step,
-    Timed,
-    positive,
-)
+from harness.faults.base import END, Actor, Context, Fault, Seen, Setting, Step, Timed, positive
 from harness.history.events import EventKind
 from harness.pipeline.crash import CrashPlan, CrashPoint
+from harness.records import Problem
 
 
 def sink_point(point: CrashPoint) -> list[Problem]:

@@ -24,7 +24,6 @@ from harness.faults.base import (
     ContainersActor,
     ContainerTarget,
     Context,
-    Problem,
     Setting,
     Step,
     Timed,
@@ -33,6 +32,7 @@ from harness.faults.base import (
     target_problems,
 )
 from harness.history.events import EventKind
+from harness.records import Problem
 
 ON, OFF = "container-fault-on", "container-fault-off"
 

@@ -8,8 +8,9 @@ from typing import Any, ClassVar
 from pymongo import MongoClient
 
 from harness.environment.base import BackendAbilities
-from harness.faults.base import Actor, Context, Problem, Setting, Step, Timed, positive
+from harness.faults.base import Actor, Context, Setting, Step, Timed, positive
 from harness.pipeline.runtime import CONSUMER_APP
+from harness.records import Problem
 
 ON, OFF = "failpoint-on", "failpoint-off"
 

@@ -12,7 +12,6 @@ from harness.faults.base import (
     END,
     Actor,
     Context,
-    Problem,
     Setting,
     Step,
     Timed,
@@ -20,6 +19,7 @@ from harness.faults.base import (
     positive,
 )
 from harness.history.events import EventKind
+from harness.records import Problem
 
 STOP_MONGO, START_MONGO = "stop-mongo", "start-mongo"
 

@@ -21,7 +21,6 @@ from harness.faults.base import (
     ContainersActor,
     ContainerTarget,
     Context,
-    Problem,
     Setting,
     Step,
     Timed,
@@ -30,6 +29,7 @@ from harness.faults.base import (
     target_problems,
 )
 from harness.history.events import EventKind
+from harness.records import Problem
 
 ON, OFF = "netem-on", "netem-off"
 

@@ -11,13 +11,13 @@ from harness.faults.base import (
     Actor,
     Context,
     LinkRuleActor,
-    Problem,
     Setting,
     Step,
     Timed,
     needs_link_proxies,
     positive,
 )
+from harness.records import Problem
 
 ON, OFF = "link-fault-on", "link-fault-off"
 

@@ -15,8 +15,9 @@ from typing import Any, ClassVar
 from pymongo import MongoClient
 
 from harness.environment.base import BackendAbilities
-from harness.faults.base import Actor, Context, Problem, Setting, Step, Timed, positive
+from harness.faults.base import Actor, Context, Setting, Step, Timed, positive
 from harness.history.events import EventKind
+from harness.records import Problem
 
 ON, OFF = "oplog-shrink", "oplog-restore"
 MB = 1024 * 1024

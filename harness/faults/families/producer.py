@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from harness.faults.base import END, START, Fault, Problem, Seen, Setting, Step, positive
+from harness.faults.base import END, START, Fault, Seen, Setting, Step, positive
+from harness.records import Problem
 from harness.workload.events import Kind
 from harness.workload.generator import Burst
 

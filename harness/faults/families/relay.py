@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from harness.environment.base import BackendAbilities
-from harness.faults.base import Fault, Problem, Seen, Setting, Step
+from harness.faults.base import Fault, Seen, Setting, Step
 from harness.history.events import EventKind
 from harness.pipeline.crash import CrashPlan, CrashPoint
+from harness.records import Problem
 
 
 @dataclass(frozen=True)

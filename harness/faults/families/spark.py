@@ -15,9 +15,10 @@ from typing import Any, ClassVar
 
 from harness.environment.base import BackendAbilities
 from harness.environment.spark import SparkCluster
-from harness.faults.base import Fault, Problem, Seen, Setting, Step
+from harness.faults.base import Fault, Seen, Setting, Step
 from harness.history.events import EventKind
 from harness.pipeline.crash import CrashPlan, CrashPoint, Struck
+from harness.records import Problem
 
 
 @dataclass(frozen=True)
