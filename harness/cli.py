@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import threading
 import time
@@ -35,6 +36,7 @@ from harness.report import (
     render_table,
     write_matrix_report,
     write_report,
+    write_soak_page,
 )
 from harness.results.model import RESULTS, ScenarioResult
 from harness.results.soak import soak_cells
@@ -325,6 +327,16 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     if args.repeat > 1:
         say("")
         say(render_soak_table(soak_cells(results)))
+    if args.soak_page is not None:
+        command = f"chaoslab matrix --repeat {args.repeat} --together {args.together}"
+        page = write_soak_page(
+            args.soak_page,
+            [out / folder for _s, folder in runs],
+            wall_s=wall,
+            command=command,
+            cores=os.cpu_count() or 1,
+        )
+        say(f"soak page: {page}")
     say(f"\n{len(runs)} scenario runs in {wall / 60:.1f} min; report: {report.markdown}")
     return 0 if all(r.passed for r in results) else 1
 
@@ -347,6 +359,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         "keep_topics": False,
         "repeat": 1,
         "together": DEMO_TOGETHER,
+        "soak_page": None,
     }
     external = {"kafka_bootstrap": None, "mongo_uri": None, "spark_master": None}
     return cmd_matrix(argparse.Namespace(**vars(args), **defaults, **external, backend=DEFAULT))
@@ -511,6 +524,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="run every scenario N times, with seeds SEED..SEED+N-1, and print how often each "
         "variant's expectations held (soak figures)",
+    )
+    matrix.add_argument(
+        "--soak-page",
+        type=Path,
+        metavar="FILE",
+        help="also write the soak's table as a markdown page (make soak: docs/soak.md)",
     )
     matrix.add_argument(
         "--together",

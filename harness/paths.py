@@ -13,6 +13,7 @@ current directory.
 from __future__ import annotations
 
 import os
+import subprocess
 from functools import cache
 from pathlib import Path
 
@@ -76,3 +77,18 @@ def find_scenario(ref: str | Path) -> Path:
         f"{ref}: no such scenario file (looked in {places}) and no library scenario of that "
         f"name (library: {names})"
     )
+
+
+def revision() -> str:
+    """The project checkout's git revision (``1fa3eb5``, ``-dirty`` when it has changes), or
+    ``unknown`` outside a checkout: what a written figure was measured with."""
+    try:
+        found = subprocess.run(
+            ["git", "-C", str(project_root()), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return found.stdout.strip() if found.returncode == 0 and found.stdout.strip() else "unknown"

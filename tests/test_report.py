@@ -21,6 +21,7 @@ from harness.report import (
     write_matrix_report,
     write_report,
 )
+from harness.report.markdown import soak_markdown
 from harness.report.story import fault_sentences
 from harness.report.table import BESIDE_NOTE, beside
 from harness.report.timeline import (
@@ -689,6 +690,30 @@ def test_soak_counts_false_alarms_detections_and_why_a_run_did_not_hold() -> Non
         "false alarms: 1 in 5 runs of variants expected to keep every change once; "
         "detected: 2 of 5 runs expected to show duplicates or losses"
     )
+
+
+def test_the_soak_page_is_the_soak_table_with_what_it_was_measured_with() -> None:
+    # make soak writes docs/soak.md with it: the same cells as the terminal's table.
+    runs = [
+        soak_run(11, {"duplicates": 4}, {}),
+        soak_run(12, {"failures": ["expected duplicates > 0, got 0"]}, {}),
+    ]
+    page = soak_markdown(
+        runs, wall_s=90.0, command="chaoslab matrix --repeat 2", revision="abc1234", cores=2
+    ).splitlines()
+    assert page[0] == "# Soak figures"
+    assert "`chaoslab matrix --repeat 2`" in page[2]
+    assert page[4] == (
+        "* **false alarms: 0 in 2 runs of variants expected to keep every change once; "
+        "detected: 1 of 2 runs expected to show duplicates or losses**."
+    )
+    assert "2 scenario runs in 1.5 min" in page[5] and "1 failed (crash listener/naive)" in page[5]
+    assert "with chaoslab abc1234" in page[6] and "2 cores" in page[6]
+    rows = [line for line in page if line.startswith("| crash")]
+    assert rows == [
+        "| crash | listener | naive | anomalies | detected 1/2 | 1/2 | failed 12 |",
+        "| crash | listener | idempotent | exactly once | false alarms 0/2 | 0/2 | - |",
+    ]
 
 
 def test_runs_that_were_under_way_at_once_are_marked_beside_each_other(tmp_path: Path) -> None:

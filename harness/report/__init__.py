@@ -13,7 +13,7 @@ Usage::
 from harness.report.story import what_happened
 from harness.report.table import render_matrix_table, render_soak_table, render_table
 from harness.report.timeline import Timeline, TimelineRow, timeline
-from harness.report.write import Report, write_matrix_report, write_report
+from harness.report.write import Report, write_matrix_report, write_report, write_soak_page
 
 __all__ = [
     "Report",
@@ -26,4 +26,5 @@ __all__ = [
     "what_happened",
     "write_matrix_report",
     "write_report",
+    "write_soak_page",
 ]

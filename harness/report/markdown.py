@@ -13,6 +13,7 @@ from .plots import ANOMALIES_PNG, THROUGHPUT_PNG, TIMELINE_PNG
 from .table import (
     BESIDE_NOTE,
     BESIDE_OVERLAP,
+    SOAK_HEADER,
     beside,
     copies_text,
     dead_lettered_text,
@@ -20,6 +21,10 @@ from .table import (
     matrix_cell,
     render_soak_table,
     run_label,
+    soak_rows,
+    soak_seeds,
+    soak_summary,
+    summary_line,
 )
 
 VARIANT_COLUMNS = (
@@ -208,3 +213,41 @@ def _first_sentence(text: str) -> str:
 
 def _md_cell(text: str) -> str:
     return text.replace("FAIL", "**FAIL**").replace("UNFIRED", "**UNFIRED**")
+
+
+def soak_markdown(
+    runs: Sequence[ScenarioResult], *, wall_s: float, command: str, revision: str, cores: int
+) -> str:
+    """The page ``make soak`` writes: how often each scenario x runtime x variant held over
+    the seeds, with what it was measured with."""
+    cells = soak_cells(runs)
+    seeds = soak_seeds(cells)
+    backends = ", ".join(sorted({run.backend for run in runs if run.backend})) or "unknown"
+    started = min((run.started_at for run in runs if run.started_at), default=0.0)
+    lines = [
+        "# Soak figures",
+        "",
+        f"Written by `make soak` (`{command}`); the next one writes it again, so do not edit it "
+        "by hand. What the figures mean: [scenarios.md](scenarios.md#soak-figures).",
+        "",
+        f"* **{soak_summary(cells)}**.",
+        f"* {len({run.name for run in runs})} scenarios, each with {seeds} seeds (its own seed "
+        f"and the {seeds - 1} after it): {summary_line(runs)}; {len(runs)} scenario runs in "
+        f"{wall_s / 60:.1f} min.",
+        f"* Measured {_when(started)} with chaoslab {revision}, on the {backends} backend, "
+        f"{cores} cores.",
+        "",
+    ]
+    lines += table(SOAK_HEADER, soak_rows(cells), numbers=("anomalous",))
+    lines += [
+        "",
+        "* expected: *exactly once* - the variant's expectations say it keeps every change "
+        "once, so a run that did not is a false alarm; *anomalies* - it is expected to "
+        "duplicate or lose, so a run that did is a detection; *-* neither (e.g. naive through "
+        "a MongoDB partition, which may or may not duplicate): *held* counts the runs whose "
+        "expectations held.",
+        "* anomalous: runs with duplicates or losses in the sink.",
+        "* not held: the seeds of the runs that failed an expectation, in which a planned "
+        "fault did not fire, or that left no results.",
+    ]
+    return "\n".join(lines) + "\n"

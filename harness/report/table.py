@@ -198,35 +198,51 @@ def summary_line(runs: Sequence[ScenarioResult]) -> str:
     return text
 
 
-def render_soak_table(cells: Sequence[SoakCell]) -> str:
-    """Scenario x runtime x variant over the seeds: false alarms of the variants expected to
-    keep every change once, detections of those expected to show an anomaly."""
-    header = ["scenario", "runtime", "variant", "expected", "figure", "anomalous", "not held"]
-    rows = [
+SOAK_HEADER = ("scenario", "runtime", "variant", "expected", "figure", "anomalous", "not held")
+EXPECTED = {Role.GUARDS: "exactly once", Role.DETECTS: "anomalies", Role.OTHER: "-"}
+
+
+def soak_rows(cells: Sequence[SoakCell]) -> list[list[str]]:
+    """One row of SOAK_HEADER per scenario x runtime x variant."""
+    return [
         [
             c.scenario,
             c.runtime,
             c.variant,
-            {Role.GUARDS: "exactly once", Role.DETECTS: "anomalies", Role.OTHER: "-"}[c.role],
+            EXPECTED[c.role],
             c.figure,
             f"{c.anomalous}/{c.runs}",
             not_held_text(c),
         ]
         for c in cells
     ]
+
+
+def soak_summary(cells: Sequence[SoakCell]) -> str:
+    """The false alarms and the detections over every cell."""
     guards = [c for c in cells if c.role is Role.GUARDS]
     detects = [c for c in cells if c.role is Role.DETECTS]
-    repeat = max((c.runs for c in cells), default=0)
-    lines = [
-        f"soak: every scenario with {repeat} seeds (anomalous: runs with duplicates or losses)"
-    ]
-    lines += grid(header, rows, [False] * 5 + [True, False])
-    lines.append(
+    return (
         f"false alarms: {sum(len(c.failed) for c in guards)} in {sum(c.runs for c in guards)} "
         f"runs of variants expected to keep every change once; detected: "
         f"{sum(c.held for c in detects)} of {sum(c.runs for c in detects)} runs expected to "
         "show duplicates or losses"
     )
+
+
+def soak_seeds(cells: Sequence[SoakCell]) -> int:
+    return max((c.runs for c in cells), default=0)
+
+
+def render_soak_table(cells: Sequence[SoakCell]) -> str:
+    """Scenario x runtime x variant over the seeds: false alarms of the variants expected to
+    keep every change once, detections of those expected to show an anomaly."""
+    lines = [
+        f"soak: every scenario with {soak_seeds(cells)} seeds (anomalous: runs with duplicates "
+        "or losses)"
+    ]
+    lines += grid(SOAK_HEADER, soak_rows(cells), [False] * 5 + [True, False])
+    lines.append(soak_summary(cells))
     return "\n".join(lines)
 
 

@@ -7,10 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.paths import revision
 from harness.results.model import ScenarioResult, load, missing
 
 from .junit import write_junit
-from .markdown import matrix_markdown, scenario_markdown
+from .markdown import matrix_markdown, scenario_markdown, soak_markdown
 from .plots import write_plots
 from .story import what_happened
 from .table import beside
@@ -72,3 +73,21 @@ def write_matrix_report(out_dir: Path, run_dirs: Sequence[Path]) -> Report:
     markdown.write_text(matrix_markdown(runs, links))
     junit = write_junit(runs, out_dir / JUNIT_XML)
     return Report(markdown, junit, scenarios=tuple(parts))
+
+
+def write_soak_page(
+    path: Path, run_dirs: Sequence[Path], *, wall_s: float, command: str, cores: int
+) -> Path:
+    """The soak's page (``make soak`` writes docs/soak.md): the runs' soak table, with what it
+    was measured with. A run without readable results counts as one that died."""
+    runs = []
+    for run_dir in map(Path, run_dirs):
+        try:
+            runs.append(load(run_dir))
+        except (FileNotFoundError, ValueError) as exc:
+            runs.append(missing(run_dir, str(exc)))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        soak_markdown(runs, wall_s=wall_s, command=command, revision=revision(), cores=cores)
+    )
+    return path
