@@ -1,4 +1,5 @@
-"""The history: every operation and fault of a run, with timestamps, written as it happens.
+"""The history's events: every operation and fault of a run, with timestamps, written as it
+happens, and read back merged.
 
 Each writing process (the harness, each consumer process, the Spark driver) appends to its own
 JSON-lines file under ``RUN/history/``, line-buffered, so a SIGKILL loses at most the line being

@@ -1,4 +1,5 @@
-"""What every server of the local backend has in common: a command, ports, a log, a probe."""
+"""What every server the lab starts has in common: a command, ports, a log, a probe (as a
+process of this machine; the containers backend runs the same servers' commands in containers)."""
 
 from __future__ import annotations
 

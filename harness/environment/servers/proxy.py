@@ -1,4 +1,5 @@
-"""The fault proxy as a server of the local backend, and which of its rules a link means.
+"""The fault proxy as a server the lab starts (every backend runs one), and which of its rules a
+link means.
 
 Every Kafka client reaches the cluster through the proxy: it has one Kafka listener per node
 (``kafka/1``, ``kafka/2``, ``kafka/3``), each node advertises its listener as the address of its
