@@ -84,7 +84,6 @@ def _external(request: Request) -> ExternalOptions:
 class Backend:
     abilities: BackendAbilities  # before an environment runs (``Environment.abilities`` after)
     module: str  # holds ENVIRONMENT, its environment class (and the backend's own commands)
-    options_type: type[Options]
     options: Callable[[Request], Options]  # its options of a request; BadInput names problems
     takes_addresses: bool = False  # its servers are the user's, named by address
     builds_images: bool = False  # ``chaoslab images`` builds its images (``build_images``)
@@ -108,12 +107,12 @@ class Backend:
         progress: Progress | None = None,
     ) -> Environment:
         """An environment of this backend in ``directory``, not yet started."""
-        if options is not None and not isinstance(options, self.options_type):
+        kind = self.environment()
+        if options is not None and not isinstance(options, kind.options_type):
             raise BadInput(
-                f"the {self.name} backend takes {self.options_type.__name__}, "
+                f"the {self.name} backend takes {kind.options_type.__name__}, "
                 f"got {type(options).__name__}"
             )
-        kind = self.environment()
         if problem := kind.unavailable():
             raise BackendUnavailable(problem)
         return kind(directory, options, progress=progress)
@@ -123,18 +122,16 @@ DEFAULT = "local"
 REGISTRY: dict[str, Backend] = {
     b.name: b
     for b in (
-        Backend(LOCAL_ABILITIES, "harness.environment.local", LocalOptions, _local),
+        Backend(LOCAL_ABILITIES, "harness.environment.local", _local),
         Backend(
             external_abilities(),
             "harness.environment.external",
-            ExternalOptions,
             _external,
             takes_addresses=True,
         ),
         Backend(
             CONTAINERS_ABILITIES,
             "harness.environment.containers.backend",
-            ContainersOptions,
             _containers,
             builds_images=True,
         ),

@@ -19,7 +19,7 @@ cluster on this machine, or one sharing the path).
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -130,13 +130,7 @@ def proxied_uri(mongo_uri: str, address: str) -> str:
 class ExternalEnvironment(ProcessEnvironment[ExternalOptions]):
     """Servers the lab did not start, behind the lab's fault proxy (see the module)."""
 
-    @classmethod
-    def _default_options(cls) -> ExternalOptions:
-        return ExternalOptions()
-
-    @classmethod
-    def _options_from(cls, raw: Mapping[str, Any]) -> ExternalOptions:
-        return ExternalOptions.from_dict(raw)
+    options_type = ExternalOptions
 
     def start(self, *, detach: bool = False) -> Self:
         self._progress(f"asking Kafka at {self.options.kafka_bootstrap} for its brokers")

@@ -8,9 +8,8 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from harness.environment import process, state
 from harness.environment.base import (
@@ -51,14 +50,7 @@ KAFKA_STOP_GRACE_S = 30.0  # a margin over a controlled shutdown (docs/performan
 
 class LocalEnvironment(ProcessEnvironment[LocalOptions]):
     abilities = LOCAL_ABILITIES
-
-    @classmethod
-    def _default_options(cls) -> LocalOptions:
-        return LocalOptions()
-
-    @classmethod
-    def _options_from(cls, raw: Mapping[str, Any]) -> LocalOptions:
-        return LocalOptions(**raw)
+    options_type = LocalOptions
 
     def _port_names(self) -> Sequence[str]:
         return PORT_NAMES
@@ -194,7 +186,7 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
         with state.updating(self.directory) as st:
             st.options["spark_standalone"] = True
             self._state = st
-        self.options = LocalOptions(**self._st.options)
+        self.options = LocalOptions.from_dict(self._st.options)
         master, *workers = self._spark_cluster(self._ctx())
         try:
             self._launch(master)
@@ -208,7 +200,7 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
             with state.updating(self.directory) as st:
                 st.options["spark_standalone"] = False
                 self._state = st
-            self.options = LocalOptions(**self._st.options)
+            self.options = LocalOptions.from_dict(self._st.options)
             raise
 
     def _kafka_status(self, servers: Sequence[ServerStatus]) -> tuple[KafkaStatus | None, str]:

@@ -41,6 +41,11 @@ class LocalOptions:
     def __post_init__(self) -> None:
         _spark_cores(self.spark_cores)
 
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        """Options as the state file keeps them (``asdict``) back into their record."""
+        return cls(**raw)
+
 
 @dataclass(frozen=True)
 class ContainersOptions:
@@ -49,6 +54,10 @@ class ContainersOptions:
 
     def __post_init__(self) -> None:
         _spark_cores(self.spark_cores)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Self:
+        return cls(**raw)
 
 
 def address(text: str) -> tuple[str, int] | None:

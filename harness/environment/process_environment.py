@@ -16,11 +16,11 @@ import shutil
 import time
 import uuid
 from abc import abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Generic, Self, TypeVar
+from typing import Generic, Self, TypeVar
 
 from harness.environment import process, readonly, state
 from harness.environment.base import (
@@ -33,6 +33,7 @@ from harness.environment.base import (
     ServerStartError,
     ServerStatus,
 )
+from harness.environment.options import ContainersOptions, ExternalOptions, LocalOptions
 from harness.environment.ports import free_ports
 from harness.environment.proxy.client import ProxyControl
 from harness.environment.servers.base import LocalServer, ServerContext
@@ -46,7 +47,7 @@ from harness.readiness import DeadlineExceeded, GaveUp, wait_for
 DATA_DIRS = ("mongo", "spark", "kafka")
 
 Progress = Callable[[str], None]
-Options = TypeVar("Options")  # a frozen dataclass of the backend's options
+Options = TypeVar("Options", LocalOptions, ExternalOptions, ContainersOptions)
 
 
 def quiet(_message: str) -> None:
@@ -55,6 +56,8 @@ def quiet(_message: str) -> None:
 
 class ProcessEnvironment(Environment, Generic[Options]):
     """An environment whose servers are processes this machine runs (see the module)."""
+
+    options_type: type[Options]  # its backend's options record (``environment.options``)
 
     def __init__(
         self,
@@ -66,20 +69,11 @@ class ProcessEnvironment(Environment, Generic[Options]):
         self.directory = Path(directory).expanduser().resolve()
         if self.directory.exists() and not self.directory.is_dir():
             raise BadInput(f"environment directory {self.directory} exists and is not a directory")
-        self.options = options if options is not None else self._default_options()
+        self.options: Options = options if options is not None else self.options_type()
         self._progress = progress or quiet
         self._state: state.EnvironmentState | None = None
 
     # -- what a backend says ----------------------------------------------------------------------
-
-    @classmethod
-    @abstractmethod
-    def _default_options(cls) -> Options: ...
-
-    @classmethod
-    @abstractmethod
-    def _options_from(cls, raw: Mapping[str, Any]) -> Options:
-        """Options as the state file keeps them (``asdict``) back into their record."""
 
     @abstractmethod
     def _port_names(self) -> Sequence[str]:
@@ -117,7 +111,7 @@ class ProcessEnvironment(Environment, Generic[Options]):
         if found is None:
             raise NoEnvironment(f"no environment in {self.directory} (start one: chaoslab up)")
         self._state = found
-        self.options = self._options_from(found.options)
+        self.options = self.options_type.from_dict(found.options)
         return found
 
     @property
@@ -204,7 +198,7 @@ class ProcessEnvironment(Environment, Generic[Options]):
                     owner_create_time=me.create_time,
                     detached=False,
                     ports=dict(zip(names, ports, strict=True)),
-                    options=asdict(self.options),  # type: ignore[call-overload]
+                    options=asdict(self.options),
                 )
                 state.save(self.directory, self._state)
                 state.reserve_ports(self._state.env_id, self.directory, ports)

@@ -88,13 +88,7 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
         problem = engines.engine_problem()
         return f"the containers backend cannot run here: {problem}" if problem else None
 
-    @classmethod
-    def _default_options(cls) -> ContainersOptions:
-        return ContainersOptions()
-
-    @classmethod
-    def _options_from(cls, raw: Mapping[str, Any]) -> ContainersOptions:
-        return ContainersOptions(**raw)
+    options_type = ContainersOptions
 
     def _port_names(self) -> Sequence[str]:
         return port_names()
