@@ -236,7 +236,6 @@ class Scenario:
             consumers=self.pipeline.consumers,
             partitions=self.partitions,
             variants=frozenset({v.name for v in self.variants} | {v.label for v in self.variants}),
-            commit_failure=frozenset(get_runtime(r).commit_failure for r in self.runtimes),
             runtimes=frozenset(get_runtime(r) for r in self.runtimes),
             spark_cluster=SparkCluster(self.pipeline.spark_cluster),
             relays=frozenset({r.name for r in self.relays} | {r.label for r in self.relays}),

@@ -18,7 +18,7 @@ from harness.faults.schedule import plan
 from harness.history.events import EventKind, HistoryWriter, read_history
 from harness.history.windows import fault_windows
 from harness.kafka.clients import create_topic, producer_config
-from harness.pipeline.runtimes import LISTENER, CommitFailureVia
+from harness.pipeline.runtimes import LISTENER
 from harness.run.runner import run_scenario
 from harness.scenario import ScenarioError, parse_scenario, runnable
 
@@ -30,7 +30,6 @@ SETTING = Setting(
     consumers=1,
     partitions=3,
     variants=frozenset({"naive"}),
-    commit_failure=frozenset({CommitFailureVia.PROXY}),
 )
 
 

@@ -239,10 +239,14 @@ class Setting:
     consumers: int
     partitions: int
     variants: frozenset[str]  # names and labels
-    commit_failure: frozenset[CommitFailureVia]  # how the scenario's runtimes fail commits
     runtimes: frozenset[Runtime] = frozenset({DEFAULT_RUNTIME})
     spark_cluster: SparkCluster = SparkCluster.LOCAL
     relays: frozenset[str] = frozenset()  # an outbox scenario's relays (names and labels)
+
+    @property
+    def commit_failure(self) -> frozenset[CommitFailureVia]:
+        """How the scenario's runtimes fail commits."""
+        return frozenset(r.commit_failure for r in self.runtimes)
 
     @property
     def readers(self) -> int:
