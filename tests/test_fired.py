@@ -67,6 +67,29 @@ def test_a_window_that_opened_after_the_work_was_done_did_not_fire() -> None:
     assert unfired(s.faults, [clock, in_time, done], 600) == ()
 
 
+def test_a_commit_failure_that_failed_no_request_of_the_variant_did_not_fire() -> None:
+    # Its window opened in time, but closed before the variant's next commit (Spark's first
+    # batch of records outlasting it): it hit nothing, and says so rather than being judged.
+    window = {"kind": "commit-failure", "at": 1, "duration": 15, "apis": ["OffsetCommit"]}
+    s = scenario(window)
+    clock = ev(20.0, EventKind.SCHEDULE_START, "nemesis")
+    opened = ev(22.0, EventKind.FAULT_START, "nemesis", fault="commit-failure#1")
+    closed = ev(37.4, EventKind.FAULT_END, "nemesis", fault="commit-failure#1")
+    late_commit = ev(39.2, EventKind.COMMIT, "spark", offsets={0: 83})
+    done = ev(70.0, EventKind.CAUGHT_UP, "harness")
+    (missed,) = unfired(s.faults, [clock, opened, closed, late_commit, done], 600)
+    assert missed.reason == (
+        "none of the variant's OffsetCommit requests failed while it held (+2.0s to +17.4s)"
+    )
+    failed = ev(37.5, EventKind.COMMIT_FAILED, "spark", batch=1, detail="commits/.1: denied")
+    assert unfired(s.faults, [clock, opened, closed, failed, done], 600) == ()
+    # A listener's: the group error its client logged for one of the fault's APIs.
+    logged = ev(25.0, EventKind.KAFKA_ERROR, detail="NOT_COORDINATOR OffsetCommit")
+    assert unfired(s.faults, [clock, opened, logged, closed, done], 600) == ()
+    other_api = ev(25.0, EventKind.KAFKA_ERROR, detail="NOT_COORDINATOR Heartbeat")
+    assert len(unfired(s.faults, [clock, opened, other_api, closed, done], 600)) == 1
+
+
 def test_a_burst_beyond_the_workload_did_not_fire() -> None:
     s = scenario(BURST)
     assert unfired(s.faults, [], 600) == ()

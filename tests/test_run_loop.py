@@ -16,7 +16,7 @@ from harness.faults.schedule import plan
 from harness.history.events import EventKind, HistoryTail, HistoryWriter, read_history
 from harness.history.windows import fault_windows
 from harness.pipeline.runtimes import LISTENER
-from harness.run.loop import RunTimeout, Watch, wait_until_consumed
+from harness.run.loop import RunTimeout, Watch, wait_until_consumed, wrote_records
 from harness.workload.producer import ProduceSummary
 
 ENDS = {0: 40, 1: 60}  # the next offset after the last acknowledged record, per partition
@@ -119,3 +119,21 @@ def test_the_fault_clock_starts_once_every_lane_wrote_a_batch(tmp_path: Path) ->
     # The idle lane never wrote a batch: the clock never started, the kill never fired.
     assert first.running and not idle.running
     assert not any(e.kind is EventKind.FAULT_START for e in read_history(first.tail.directory))
+
+
+def test_a_lane_runs_once_it_wrote_records_not_an_empty_batch(tmp_path: Path) -> None:
+    # Spark's first micro-batch is often empty: its executors' Python workers have not started,
+    # and a fault clock started there spent commit-failure-window's window on Spark's slow
+    # first batch of records, so that no commit failed (docs/scenarios.md).
+    watch, spark = lane(tmp_path, "spark")
+    spark.record(EventKind.BATCH, batch=0)
+    spark.record(EventKind.WRITTEN, batch=0, count=0)
+    watch.read()
+    assert not watch.running
+    spark.record(EventKind.WRITTEN, batch=1, count=249)
+    watch.read()
+    assert watch.running
+    assert wrote_records(spark.record(EventKind.WRITTEN, batch=2))  # a user's job: no count
+    assert wrote_records(spark.record(EventKind.DEAD_LETTER, count=3))
+    assert not wrote_records(spark.record(EventKind.DEAD_LETTER, count=0))
+    assert not wrote_records(spark.record(EventKind.BATCH, count=250))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from harness.errors import LabError
-from harness.history.events import EventKind, HistoryTail, HistoryWriter
+from harness.history.events import EventKind, HistoryEvent, HistoryTail, HistoryWriter
 from harness.readiness import GaveUp, NotReady, wait_for
 from harness.workload.producer import ProduceSummary
 
@@ -72,10 +72,11 @@ class Watch:
     logs: Path  # where to look when it does not catch up
     ready_on: EventKind  # what its consumers write once they can consume (``Runtime.ready``)
     committed: dict[int, int] = field(default_factory=dict)  # partition -> next offset
-    # Its consumers wrote a batch. Not merely handled one: a Spark runtime's first batch is slow
-    # to write on its executors (Kafka consumers and Python workers starting), and
-    # commit-failure-window's short window, started at its BATCH event, closed before
-    # spark/naive's first commit - a fault that hit nothing (docs/faults.md).
+    # Its consumers wrote records. Not merely handled a batch, nor wrote an empty one: a Spark
+    # runtime's first batch of records is slow to write on its executors (Kafka consumers and
+    # Python workers starting), and commit-failure-window's window, started at a BATCH event
+    # or at Spark's empty first batch, closed before spark/naive's first commit - a fault that
+    # hit nothing (docs/faults.md).
     running: bool = False
     ready: bool = False  # its consumers wrote ``ready_on``
     finished: bool = False  # committed past every acknowledged record
@@ -84,7 +85,7 @@ class Watch:
         for event in self.tail.new_events():
             if event.kind is self.ready_on:
                 self.ready = True
-            if event.kind is EventKind.WRITTEN:
+            if wrote_records(event):
                 self.running = True
             if event.kind is EventKind.COMMIT:
                 for p, offset in event.offsets.items():
@@ -94,6 +95,15 @@ class Watch:
         return targets is not None and all(
             self.committed.get(p, 0) >= end for p, end in targets.items()
         )
+
+
+def wrote_records(event: HistoryEvent) -> bool:
+    """Whether ``event`` says a lane's consumers wrote records: a batch written with records
+    in it (a user's Spark job does not say how many: any of its batches), or poison records
+    dead-lettered (a batch handled end to end, only none of it for the sink)."""
+    if event.kind is EventKind.WRITTEN:
+        return event.count is None or event.count > 0
+    return event.kind is EventKind.DEAD_LETTER and bool(event.count)
 
 
 def await_ready(

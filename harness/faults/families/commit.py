@@ -20,6 +20,7 @@ from harness.faults.base import (
     Context,
     FaultStuck,
     LinkRuleActor,
+    Seen,
     Setting,
     Step,
     Target,
@@ -27,6 +28,8 @@ from harness.faults.base import (
     needs_link_proxies,
     positive,
 )
+from harness.history.events import EventKind, HistoryEvent
+from harness.history.windows import fault_windows
 from harness.kafka.protocol import FAILABLE_APIS, ErrorCode
 from harness.pipeline.runtimes import CommitFailureVia
 from harness.records import Problem
@@ -34,6 +37,9 @@ from harness.records import Problem
 # The APIs a scenario names, by Kafka's names of them (``OffsetCommit``).
 KAFKA_APIS = {api.title: api for api in FAILABLE_APIS}
 ON, OFF = "commit-failure-on", "commit-failure-off"
+# A failure is recorded once the consumer has the answer back: one that comes this long after
+# the window closed was still a request the window failed.
+REPORTED_S = 2.0
 
 
 @dataclass
@@ -128,6 +134,31 @@ class CommitFailure(Timed):
         if len(held) < len(context.targets):  # lanes whose commits go through the proxy
             actors.append(LinkRuleActor(context, rule, ON, OFF))
         return actors[0] if len(actors) == 1 else _EachWay(actors)
+
+    def why_unfired(self, seen: Seen) -> str:
+        """It fired for a variant if the variant's consumers had a request of its ``apis``
+        fail while it held (a commit the consumer saw fail; an error the client logged): a
+        window that closed before the variant's next commit hit nothing, whatever it
+        overlapped (Spark's first batch of records can outlast it: docs/scenarios.md)."""
+        if why := super().why_unfired(seen):
+            return why
+        windows = [w for w in fault_windows(seen.events) if w.name == self.name]
+        if any(
+            self._failed(e) and any(w.start <= e.t <= w.end + REPORTED_S for w in windows)
+            for e in seen.events
+        ):
+            return ""
+        held = ", ".join(f"{seen.since(w.start)} to {seen.since(w.end)}" for w in windows)
+        return (
+            f"none of the variant's {', '.join(self.apis)} requests failed while it held ({held})"
+        )
+
+    def _failed(self, event: HistoryEvent) -> bool:
+        """A failure of one of its requests: a failed commit, or a group error the client
+        logged for one of its APIs (``ERROR API``)."""
+        if event.kind is EventKind.COMMIT_FAILED:
+            return "OffsetCommit" in self.apis
+        return event.kind is EventKind.KAFKA_ERROR and event.detail.rsplit(" ", 1)[-1] in self.apis
 
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
         if CommitFailureVia.PROXY in setting.commit_failure:
