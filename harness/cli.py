@@ -28,6 +28,9 @@ from harness.environment.base import BackendAbilities, Environment, EnvironmentS
 from harness.environment.doctor import component_versions
 from harness.environment.signals import stop_on_termination
 from harness.errors import BadInput, LabError
+from harness.explore import inputs as explore_inputs
+from harness.explore import report as explore_report
+from harness.explore.explorer import explore
 from harness.notebooks import execute
 from harness.repair import add_repair_parser
 from harness.report import (
@@ -365,6 +368,43 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return cmd_matrix(argparse.Namespace(**vars(args), **defaults, **external, backend=DEFAULT))
 
 
+def cmd_explore(args: argparse.Namespace) -> int:
+    """Randomized fault schedules against each variant's promise; each violation shrunk."""
+    args.backend = args.backend or DEFAULT
+    out = _run_dir(args, f"explore-{args.seed}")
+    plan = explore_inputs.plan(
+        runtime=args.runtime,
+        variants=args.variant or [],
+        kinds=_split(args.faults),
+        backend=_abilities(args),
+        budget=args.budget,
+        seed=args.seed,
+        out=out,
+    )
+    explored, budget = plan.explored, plan.budget_s
+    say(
+        f"exploring {', '.join(map(str, explored.variants))} on {explored.runtime} for "
+        f"{budget:.0f} s, seed {args.seed}; fault kinds: {', '.join(explored.kinds)}"
+    )
+    env, owned = _environment_for_run(args, out)
+    stop = threading.Event()
+    with stop_on_termination(), ExitStack() as stack:
+        if owned:
+            say(f"starting a {env.backend} environment in {out / 'env'}")
+            stack.enter_context(env)
+        state = explore(env, plan, progress=say, stop=stop)
+    say("")
+    for finding in state.findings:
+        say(f"found-{finding.number}: {'; '.join(map(str, finding.violations))}")
+        say(f"  minimal: {finding.minimal.schedule()} ({finding.minimal.shape.events} events)")
+        say(f"  reproduced {finding.reproduced} of {finding.replays} replays")
+        say(f"  chaoslab run {finding.scenario_file}")
+    if not state.findings:
+        say(f"no variant broke its promise in {len(state.runs)} runs")
+    say(f"report: {out / explore_report.PAGE}")
+    return 1 if state.findings else 130 if state.interrupted else 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """Write (again) the report of a run or matrix directory."""
     if (args.directory / RESULTS).exists():
@@ -549,6 +589,25 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", type=Path, help="directory (default: runs/matrix-TIMESTAMP)")
     demo.set_defaults(handler=cmd_demo)
 
+    ex = sub.add_parser(
+        "explore", help="random fault schedules against each variant's promise; shrink what breaks"
+    )
+    ex.add_argument(
+        "--variant",
+        action="append",
+        help="a variant to explore (repeat): a name, module:callable, or a scenario entry such "
+        "as '{name: dedup-log, key: business}' (default: the built-ins that promise something)",
+    )
+    ex.add_argument("--runtime", default="listener", help="listener or spark (default: listener)")
+    ex.add_argument("--budget", default="10m", help="the whole command's time: 600, 90s, 10m, 1h")
+    ex.add_argument("--seed", type=int, default=1, help="draws the schedules (default: 1)")
+    ex.add_argument("--faults", help="comma-separated fault kinds to draw from (default: all)")
+    ex.add_argument("--out", type=Path, help="where runs and findings go (default: runs/)")
+    ex.add_argument("--env", type=Path, help="use the environment running in this directory")
+    ex.add_argument("--backend", choices=names(), help="default: local")
+    _add_external(ex)
+    ex.set_defaults(handler=cmd_explore)
+
     report = sub.add_parser("report", help="write the report of a run or matrix directory")
     report.add_argument("directory", type=Path)
     report.set_defaults(handler=cmd_report)
@@ -566,6 +625,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # A user's variant, relay or Spark job is a module of the folder the command runs in, as
+    # with ``python -m``: the console script's own folder is on the path instead.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     logging.basicConfig(format="chaoslab: %(message)s", level=logging.WARNING)
     handler: Callable[[argparse.Namespace], int] = args.handler  # set by each subcommand
     try:

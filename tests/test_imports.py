@@ -47,6 +47,7 @@ LAYERS = (
     "harness.results",
     "harness.run",
     "harness.report",
+    "harness.explore",
     "harness.notebooks",
     "harness.repair",
     "harness.cli",

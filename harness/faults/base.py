@@ -11,7 +11,9 @@ A family's record is a frozen dataclass parsed from a scenario's YAML. It says
   is still in force when the run ends;
 * ``refusals`` and ``reach`` - before anything starts: what the backend or the pipeline cannot
   do for it, and whether the workload reaches it;
-* ``why_unfired`` - after the run, from one variant's history: why it did not fire.
+* ``why_unfired`` - after the run, from one variant's history: why it did not fire;
+* ``draw(rng, space)`` - one such fault at random, as a scenario entry (``chaoslab explore``):
+  its parameter ranges live in its module, beside its record and its steps.
 
 Everything else in the lab asks these of a fault and never asks which family it is.
 """
@@ -260,6 +262,41 @@ class Setting:
 
 
 @dataclass(frozen=True)
+class Space:
+    """What a drawn fault may aim at, and when: the setting of the run it is drawn for, the
+    backend's abilities, and about how long the run's work lasts."""
+
+    setting: Setting
+    backend: BackendAbilities
+    horizon_s: float  # a timed fault starts within this many seconds of the schedule's clock
+
+    def when(self, rng: random.Random) -> dict[str, Any]:
+        """A timed fault's start: a time, or a count of acknowledged records (half each)."""
+        if rng.random() < 0.5 and self.setting.events > 1:
+            return {"at_event": rng.randrange(1, self.setting.events)}
+        return {"at": round(rng.uniform(0.0, self.horizon_s), 1)}
+
+    def broker(self, rng: random.Random) -> Any:
+        """A broker selector's YAML: a node, the controller, a variant's group coordinator, a
+        partition's leader (moved by the time it acts: decided then)."""
+        variants = sorted(self.setting.variants)
+        choices: list[Any] = [rng.choice(self.backend.nodes or (1, 2, 3)), "controller"]
+        choices.append({"coordinator-of": rng.choice(variants)} if variants else "controller")
+        choices.append({"leader-of": rng.randrange(self.setting.partitions)})
+        return rng.choice(choices)
+
+    @staticmethod
+    def seconds(rng: random.Random, low: float, high: float) -> float:
+        return round(rng.uniform(low, high), 1)
+
+    def batch(self, rng: random.Random) -> dict[str, int]:
+        """Which batch of a consumer a crash point strikes, and after how many documents."""
+        batches = max(1, math.ceil(self.setting.per_consumer / self.setting.batch_size))
+        most = min(self.setting.batch_size, self.setting.per_consumer)
+        return {"at_batch": rng.randint(1, batches), "after_docs": rng.randint(1, max(1, most))}
+
+
+@dataclass(frozen=True)
 class Seen:
     """One variant's history, as a fault asks whether it fired."""
 
@@ -323,6 +360,12 @@ class Fault(ABC):
 
     def burst(self) -> Burst | None:
         """A window of the workload's own records, if it is one."""
+        return None
+
+    @classmethod
+    def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
+        """One such fault at random (a scenario entry without ``kind``), or None if it cannot
+        be drawn for ``space``. Families that do not say are never drawn."""
         return None
 
     @classmethod

@@ -48,6 +48,11 @@ class WorkloadSpec:
                     resend += b.fraction
         return poison, resend
 
+    @property
+    def resends(self) -> bool:
+        """Whether upstream sends some changes again, with new event ids."""
+        return self.resend_fraction > 0 or any(b.kind is Kind.RESEND for b in self.bursts)
+
     def problems(self) -> list[tuple[str, str]]:
         """(field, what is wrong) for every invalid field."""
         found = []

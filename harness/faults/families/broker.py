@@ -8,6 +8,7 @@ supervision goes on meanwhile; the steps after it wait until the cluster says it
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -21,6 +22,7 @@ from harness.faults.base import (
     Context,
     FaultStuck,
     Setting,
+    Space,
     Step,
     Timed,
     needs_server_control,
@@ -256,6 +258,10 @@ class BrokerBounce(_OneNode):
         return (self.opening(seed), *_restart(self.hard), Step(END))
 
     @classmethod
+    def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
+        return {**space.when(rng), "hard": rng.random() < 0.5, "broker": space.broker(rng)}
+
+    @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
         return {**cls.when(at, at_event), "hard": True}
 
@@ -273,6 +279,14 @@ class _NodeWindow(_OneNode):
 
     def problems(self) -> list[Problem]:
         return self.trigger_problems() + positive("duration", self.duration)
+
+    @classmethod
+    def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
+        return {
+            **space.when(rng),
+            "duration": space.seconds(rng, 2, 15),
+            "broker": space.broker(rng),
+        }
 
     @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
@@ -342,6 +356,13 @@ class BrokerRollingRestart(Timed):
         problem = self.start.refusal(setting, backend)
         found = needs_server_control(backend, "the Kafka nodes")
         return found + ([("start", problem)] if problem else [])
+
+    @classmethod
+    def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
+        # A rotation waits for the cluster to be fully replicated again (tens of seconds): more
+        # than two make a run long for little more exercised.
+        return {**space.when(rng), "rotations": rng.randint(1, 2), "hard": rng.random() < 0.5,
+                "interval": space.seconds(rng, 0, 3), "start": space.broker(rng)}  # fmt: skip
 
     @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:

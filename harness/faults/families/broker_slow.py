@@ -5,11 +5,21 @@ answer late; the other nodes answer as before - a node on a bad disk or a noisy 
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from harness.environment.base import KAFKA_LINKS, BackendAbilities, Link, LinkRule
-from harness.faults.base import Actor, Context, Setting, Step, Timed, needs_link_proxies, positive
+from harness.faults.base import (
+    Actor,
+    Context,
+    Setting,
+    Space,
+    Step,
+    Timed,
+    needs_link_proxies,
+    positive,
+)
 from harness.faults.families.broker import FIRST_NODE, BrokerSelector
 from harness.history.events import EventKind
 from harness.records import Problem
@@ -78,6 +88,13 @@ class BrokerSlow(Timed):
         found = needs_link_proxies(backend)
         problem = self.broker.refusal(setting, backend)
         return found + ([("broker", problem)] if problem else [])
+
+    @classmethod
+    def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
+        links = rng.choice([[Link.CONSUMER_KAFKA], [Link.PRODUCER_KAFKA], list(KAFKA_LINKS)])
+        return {**space.when(rng), "duration": space.seconds(rng, 2, 15),
+                "delay_ms": rng.randint(100, 2000), "broker": space.broker(rng),
+                "links": sorted(link.value for link in links)}  # fmt: skip
 
     @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:

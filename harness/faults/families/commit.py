@@ -9,6 +9,7 @@ and Spark's own commit write fails - the filesystem's error, not one the lab rai
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -22,6 +23,7 @@ from harness.faults.base import (
     LinkRuleActor,
     Seen,
     Setting,
+    Space,
     Step,
     Target,
     Timed,
@@ -164,6 +166,12 @@ class CommitFailure(Timed):
         if CommitFailureVia.PROXY in setting.commit_failure:
             return needs_link_proxies(backend)
         return []
+
+    @classmethod
+    def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
+        apis = [a.title for a in FAILABLE_APIS if a.title == "OffsetCommit" or rng.random() < 0.3]
+        return {**space.when(rng), "duration": space.seconds(rng, 2, 20),
+                "error": rng.choice([e.name for e in ErrorCode]), "apis": apis}  # fmt: skip
 
     @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:

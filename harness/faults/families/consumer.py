@@ -4,15 +4,33 @@ runtime (``harness.pipeline.crash``), and a kill at a time, by the nemesis."""
 from __future__ import annotations
 
 import math
+import random
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from harness.environment.base import BackendAbilities
-from harness.faults.base import END, Actor, Context, Fault, Seen, Setting, Step, Timed, positive
+from harness.faults.base import (
+    END,
+    Actor,
+    Context,
+    Fault,
+    Seen,
+    Setting,
+    Space,
+    Step,
+    Timed,
+    positive,
+)
 from harness.history.events import EventKind
 from harness.pipeline.crash import CrashPlan, CrashPoint
 from harness.records import Problem
+
+# The points where a sink's consumer can be struck (the relay's is relay-crash's).
+SINK_POINTS = (
+    CrashPoint.BEFORE_WRITE, CrashPoint.MID_WRITE, CrashPoint.AFTER_WRITE_BEFORE_COMMIT,
+    CrashPoint.AFTER_COMMIT,
+)  # fmt: skip
 
 
 def sink_point(point: CrashPoint) -> list[Problem]:
@@ -122,6 +140,11 @@ class ConsumerCrash(_AtPoint):
         return found
 
     @classmethod
+    def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
+        return {"point": rng.choice(SINK_POINTS).value, **space.batch(rng),
+                "times": rng.randint(1, 2)}  # fmt: skip
+
+    @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
         return {"point": "after_write_before_commit", "at_batch": 2}
 
@@ -157,6 +180,11 @@ class ConsumerPause(_AtPoint):
             + [p for p in self.crash_plan(0).problems() if p[0] != "duration"]
             + sink_point(self.point)
         )
+
+    @classmethod
+    def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
+        return {"point": rng.choice(SINK_POINTS).value, **space.batch(rng),
+                "duration": space.seconds(rng, 2, 15)}  # fmt: skip
 
     @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
@@ -213,6 +241,12 @@ class ConsumerKill(Timed):
                 f"no consumer {self.consumer}",
             )
         ]
+
+    @classmethod
+    def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
+        consumers = space.setting.consumers
+        one = rng.random() < 0.5 and consumers > 1
+        return {**space.when(rng), **({"consumer": rng.randrange(consumers)} if one else {})}
 
     @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pymongo import MongoClient
 
 from harness.environment.base import BackendAbilities
-from harness.faults.base import Actor, Context, Setting, Step, Timed, positive
+from harness.faults.base import Actor, Context, Setting, Space, Step, Timed, positive
 from harness.pipeline.runtime import CONSUMER_APP
 from harness.records import Problem
 
 ON, OFF = "failpoint-on", "failpoint-off"
+# What a consumer's write sends, and the errors a primary that steps down or shuts down answers
+# with (NotWritablePrimary, PrimarySteppedDown, ShutdownInProgress, InterruptedAtShutdown).
+WRITE_COMMANDS = ("insert", "update", "commitTransaction")
+RETRYABLE_CODES = (10107, 189, 91, 11600)
 
 
 @dataclass
@@ -87,6 +92,15 @@ class MongoFailCommand(Timed):
 
     def actor(self, context: Context) -> Actor:
         return _Failpoint(self, context)
+
+    @classmethod
+    def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
+        commands = [c for c in WRITE_COMMANDS if rng.random() < 0.6] or ["insert"]
+        entry = {**space.when(rng), "duration": space.seconds(rng, 1, 10), "commands": commands,
+                 "error_code": rng.choice(RETRYABLE_CODES)}  # fmt: skip
+        if rng.random() < 0.3:
+            entry["times"] = rng.randint(1, 5)
+        return entry
 
     @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:

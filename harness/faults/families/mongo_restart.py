@@ -4,6 +4,7 @@ connections break; a change stream resumes from its token, a write is retried or
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -13,6 +14,7 @@ from harness.faults.base import (
     Actor,
     Context,
     Setting,
+    Space,
     Step,
     Timed,
     needs_server_control,
@@ -88,6 +90,12 @@ class MongoRestart(Timed):
 
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
         return needs_server_control(backend, "MongoDB")
+
+    @classmethod
+    def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
+        hard = rng.random() < 0.5
+        down = {"down_for": space.seconds(rng, 0, 5)} if hard and rng.random() < 0.5 else {}
+        return {**space.when(rng), "hard": hard, **down}
 
     @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:

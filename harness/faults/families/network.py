@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -12,6 +13,7 @@ from harness.faults.base import (
     Context,
     LinkRuleActor,
     Setting,
+    Space,
     Step,
     Timed,
     needs_link_proxies,
@@ -57,6 +59,13 @@ class NetworkFault(Timed):
 
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
         return needs_link_proxies(backend)
+
+    @classmethod
+    def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
+        action = rng.choice(list(NetworkAction))
+        delay = {"delay_ms": rng.randint(100, 3000)} if action is NetworkAction.DELAY else {}
+        return {**space.when(rng), "duration": space.seconds(rng, 1, 10),
+                "link": rng.choice(list(Link)).value, "action": action.value, **delay}  # fmt: skip
 
     @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:

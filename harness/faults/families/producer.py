@@ -4,10 +4,11 @@ marks the window in the history, by record counts."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from harness.faults.base import END, START, Fault, Seen, Setting, Step, positive
+from harness.faults.base import END, START, Fault, Seen, Setting, Space, Step, positive
 from harness.records import Problem
 from harness.workload.events import Kind
 from harness.workload.generator import Burst
@@ -68,6 +69,15 @@ class ProducerResend(_Burst):
 
     kind: ClassVar[str] = "producer-resend"
     record_kind: ClassVar[Kind] = Kind.RESEND
+
+    @classmethod
+    def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
+        total = space.setting.events
+        if total < 2:
+            return None
+        start = rng.randrange(total - 1)
+        return {"start_event": start, "events": rng.randint(1, total - start),
+                "fraction": round(rng.uniform(0.05, 0.5), 2)}  # fmt: skip
 
 
 @dataclass(frozen=True)

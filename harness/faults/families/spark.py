@@ -10,12 +10,13 @@ partition's share of the batch again. The batch then commits once.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from harness.environment.base import BackendAbilities
 from harness.environment.spark import SparkCluster
-from harness.faults.base import Fault, Seen, Setting, Step
+from harness.faults.base import Fault, Seen, Setting, Space, Step
 from harness.history.events import EventKind
 from harness.pipeline.crash import CrashPlan, CrashPoint, Struck
 from harness.records import Problem
@@ -95,6 +96,10 @@ class ExecutorLoss(Fault):
             f"no write task of batch {self.at_batch} or later reached {self.after_docs} "
             "documents of its partition"
         )
+
+    @classmethod
+    def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
+        return {**space.batch(rng), "times": rng.randint(1, 2)}
 
     @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import BulkWriteError
 
+from harness.checker.promise import EXACTLY_ONCE, Promise
 from harness.errors import BadInput
 from harness.pipeline.batch import Batch, Record
 from harness.pipeline.crash import Crasher, CrashPoint
@@ -42,6 +43,12 @@ class Key(StrEnum):
 
     EVENT_ID = "event_id"  # the producer-minted id: a resend upstream gets a new one
     BUSINESS = "business"  # the business change itself: (order_id, version)
+
+
+def keyed_promise(promise: Promise, key: Key) -> Promise:
+    """A de-duplicating variant's promise with its key: by event id, an upstream resend (a new
+    id for the same change) is not a duplicate it can see."""
+    return promise.without_resends() if key is Key.EVENT_ID else promise
 
 
 def message_key(key: Key, record: Record) -> str:
@@ -93,6 +100,12 @@ class Variant(ABC):
     def runs_on(self, runtime: Runtime) -> bool:
         """Whether it can run on ``runtime`` (any, unless it says otherwise)."""
         return True
+
+    @property
+    def promise(self) -> Promise:
+        """What it guarantees, whatever the faults (``chaoslab explore`` holds it to this):
+        exactly-once unless it says less."""
+        return EXACTLY_ONCE
 
     @property
     def label(self) -> str:

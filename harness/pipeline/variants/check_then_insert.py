@@ -5,8 +5,16 @@ from typing import Any
 
 from pymongo.database import Database
 
+from harness.checker.promise import AT_LEAST_ONCE, Promise
 from harness.pipeline.batch import Batch
-from harness.pipeline.variants.base import Key, Variant, WriteContext, landing_doc, project
+from harness.pipeline.variants.base import (
+    Key,
+    Variant,
+    WriteContext,
+    keyed_promise,
+    landing_doc,
+    project,
+)
 
 
 @dataclass
@@ -22,6 +30,11 @@ class CheckThenInsert(Variant):
 
     name = "check-then-insert"
     key: Key = Key.EVENT_ID
+
+    @property
+    def promise(self) -> Promise:
+        # No index backs the check: a redelivery that overlaps the first delivery gets in.
+        return keyed_promise(AT_LEAST_ONCE, self.key)
 
     def __post_init__(self) -> None:
         self.key = Key(self.key)

@@ -9,11 +9,13 @@ from pymongo import ReturnDocument
 from pymongo.database import Database
 from pymongo.errors import DuplicateKeyError
 
+from harness.checker.promise import AT_LEAST_ONCE, Promise
 from harness.pipeline.batch import Batch, Record
 from harness.pipeline.variants.base import (
     Key,
     Variant,
     WriteContext,
+    keyed_promise,
     landing_doc,
     message_key,
     project,
@@ -43,6 +45,11 @@ class DedupLog(Variant):
     collections = (*Variant.collections, LOG)
     key: Key = Key.EVENT_ID
     expiry_s: float = 10.0
+
+    @property
+    def promise(self) -> Promise:
+        # A crash between the write and CONSUMED writes that message again after the expiry.
+        return keyed_promise(AT_LEAST_ONCE, self.key)
 
     def __post_init__(self) -> None:
         self.key = Key(self.key)

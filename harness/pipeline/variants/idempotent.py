@@ -6,12 +6,14 @@ from typing import Any
 from pymongo import ReplaceOne
 from pymongo.database import Database
 
+from harness.checker.promise import EXACTLY_ONCE, Promise
 from harness.pipeline.batch import Batch
 from harness.pipeline.variants.base import (
     SEED_000_KEY,
     Key,
     Variant,
     WriteContext,
+    keyed_promise,
     landing_doc,
     project,
     seed_000_key,
@@ -32,6 +34,10 @@ class Idempotent(Variant):
 
     name = "idempotent"
     key: Key = Key.EVENT_ID
+
+    @property
+    def promise(self) -> Promise:
+        return keyed_promise(EXACTLY_ONCE, self.key)
 
     def __post_init__(self) -> None:
         self.key = Key(self.key)

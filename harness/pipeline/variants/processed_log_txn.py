@@ -7,11 +7,13 @@ from pymongo.client_session import ClientSession
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
+from harness.checker.promise import EXACTLY_ONCE, Promise
 from harness.pipeline.batch import Batch, Record
 from harness.pipeline.variants.base import (
     Key,
     Variant,
     WriteContext,
+    keyed_promise,
     landing_doc,
     message_key,
     project,
@@ -43,6 +45,10 @@ class ProcessedLogTxn(Variant):
     name = "processed-log-txn"
     collections = (*Variant.collections, LOG)
     key: Key = Key.EVENT_ID
+
+    @property
+    def promise(self) -> Promise:
+        return keyed_promise(EXACTLY_ONCE, self.key)
 
     def __post_init__(self) -> None:
         self.key = Key(self.key)

@@ -6,11 +6,13 @@ from typing import Any
 from pymongo import ASCENDING, InsertOne
 from pymongo.database import Database
 
+from harness.checker.promise import EXACTLY_ONCE, Promise
 from harness.pipeline.batch import Batch
 from harness.pipeline.variants.base import (
     Key,
     Variant,
     WriteContext,
+    keyed_promise,
     landing_doc,
     project,
     write_ignoring_duplicates,
@@ -29,6 +31,10 @@ class UniqueIndex(Variant):
 
     name = "unique-index"
     key: Key = Key.EVENT_ID
+
+    @property
+    def promise(self) -> Promise:
+        return keyed_promise(EXACTLY_ONCE, self.key)
 
     def __post_init__(self) -> None:
         self.key = Key(self.key)

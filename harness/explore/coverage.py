@@ -1,0 +1,87 @@
+"""What an exploration exercised, read from the histories of its runs (pure).
+
+The conditions are the "sometimes" events of a delivery pipeline - what has to happen for a
+variant's promise to be tested at all. A condition no run reached is where the next
+exploration should push; the report lists them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from harness.history.events import EventKind, HistoryEvent
+
+
+class Condition(StrEnum):
+    REDELIVERED = "a batch redelivered"  # records handed out again after they were written
+    COMMIT_FAILED = "a commit failed after its write"
+    KILLED_MID_WRITE = "a consumer killed mid-write"
+    EXECUTOR_LOST = "an executor lost mid-task"
+    WRITE_RETRIED = "a write failed and was tried again"
+    MOVED_IN_FLIGHT = "partitions moved with a batch in flight"
+    RESTARTED = "a consumer restarted"
+
+
+# Conditions the issue names that no history event shows yet: said, not guessed.
+NOT_READ = ("a coordinator moved (the cluster's coordinators are not in the history)",)
+
+
+@dataclass(frozen=True)
+class Exercised:
+    """One lane's run: the conditions its history shows, and the crash points reached."""
+
+    conditions: frozenset[Condition]
+    crash_points: frozenset[str]
+
+
+def exercised(events: Sequence[HistoryEvent]) -> Exercised:
+    """The conditions one lane's history shows."""
+    found: set[Condition] = set()
+    written: dict[int, int] = {}  # partition -> the highest offset written so far
+    open_batches: dict[str, int] = {}  # source -> batches handed out and not yet written
+    for e in sorted(events, key=lambda e: e.t):
+        match e.kind:
+            case EventKind.BATCH:
+                if any(written.get(p, -1) >= first for p, first in e.offsets.items()):
+                    found.add(Condition.REDELIVERED)
+                open_batches[e.source] = open_batches.get(e.source, 0) + 1
+            case EventKind.WRITTEN:
+                for p, last in e.offsets.items():
+                    written[p] = max(written.get(p, -1), last)
+                open_batches[e.source] = max(0, open_batches.get(e.source, 0) - 1)
+            case EventKind.COMMIT_FAILED:
+                found.add(Condition.COMMIT_FAILED)
+            case EventKind.KAFKA_ERROR if "OffsetCommit" in e.detail:
+                found.add(Condition.COMMIT_FAILED)
+            case EventKind.WRITE_FAILED:
+                found.add(Condition.WRITE_RETRIED)
+            case EventKind.EXECUTOR_LOST:
+                found.add(Condition.EXECUTOR_LOST)
+            case EventKind.CRASH if e.detail == "mid_write":
+                found.add(Condition.KILLED_MID_WRITE)
+            case EventKind.RUNTIME_EXIT if (
+                open_batches.get(_process(e), 0) and "killed" in e.detail
+            ):
+                found.add(Condition.KILLED_MID_WRITE)
+            case EventKind.ASSIGNED if any(
+                n for source, n in open_batches.items() if source != e.source
+            ):
+                found.add(Condition.MOVED_IN_FLIGHT)
+    starts = [e for e in events if e.kind is EventKind.RUNTIME_START]
+    if len(starts) > len({e.source for e in starts}):
+        found.add(Condition.RESTARTED)
+    points = frozenset(e.detail for e in events if e.kind is EventKind.CRASH)
+    return Exercised(frozenset(found), points)
+
+
+def _process(e: HistoryEvent) -> str:
+    """The consumer a supervisor's exit event is about (``listener-1 killed by SIGKILL``)."""
+    return e.detail.split(" ", 1)[0]
+
+
+def unreached(seen: Iterable[Exercised]) -> tuple[Condition, ...]:
+    """The conditions no lane reached."""
+    reached = set().union(*(s.conditions for s in seen))
+    return tuple(c for c in Condition if c not in reached)

@@ -1,0 +1,278 @@
+"""``chaoslab explore``: draw trials from a seed, run each on one environment, hold every
+variant to its own promise, and shrink each violation to a minimal scenario.
+
+The budget is the whole command's: a run still going when it ends is stopped (the run's own
+stop, which stops what it started), shrinking ends early enough to replay the minimal trial,
+and the report is written whatever happened - Ctrl-C included.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+from harness.environment.base import Environment
+from harness.errors import LabError
+from harness.explore import report
+from harness.explore.coverage import Exercised, exercised
+from harness.explore.model import (
+    FOUND,
+    Aimed,
+    Exploration,
+    Finding,
+    Plan,
+    RunRecord,
+    Violation,
+    promises,
+    target_of,
+    violations,
+)
+from harness.explore.shrink import shrink
+from harness.explore.trial import Trial, draw_trial, refused
+from harness.history.events import read_history
+from harness.report import write_report
+from harness.results.model import ScenarioResult
+from harness.run.loop import Progress, Stopped
+from harness.run.runner import run_scenario
+
+# A run is not started with less than this left: it would be stopped before it shows anything.
+SHORTEST_RUN_S = 20.0
+
+
+def explore(
+    env: Environment, plan: Plan, *, progress: Progress = print, stop: threading.Event
+) -> Exploration:
+    """Run trials until the budget ends (or Ctrl-C); return what was found. The report is
+    written into ``plan.out`` before it returns."""
+    state = Exploration(plan)
+    deadline = threading.Timer(max(0.0, state.left()), stop.set)
+    deadline.daemon = True
+    deadline.start()
+    try:
+        number = 0
+        while state.left() > SHORTEST_RUN_S and not stop.is_set():
+            number += 1
+            trial = draw_trial(plan.explored, plan.seed, number)
+            if problem := refused(trial, plan.explored.backend):
+                progress(f"run {number}: skipped, the backend cannot play it: {problem}")
+                continue
+            record = run_one(env, trial, plan.out / "runs" / f"{number:03d}", number, stop)
+            state.runs.append(record)
+            progress(f"run {number:>3} {_summary(record)}")
+            if record.violations and not _known(state, record.violations):
+                state.findings.append(_shrink(env, state, record, stop, progress))
+    except KeyboardInterrupt:
+        state.interrupted = "Ctrl-C"
+        progress("interrupted: writing what was found")
+    finally:
+        deadline.cancel()
+    report.write(state)
+    return state
+
+
+def run_one(
+    env: Environment, trial: Trial, directory: Path, number: int, stop: threading.Event
+) -> RunRecord:
+    """Run ``trial`` and judge every lane against its promise."""
+    started = time.monotonic()
+    scenario = trial.scenario()
+    try:
+        result = run_scenario(
+            env, scenario, directory, progress=_quiet, keep_topics=False, stop=stop
+        )
+    except Stopped:
+        return RunRecord(
+            number, trial, time.monotonic() - started, error="stopped", directory=directory
+        )
+    except LabError as exc:
+        return RunRecord(
+            number, trial, time.monotonic() - started, error=str(exc), directory=directory
+        )
+    seconds = time.monotonic() - started
+    if result.error:
+        return RunRecord(number, trial, seconds, error=result.error, directory=directory)
+    return RunRecord(
+        number,
+        trial,
+        seconds,
+        violations=violations(scenario, result),
+        directory=directory,
+        exercised=_exercised(result),
+        aimed=_aimed(trial, result),
+    )
+
+
+def _shrink(
+    env: Environment,
+    state: Exploration,
+    record: RunRecord,
+    stop: threading.Event,
+    progress: Progress,
+) -> Finding:
+    plan = state.plan
+    number = len(state.findings) + 1
+    folder = plan.out / FOUND.format(number)
+    violators = tuple(v.variant.split("/", 1)[1] for v in record.violations)
+    broken = {v.variant for v in record.violations}
+    tries = iter(range(1, 10_000))
+    last_failing: list[RunRecord] = [record]
+    progress(f"  found: {'; '.join(map(str, record.violations))}; shrinking")
+
+    def fails(trial: Trial) -> bool:
+        attempt = run_one(env, trial, folder / "shrink" / f"try-{next(tries):03d}", 0, stop)
+        if any(v.variant in broken for v in attempt.violations):
+            last_failing.append(attempt)
+            return True
+        return False
+
+    def out_of_time() -> bool:
+        replays = plan.replays * statistics.median(r.seconds for r in last_failing[-3:])
+        return stop.is_set() or state.left() < replays + SHORTEST_RUN_S
+
+    minimal, trail = shrink(
+        record.trial,
+        violators,
+        fails,
+        valid=lambda t: not refused(t, plan.explored.backend),
+        out_of_time=out_of_time,
+        clock=time.monotonic,
+        said=progress,
+    )
+    minimal = _named(minimal, plan, record, number)
+    reproduced, replays, shown = _replay(env, state, minimal, folder, broken, stop, progress)
+    shown = shown or last_failing[-1]
+    finding = Finding(
+        number=number,
+        run=record.number,
+        violations=record.violations,
+        minimal=minimal,
+        trail=trail,
+        reproduced=reproduced,
+        replays=replays,
+        directory=folder,
+        report=_report(shown),
+    )
+    _write_scenario(finding)
+    progress(
+        f"  shrunk in {len(trail)} tries to: {minimal.schedule()}; reproduced {reproduced} "
+        f"of {replays} replays; {finding.scenario_file}"
+    )
+    return finding
+
+
+def _replay(
+    env: Environment,
+    state: Exploration,
+    trial: Trial,
+    folder: Path,
+    broken: set[str],
+    stop: threading.Event,
+    progress: Progress,
+) -> tuple[int, int, RunRecord | None]:
+    """Run the minimal trial again with the same seeds: how many of the replays broke the
+    promise, how many ran, and one that broke it."""
+    reproduced, ran, shown = 0, 0, None
+    for k in range(1, state.plan.replays + 1):
+        if stop.is_set() or state.left() < SHORTEST_RUN_S / 2:
+            break
+        attempt = run_one(env, trial, folder / f"replay-{k}", 0, stop)
+        if attempt.error == "stopped":
+            break
+        ran += 1
+        if any(v.variant in broken for v in attempt.violations):
+            reproduced += 1
+            shown = shown or attempt
+        progress(f"  replay {k}: {attempt.verdict}")
+    return reproduced, ran, shown
+
+
+def _named(trial: Trial, plan: Plan, record: RunRecord, number: int) -> Trial:
+    what = "; ".join(map(str, record.violations))
+    description = (
+        f"Found by chaoslab explore --seed {plan.seed} (run {record.number}) and shrunk: "
+        f"{what}. The lab drew this schedule; its seed ({trial.seed}) replays the workload, "
+        f"the jitter and the crash points."
+    )
+    return Trial(
+        name=f"found-{plan.seed}-{record.number}",
+        seed=trial.seed,
+        runtime=trial.runtime,
+        variants=trial.variants,
+        shape=trial.shape,
+        faults=trial.faults,
+        description=description,
+    )
+
+
+def _write_scenario(finding: Finding) -> None:
+    """The minimal trial as a library scenario whose expectations are the broken promises:
+    ``chaoslab run`` of it fails while the violation reproduces."""
+    scenario = finding.minimal.scenario()
+    kept = promises(scenario)
+    expect = {
+        label.split("/", 1)[1]: {name: 0 for name in kept[label].zero}
+        for label in {v.variant for v in finding.violations}
+        if label in kept
+    }
+    finding.directory.mkdir(parents=True, exist_ok=True)
+    header = (
+        f"# Reproduce: chaoslab run {finding.scenario_file}\n"
+        f"# Reproduced in {finding.reproduced} of {finding.replays} replays with seed "
+        f"{finding.minimal.seed}.\n"
+    )
+    body = yaml.safe_dump(finding.minimal.document(expect), sort_keys=False, width=100)
+    finding.scenario_file.write_text(header + body)
+
+
+def _report(record: RunRecord) -> Path | None:
+    if record.directory is None or record.error:
+        return None
+    try:
+        return write_report(record.directory).markdown
+    except (LabError, OSError, ValueError):
+        return None  # the finding stands without its picture
+
+
+def _known(state: Exploration, found: tuple[Violation, ...]) -> bool:
+    """Whether every violation is one a finding already shrank (same lane, same counts)."""
+    seen = {(v.variant, _fields(v)) for f in state.findings for v in f.violations}
+    return all((v.variant, _fields(v)) in seen for v in found)
+
+
+def _fields(v: Violation) -> tuple[str, ...]:
+    return tuple(sorted(b.split(" ", 1)[0] for b in v.broken))
+
+
+def _exercised(result: ScenarioResult) -> tuple[tuple[str, Exercised], ...]:
+    found = []
+    for v in result.variants:
+        if v.directory is not None:
+            found.append((v.label, exercised(read_history(v.directory / "history"))))
+    return tuple(found)
+
+
+def _aimed(trial: Trial, result: ScenarioResult) -> tuple[Aimed, ...]:
+    return tuple(
+        Aimed(
+            str(entry["kind"]),
+            target_of(entry),
+            v.label,
+            fired=entry["name"] not in {u.name for u in v.unfired},
+        )
+        for entry in trial.faults
+        for v in result.variants
+    )
+
+
+def _summary(record: RunRecord) -> str:
+    s = record.trial.shape
+    workload = f"{s.events} events/{s.partitions}p/{s.consumers}c"
+    return f"[{workload}] {record.trial.schedule()} -> {record.verdict} ({record.seconds:.0f} s)"
+
+
+def _quiet(_line: str) -> None:
+    """A run's own progress lines: explore prints one line per run instead."""

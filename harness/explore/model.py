@@ -1,0 +1,155 @@
+"""An exploration's records: each run, what broke a promise, and each finding shrunk."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.checker.promise import Promise
+from harness.explore.coverage import Exercised
+from harness.explore.shrink import Tried
+from harness.explore.trial import Explored, Trial
+from harness.pipeline.variants import make_variant
+from harness.results.model import ScenarioResult
+from harness.scenario import Scenario
+
+# Kept for stopping the last run and writing the report after the budget's end.
+MARGIN_S = 15.0
+REPLAYS = 5  # of the minimal trial, for its reproduction rate
+FOUND = "found-{}"  # a finding's folder in the exploration's
+SCENARIO_FILE = "scenario.yaml"
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A variant that broke its own promise in one run."""
+
+    variant: str  # runtime/label
+    promise: str
+    broken: tuple[str, ...]  # "duplicates 3"
+
+    def __str__(self) -> str:
+        return f"{self.variant} broke its promise ({self.promise}): {', '.join(self.broken)}"
+
+
+@dataclass(frozen=True)
+class Aimed:
+    """A fault of a run as the coverage counts it: its kind, what it aimed at, the variant,
+    and whether it fired for that variant."""
+
+    kind: str
+    target: str
+    variant: str
+    fired: bool
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    number: int
+    trial: Trial
+    seconds: float
+    violations: tuple[Violation, ...] = ()
+    error: str = ""  # the run did not finish (a consumer stuck past the timeout, a stop)
+    directory: Path | None = None
+    exercised: tuple[tuple[str, Exercised], ...] = ()  # (variant, what its history shows)
+    aimed: tuple[Aimed, ...] = ()
+
+    @property
+    def verdict(self) -> str:
+        if self.error:
+            return f"did not finish: {self.error.splitlines()[0]}"
+        return "; ".join(map(str, self.violations)) or "every promise kept"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A violation shrunk: the minimal trial that still breaks the promise, and how often it
+    did in replays with the same seeds."""
+
+    number: int
+    run: int  # the exploration's run that found it
+    violations: tuple[Violation, ...]
+    minimal: Trial
+    trail: tuple[Tried, ...]
+    reproduced: int
+    replays: int
+    directory: Path
+    report: Path | None = None  # a replay's report.md that shows it
+
+    @property
+    def scenario_file(self) -> Path:
+        return self.directory / SCENARIO_FILE
+
+
+def promises(scenario: Scenario) -> dict[str, Promise]:
+    """Each lane's promise (``runtime/label``), as it applies to this scenario's workload."""
+    resends = scenario.workload.resends
+    found = {}
+    for spec in scenario.variants:
+        promise = make_variant(spec.name, spec.options).promise.under(resends=resends)
+        for runtime in scenario.runtimes:
+            found[f"{runtime}/{spec.label}"] = promise
+    return found
+
+
+def violations(scenario: Scenario, result: ScenarioResult) -> tuple[Violation, ...]:
+    """The lanes of a run that broke their promise."""
+    kept = promises(scenario)
+    found = []
+    for v in result.variants:
+        promise = kept[v.label]
+        if broken := promise.broken(v.verdict):
+            found.append(Violation(v.label, promise.name, broken))
+    return tuple(found)
+
+
+def target_of(entry: Mapping[str, Any]) -> str:
+    """What a fault entry aims at, as the coverage counts it (not which node: the kind of
+    target)."""
+    for key in ("broker", "start"):
+        if key in entry:
+            value = entry[key]
+            if isinstance(value, dict):
+                return "a group coordinator" if "coordinator-of" in value else "a partition leader"
+            return "the controller" if value == "controller" else "a node"
+    if "link" in entry:
+        return f"link {entry['link']}"
+    if "point" in entry:
+        return f"a consumer at {entry['point']}"
+    if "consumer" in entry:
+        return "one consumer"
+    if "commands" in entry:
+        return "MongoDB's " + ", ".join(entry["commands"])
+    if "apis" in entry:
+        return "the group's " + ", ".join(entry["apis"])
+    return {
+        "consumer-kill": "every consumer",
+        "mongo-restart": "MongoDB",
+        "executor-loss": "an executor",
+    }.get(str(entry["kind"]), "the workload")
+
+
+@dataclass(frozen=True)
+class Plan:
+    explored: Explored
+    seed: int
+    budget_s: float
+    out: Path
+    replays: int = REPLAYS
+
+
+@dataclass
+class Exploration:
+    """What an exploration did so far (the report is written from it at any point)."""
+
+    plan: Plan
+    started: float = field(default_factory=time.monotonic)
+    runs: list[RunRecord] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    interrupted: str = ""  # why it ended early ("Ctrl-C")
+
+    def left(self) -> float:
+        return self.plan.budget_s - MARGIN_S - (time.monotonic() - self.started)

@@ -1,0 +1,104 @@
+"""An exploration's page (``explore.md``): its findings with their reproducers, every run in a
+line, and what the runs exercised - fault kind x target x variant, the conditions the
+histories show, and the conditions no run reached."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness.explore.coverage import NOT_READ, Condition, Exercised, unreached
+from harness.explore.model import Exploration, Finding, RunRecord
+
+PAGE = "explore.md"
+
+
+def write(state: Exploration) -> Path:
+    plan = state.plan
+    plan.out.mkdir(parents=True, exist_ok=True)
+    elapsed = sum(r.seconds for r in state.runs)
+    explored = plan.explored
+    lines = [
+        f"# Exploration: seed {plan.seed}, {explored.runtime}",
+        "",
+        f"Variants: {', '.join(map(str, explored.variants))}. Fault kinds: "
+        f"{', '.join(explored.kinds)}. Budget {plan.budget_s:.0f} s; {len(state.runs)} runs "
+        f"({elapsed:.0f} s running them)"
+        + (f"; ended early: {state.interrupted}" if state.interrupted else "")
+        + ".",
+        "",
+        "## Findings",
+        "",
+        *(_finding(f, plan.out) for f in state.findings),
+        *([] if state.findings else ["No variant broke its promise."]),
+        "",
+        "## Runs",
+        "",
+        "| run | workload | schedule | verdict | s |",
+        "| ---: | --- | --- | --- | ---: |",
+        *(_run(r) for r in state.runs),
+        "",
+        *coverage(state.runs),
+    ]
+    page = plan.out / PAGE
+    page.write_text("\n".join(lines) + "\n")
+    return page
+
+
+def coverage(runs: Sequence[RunRecord]) -> list[str]:
+    """The coverage section: what was aimed at and fired, and what the histories show."""
+    aimed = Counter((a.kind, a.target, a.variant) for r in runs for a in r.aimed)
+    fired = Counter((a.kind, a.target, a.variant) for r in runs for a in r.aimed if a.fired)
+    seen: list[Exercised] = [e for r in runs for _v, e in r.exercised]
+    by_variant: dict[str, Counter[Condition]] = {}
+    for r in runs:
+        for variant, e in r.exercised:
+            by_variant.setdefault(variant, Counter()).update(e.conditions)
+    points = Counter(p for e in seen for p in e.crash_points)
+    lines = [
+        "## Coverage",
+        "",
+        "| fault kind | target | variant | drawn | fired |",
+        "| --- | --- | --- | ---: | ---: |",
+        *(
+            f"| {k} | {t} | {v} | {n} | {fired[(k, t, v)]} |"
+            for (k, t, v), n in sorted(aimed.items())
+        ),
+        "",
+        "Conditions the histories show (runs in which each happened):",
+        "",
+        "| variant | " + " | ".join(c.value for c in Condition) + " |",
+        "| --- |" + " ---: |" * len(Condition),
+        *(
+            f"| {variant} | " + " | ".join(str(counts[c]) for c in Condition) + " |"
+            for variant, counts in sorted(by_variant.items())
+        ),
+        "",
+        "Crash points reached: "
+        + (", ".join(f"{p} ({n})" for p, n in sorted(points.items())) or "none"),
+        "",
+        "Never happened (where the next exploration should push): "
+        + (", ".join(c.value for c in unreached(seen)) or "nothing - every condition was reached"),
+        "",
+        "Not read from the history yet: " + "; ".join(NOT_READ),
+    ]
+    return lines
+
+
+def _finding(f: Finding, out: Path) -> str:
+    where = os.path.relpath(f.scenario_file, out)
+    shown = f" Its timeline: [report]({os.path.relpath(f.report, out)})." if f.report else ""
+    return (
+        f"* **found-{f.number}** (run {f.run}): {'; '.join(map(str, f.violations))}. Shrunk in "
+        f"{len(f.trail)} tries ({sum(t.kept for t in f.trail)} kept) to "
+        f"`{f.minimal.schedule()}` over {f.minimal.shape.events} events; reproduced in "
+        f"{f.reproduced} of {f.replays} replays. Re-run: `chaoslab run {where}`.{shown}"
+    )
+
+
+def _run(r: RunRecord) -> str:
+    s = r.trial.shape
+    workload = f"{s.events} ev, {s.partitions} p, {s.consumers} c, batch {s.batch_size}"
+    return f"| {r.number} | {workload} | {r.trial.schedule()} | {r.verdict} | {r.seconds:.0f} |"

@@ -1,0 +1,157 @@
+"""Shrinking a failing trial to a minimal one (Hypothesis's ``shrinker.py`` is the model): passes
+that delete and simplify, each candidate replayed with the same seeds and kept only while it
+still fails.
+
+The passes, in order: keep only the variants that broke their promise; drop faults; simplify
+each fault's fields (shorter, fewer, earlier, softer); shrink the workload. A pass that made
+progress runs again on what it made; the round repeats until none does, or time is up. The
+candidates are pure functions of the trial; only ``fails`` runs anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from harness.explore.trial import Shape, Trial, describe
+
+# A field's simplest value, for any fault family that has one by that name: shorter windows,
+# fewer repetitions, earlier starts. A candidate a family's record refuses is not tried.
+SIMPLEST: dict[str, float] = {
+    "duration": 1.0,
+    "down_for": 0.0,
+    "interval": 0.0,
+    "jitter": 0.0,
+    "rotations": 1,
+    "times": 1,
+    "at": 0.0,
+    "at_event": 1,
+    "at_batch": 1,
+    "after_docs": 1,
+    "delay_ms": 100,
+    "start_event": 0,
+    "events": 1,
+    "fraction": 0.05,
+}
+SMALLEST_EVENTS = 50
+
+
+@dataclass(frozen=True)
+class Candidate:
+    trial: Trial
+    what: str  # "drop commit-failure#2", "events 800 -> 400"
+
+
+@dataclass(frozen=True)
+class Tried:
+    """One step of the shrink trail: a candidate and whether it still failed."""
+
+    what: str
+    kept: bool
+    seconds: float
+
+
+Pass = Callable[[Trial, tuple[str, ...]], Iterator[Candidate]]
+
+
+def keep_violators(trial: Trial, violators: tuple[str, ...]) -> Iterator[Candidate]:
+    """Only the variants that broke their promise (fewer lanes: faster, and nothing else)."""
+    specs = trial.scenario().variants  # in the trial's order, with their labels
+    kept = tuple(
+        v for v, spec in zip(trial.variants, specs, strict=True) if spec.label in violators
+    )
+    if kept and len(kept) < len(trial.variants):
+        yield Candidate(replace(trial, variants=kept), f"keep only {', '.join(violators)}")
+
+
+def drop_faults(trial: Trial, violators: tuple[str, ...]) -> Iterator[Candidate]:
+    for i, fault in enumerate(trial.faults):
+        rest = trial.faults[:i] + trial.faults[i + 1 :]
+        yield Candidate(trial.with_faults(rest), f"drop {describe(fault)}")
+
+
+def simplify_faults(trial: Trial, violators: tuple[str, ...]) -> Iterator[Candidate]:
+    for i, fault in enumerate(trial.faults):
+        for key, value in fault.items():
+            for simpler in _simpler(key, value):
+                entry = {**fault, key: simpler}
+                faults = (*trial.faults[:i], entry, *trial.faults[i + 1 :])
+                yield Candidate(
+                    trial.with_faults(faults), f"{fault['name']}: {key} {value} -> {simpler}"
+                )
+
+
+def shrink_workload(trial: Trial, violators: tuple[str, ...]) -> Iterator[Candidate]:
+    s = trial.shape
+    if s.events > SMALLEST_EVENTS:
+        events = max(SMALLEST_EVENTS, s.events // 2)
+        yield _shape(trial, replace(s, events=events), f"events {s.events} -> {events}")
+    for name, smallest in (("consumers", 1), ("partitions", 1)):
+        value = getattr(s, name)
+        if value > smallest:
+            yield _shape(trial, replace(s, **{name: smallest}), f"{name} {value} -> {smallest}")
+    if s.keys > 10:
+        yield _shape(
+            trial, replace(s, keys=max(10, s.keys // 2)), f"keys {s.keys} -> {s.keys // 2}"
+        )
+
+
+PASSES: tuple[Pass, ...] = (keep_violators, drop_faults, simplify_faults, shrink_workload)
+
+
+def shrink(
+    trial: Trial,
+    violators: tuple[str, ...],
+    fails: Callable[[Trial], bool],
+    *,
+    valid: Callable[[Trial], bool],
+    out_of_time: Callable[[], bool],
+    clock: Callable[[], float],
+    said: Callable[[str], None] = lambda _line: None,
+) -> tuple[Trial, tuple[Tried, ...]]:
+    """The smallest trial the passes reach that still ``fails``, and the trail of tries."""
+    current, trail = trial, []
+    progress = True
+    while progress and not out_of_time():
+        progress = False
+        for shrink_pass in PASSES:
+            while not out_of_time():
+                accepted = None
+                for candidate in shrink_pass(current, violators):
+                    if out_of_time():
+                        break
+                    if candidate.trial == current or not valid(candidate.trial):
+                        continue
+                    started = clock()
+                    kept = fails(candidate.trial)
+                    trail.append(Tried(candidate.what, kept, clock() - started))
+                    said(f"  shrink: {candidate.what}: {'still fails, kept' if kept else 'passes'}")
+                    if kept:
+                        accepted = candidate.trial
+                        break
+                if accepted is None:
+                    break
+                current, progress = accepted, True
+    return current, tuple(trail)
+
+
+def _simpler(key: str, value: Any) -> list[Any]:
+    """Simpler values of a fault's field: its simplest, then halfway; ``true`` -> ``false``."""
+    if isinstance(value, bool):
+        return [False] if value else []
+    if key not in SIMPLEST or not isinstance(value, int | float):
+        return []
+    simplest = SIMPLEST[key]
+    if value <= simplest:
+        return []
+    halfway: float = (value + simplest) / 2
+    if isinstance(value, int):
+        halfway, simplest = int(halfway), int(simplest)
+    else:
+        halfway = round(halfway, 1)
+    return [v for v in dict.fromkeys([simplest, halfway]) if v < value]
+
+
+def _shape(trial: Trial, shape: Shape, what: str) -> Candidate:
+    return Candidate(replace(trial, shape=shape), what)

@@ -1,0 +1,167 @@
+"""Exploration's pure parts: drawing trials from a seed, shrinking, promises, coverage."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.checker.promise import AT_LEAST_ONCE, EXACTLY_ONCE, NOTHING
+from harness.environment.base import BackendAbilities
+from harness.errors import BadInput
+from harness.explore.coverage import Condition, exercised, unreached
+from harness.explore.inputs import default_variants, plan
+from harness.explore.shrink import shrink
+from harness.explore.trial import Explored, Shape, Trial, draw_trial, drawable, refused
+from harness.faults.base import Space
+from harness.faults.kinds import KINDS, parse_fault
+from harness.history.events import EventKind, HistoryEvent
+from harness.pipeline.variants import make_variant
+
+LOCAL = BackendAbilities("local", (1, 2, 3), link_faults=True)
+LISTENER = Explored("listener", ("idempotent", "transactional"), drawable(), LOCAL)
+
+
+def test_the_same_seed_draws_the_same_trials_and_another_seed_others() -> None:
+    first = [draw_trial(LISTENER, 7, n) for n in range(1, 30)]
+    assert first == [draw_trial(LISTENER, 7, n) for n in range(1, 30)]
+    assert first != [draw_trial(LISTENER, 8, n) for n in range(1, 30)]
+
+
+def test_drawn_trials_are_scenarios_the_backend_can_play_with_one_to_four_faults() -> None:
+    kinds_seen: set[str] = set()
+    for n in range(1, 120):
+        trial = draw_trial(LISTENER, 3, n)
+        assert not refused(trial, LISTENER.backend), trial
+        assert 1 <= len(trial.faults) <= 4
+        kinds_seen |= {str(f["kind"]) for f in trial.faults}
+    # Every family that draws itself and the listener can run is drawn in a few minutes' runs.
+    assert kinds_seen == set(LISTENER.kinds) - {"executor-loss"}
+
+
+def test_every_family_that_draws_gives_an_entry_its_own_record_accepts() -> None:
+    trial = draw_trial(LISTENER, 1, 1)
+    space = Space(trial.scenario().setting, LOCAL, 10.0)
+    for kind in drawable():
+        for k in range(20):
+            entry = KINDS[kind].draw(random.Random(k), space)
+            assert entry is not None
+            assert parse_fault({"kind": kind, **entry}, kind).kind == kind
+
+
+def test_a_backend_without_proxies_or_server_control_is_never_given_their_faults() -> None:
+    external = BackendAbilities("external", None, link_faults=False, server_control=False)
+    explored = replace(LISTENER, backend=external)
+    for n in range(1, 60):
+        kinds = {f["kind"] for f in draw_trial(explored, 5, n).faults}
+        assert not kinds & {"network", "commit-failure", "broker-kill", "mongo-restart"}
+
+
+def _trial(*faults: Mapping[str, Any]) -> Trial:
+    shape = Shape(events=800, keys=100, partitions=3, rate=200.0, batch_size=50, consumers=2)
+    return Trial("t", 11, "listener", ("naive", "idempotent"), shape, tuple(faults))
+
+
+def test_shrinking_keeps_the_one_fault_that_matters_at_its_simplest() -> None:
+    crash = {"kind": "consumer-crash", "name": "consumer-crash#2", "point":
+             "after_write_before_commit", "at_batch": 3, "after_docs": 7, "times": 2}  # fmt: skip
+    trial = _trial(
+        {"kind": "broker-kill", "name": "broker-kill#1", "at": 4.5, "duration": 9.0, "broker": 2},
+        crash,
+        {
+            "kind": "network",
+            "name": "network#3",
+            "at": 2.0,
+            "duration": 5.0,
+            "link": "consumer-mongo",
+            "action": "cut",
+        },
+    )
+
+    def fails(t: Trial) -> bool:  # the failure needs a crash after the write, and naive
+        return "naive" in t.variants and any(
+            f["kind"] == "consumer-crash" and f["point"] == "after_write_before_commit"
+            for f in t.faults
+        )
+
+    minimal, trail = shrink(
+        trial,
+        ("naive",),
+        fails,
+        valid=lambda t: not refused(t, LOCAL),
+        out_of_time=lambda: False,
+        clock=lambda: 0.0,
+    )
+    assert minimal.variants == ("naive",)
+    assert [dict(f) for f in minimal.faults] == [
+        {**crash, "at_batch": 1, "after_docs": 1, "times": 1}
+    ]
+    assert minimal.shape.events == 50 and minimal.shape.consumers == 1
+    assert minimal.shape.partitions == 1
+    assert all(fails(t) for t in [minimal]) and any(not t.kept for t in trail)
+
+
+def test_shrinking_stops_when_time_is_up() -> None:
+    trial = _trial({"kind": "consumer-kill", "name": "consumer-kill#1", "at": 3.0})
+    calls: list[Trial] = []
+
+    def fails(t: Trial) -> bool:
+        calls.append(t)
+        return True
+
+    _minimal, trail = shrink(
+        trial, ("naive",), fails, valid=lambda t: True, out_of_time=lambda: len(calls) >= 2,
+        clock=lambda: 0.0,
+    )  # fmt: skip
+    assert len(calls) == 2 and len(trail) == 2
+
+
+def test_promises_judge_the_counts_they_name() -> None:
+    assert make_variant("naive").promise == NOTHING
+    assert make_variant("transactional").promise == EXACTLY_ONCE
+    assert make_variant("dedup-log").promise.name == AT_LEAST_ONCE.name
+    keyed = make_variant("idempotent").promise
+    assert "duplicates" not in keyed.under(resends=True).zero
+    assert (
+        "duplicates"
+        in make_variant("idempotent", {"key": "business"}).promise.under(resends=True).zero
+    )
+    assert "naive" not in default_variants("listener")
+    assert "transactional" in default_variants("spark")
+
+
+def test_bad_explore_input_names_every_problem() -> None:
+    with pytest.raises(BadInput) as caught:
+        plan(runtime="flink", variants=["nosuch", "{name: dedup-log, key: x}"], kinds=["x"],
+             backend=LOCAL, budget="soon", seed=1, out=Path("."))  # fmt: skip
+    text = str(caught.value)
+    for words in ("--runtime", "nosuch", "dedup-log", "--faults", "--budget"):
+        assert words in text
+
+
+def _event(t: float, kind: EventKind, source: str = "listener-0", **fields: Any) -> HistoryEvent:
+    return HistoryEvent(t=t, kind=kind, source=source, **fields)
+
+
+def test_coverage_reads_a_redelivery_a_kill_mid_write_and_a_restart() -> None:
+    events = [
+        _event(1, EventKind.RUNTIME_START),
+        _event(2, EventKind.BATCH, offsets={0: 0}),
+        _event(3, EventKind.WRITTEN, offsets={0: 49}),
+        _event(4, EventKind.BATCH, offsets={0: 50}),
+        _event(5, EventKind.RUNTIME_EXIT, source="harness", detail="listener-0 killed by SIGKILL"),
+        _event(6, EventKind.RUNTIME_START),
+        _event(7, EventKind.BATCH, offsets={0: 40}),
+        _event(8, EventKind.WRITTEN, offsets={0: 99}),
+    ]
+    seen = exercised(events)
+    assert seen.conditions == {
+        Condition.REDELIVERED,
+        Condition.KILLED_MID_WRITE,
+        Condition.RESTARTED,
+    }
+    assert Condition.COMMIT_FAILED in unreached([seen])
