@@ -76,6 +76,7 @@ bench: $(STAMP) jars
 	$(BIN)/python tests/benchmarks/bench_checker.py
 	$(BIN)/python tests/benchmarks/bench_runtimes.py
 	$(BIN)/python tests/benchmarks/bench_mongo_writes.py
+	$(BIN)/python tests/benchmarks/bench_explore.py
 	$(BIN)/python tests/benchmarks/bench_containers.py
 
 # Every library scenario SOAK times with different seeds (default 10), and how often each

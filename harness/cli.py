@@ -239,6 +239,9 @@ def _scenario_backend(args: argparse.Namespace, files: Sequence[Path]) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.repeat != 1:  # seeds one after another: the matrix of one scenario
+        more = {"scenarios": [args.scenario], "together": 1, "keep_topics": False}
+        return cmd_matrix(argparse.Namespace(**vars(args), **more, soak_page=None))
     _scenario_backend(args, [args.scenario])
     scenario = _load(args, args.scenario, _abilities(args))
     out = _run_dir(args, scenario.name)
@@ -327,9 +330,12 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     wall = time.monotonic() - started
     say("")
     say(render_matrix_table(results))
+    rates_hold = True
     if args.repeat > 1:
+        cells = soak_cells(results)
+        rates_hold = all(r.passed for c in cells for r in c.rates)
         say("")
-        say(render_soak_table(soak_cells(results)))
+        say(render_soak_table(cells))
     if args.soak_page is not None:
         command = f"chaoslab matrix --repeat {args.repeat} --together {args.together}"
         page = write_soak_page(
@@ -341,7 +347,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         )
         say(f"soak page: {page}")
     say(f"\n{len(runs)} scenario runs in {wall / 60:.1f} min; report: {report.markdown}")
-    return 0 if all(r.passed for r in results) else 1
+    return 0 if all(r.passed for r in results) and rates_hold else 1
 
 
 # The demo runs the scenarios that keep to their own runs two at a time: one at a time, the
@@ -380,6 +386,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
         budget=args.budget,
         seed=args.seed,
         out=out,
+        findings=args.findings,
     )
     explored, budget = plan.explored, plan.budget_s
     say(
@@ -543,6 +550,13 @@ def build_parser() -> argparse.ArgumentParser:
         "scenario", type=Path, help="a library name (baseline) or a file (scenarios/baseline.yaml)"
     )
     run.add_argument("--variants", help="comma-separated variants (labels or names) to run")
+    run.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run it with N seeds (its own and the N-1 after it), one after another, and judge "
+        "its expectations over seeds (e.g. duplicates: '>0 in 80%%')",
+    )
     _add_scenario_options(run, "the scenario")
     run.set_defaults(handler=cmd_run)
 
@@ -602,6 +616,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--budget", default="10m", help="the whole command's time: 600, 90s, 10m, 1h")
     ex.add_argument("--seed", type=int, default=1, help="draws the schedules (default: 1)")
     ex.add_argument("--faults", help="comma-separated fault kinds to draw from (default: all)")
+    ex.add_argument(
+        "--findings", type=int, help="stop after this many findings (default: use the budget)"
+    )
     ex.add_argument("--out", type=Path, help="where runs and findings go (default: runs/)")
     ex.add_argument("--env", type=Path, help="use the environment running in this directory")
     ex.add_argument("--backend", choices=names(), help="default: local")

@@ -168,9 +168,14 @@ class PipelineSpec:
 
 @dataclass(frozen=True)
 class Expectation:
+    """``duplicates > 0``: of every run; with a ``rate``, of that share of the seeds at least
+    (``duplicates: ">0 in 80%"``) - an outcome that is a race, judged by ``chaoslab run
+    --repeat N`` and the soak, not by one run."""
+
     field: str
     op: str
     value: int | bool
+    rate: float | None = None  # the share of seeds it must hold in
 
     def holds(self, actual: int | bool | None) -> bool:
         return actual is not None and OPERATORS[self.op](actual, self.value)
@@ -186,12 +191,16 @@ class Expectation:
         return value
 
     def failure(self, verdict: Verdict, relay: RelayStage | None = None) -> str | None:
-        """None if the verdict meets this expectation; else what was expected and found."""
+        """None if the verdict meets this expectation (or it is a rate, which one run does
+        not decide); else what was expected and found."""
         actual = self.actual(verdict, relay)
-        return None if self.holds(actual) else f"expected {self}, got {actual}"
+        if self.rate is not None or self.holds(actual):
+            return None
+        return f"expected {self}, got {actual}"
 
     def __str__(self) -> str:
-        return f"{self.field} {self.op} {self.value}"
+        of_seeds = f" in {self.rate:.0%} of seeds" if self.rate is not None else ""
+        return f"{self.field} {self.op} {self.value}{of_seeds}"
 
 
 @dataclass(frozen=True)
@@ -558,7 +567,7 @@ def preflight(scenario: Scenario) -> Preflight:
     return Preflight(tuple(impossible), tuple(doubtful))
 
 
-_EXPRESSION = re.compile(r"^\s*(==|!=|>=|<=|>|<)?\s*(-?\d+)\s*$")
+_EXPRESSION = re.compile(r"^\s*(==|!=|>=|<=|>|<)?\s*(-?\d+)\s*(?:in\s+(\d+(?:\.\d+)?)\s*%)?\s*$")
 
 
 def _expectations(pr: Problems, where: str, raw: Any) -> list[Expectation]:
@@ -570,7 +579,12 @@ def _expectations(pr: Problems, where: str, raw: Any) -> list[Expectation]:
         elif isinstance(value, int):  # bool included: offsets_consistent: true
             found.append(Expectation(key, "==", value))
         elif isinstance(value, str) and (m := _EXPRESSION.match(value)):
-            found.append(Expectation(key, m.group(1) or "==", int(m.group(2))))
+            rate = None if m.group(3) is None else float(m.group(3)) / 100
+            if rate is not None and not 0 < rate <= 1:
+                pr.add(at, f"a share of seeds is over 0% and at most 100%, got {m.group(3)}%")
+                continue
+            found.append(Expectation(key, m.group(1) or "==", int(m.group(2)), rate))
         else:
-            pr.add(at, f"expected a number or e.g. '>0', got {value!r}")
+            pr.add(at, f"expected a number, e.g. '>0', or a share of seeds, e.g. '>0 in 80%'; "
+                       f"got {value!r}")  # fmt: skip
     return found

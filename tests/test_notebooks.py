@@ -41,7 +41,7 @@ def outputs(notebook: Path) -> str:
 
 
 def test_the_notebooks_are_committed_without_outputs() -> None:
-    assert [p.stem[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06"]
+    assert [p.stem[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06", "07"]
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
         code = [c for c in nb.cells if c.cell_type == "code"]
@@ -63,7 +63,7 @@ def test_every_notebook_runs_and_its_expectations_hold(
         timeout=1800, cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert "6 of 6 notebooks passed" in result.stdout
+    assert "7 of 7 notebooks passed" in result.stdout
     for path in NOTEBOOKS:
         recorded = json.loads((out / path.stem / "results.json").read_text())
         assert recorded["passed"] and len(recorded["expectations"]) >= 2, path.stem
@@ -79,6 +79,11 @@ def test_every_notebook_runs_and_its_expectations_hold(
     assert before_after and int(before_after.group(1)) > int(before_after.group(2))
     assert "pass: the unique index on (order_id, version) is in place" in postmortem
     assert "pass: MongoDB now refuses a duplicate with E11000" in postmortem
+
+    # 07 finds the planted bug and shrinks it to the one consumer crash.
+    explored = outputs(out / "07-explore.ipynb")
+    assert "pass: the planted bug was found" in explored, explored[-3000:]
+    assert "pass: it shrank to the one fault that matters" in explored
 
 
 def small_notebook(path: Path, code: str, declared: str = "") -> Path:

@@ -673,17 +673,21 @@ def test_soak_counts_false_alarms_detections_and_why_a_run_did_not_hold() -> Non
     ]
     naive, guard = cells
     assert (naive.failed, naive.unfired, naive.died, naive.anomalous) == ((12,), (14,), (15,), 2)
-    assert (guard.failed, guard.unfired, guard.figure) == ((13,), (14,), "false alarms 1/5")
+    assert (guard.failed, guard.unfired, guard.figure) == (
+        (13,), (14,), "false alarms 1/5 (95%: 4-62%)"
+    )  # fmt: skip
     table = render_soak_table(cells).splitlines()
     assert table[1].split() == [
         "scenario", "runtime", "variant", "expected", "figure", "anomalous", "not", "held"
     ]  # fmt: skip
     assert table[2].split()[2:] == [
-        "naive", "anomalies", "detected", "2/5", "2/5", "failed", "12;", "unfired", "14;",
+        "naive", "anomalies", "detected", "2/5", "(95%:", "12-77%)", "2/5", "failed", "12;",
+        "unfired", "14;",
         "died", "15",
     ]  # fmt: skip
     assert table[3].split()[2:] == [
-        "idempotent", "exactly", "once", "false", "alarms", "1/5", "1/5", "failed", "13;",
+        "idempotent", "exactly", "once", "false", "alarms", "1/5", "(95%:", "4-62%)", "1/5",
+        "failed", "13;",
         "unfired", "14;", "died", "15",
     ]  # fmt: skip
     assert table[-1] == (
@@ -711,9 +715,31 @@ def test_the_soak_page_is_the_soak_table_with_what_it_was_measured_with() -> Non
     assert "with chaoslab abc1234" in page[6] and "2 cores" in page[6]
     rows = [line for line in page if line.startswith("| crash")]
     assert rows == [
-        "| crash | listener | naive | anomalies | detected 1/2 | 1/2 | failed 12 |",
-        "| crash | listener | idempotent | exactly once | false alarms 0/2 | 0/2 | - |",
+        "| crash | listener | naive | anomalies | detected 1/2 (95%: 9-91%) | 1/2 | failed 12 |",
+        "| crash | listener | idempotent | exactly once | false alarms 0/2 (95%: 0-66%) | 0/2 "
+        "| - |",
     ]
+
+
+def test_an_expectation_over_seeds_is_judged_by_its_share_of_the_runs() -> None:
+    rate = "duplicates > 0 in 80% of seeds"
+
+    def run(seed: int, held: bool) -> ScenarioResult:
+        naive = {"expectations": [rate], "rates": [{"expectation": rate, "held": held}]}
+        return soak_run(seed, naive, {})
+
+    cells = soak_cells([run(s, held=s != 13) for s in range(10, 20)])
+    naive = cells[0]
+    assert naive.role is Role.DETECTS and naive.held == 10  # one run decides no rate
+    (figure,) = naive.rates
+    assert (figure.held, figure.runs, figure.passed) == (9, 10, True)
+    assert naive.figure == "detected 9/10 (95%: 60-98%)"
+    assert str(figure) == f"{rate}: 9/10 (95%: 60-98%), holds"
+    short = soak_cells([run(s, held=s < 17) for s in range(10, 20)])[0].rates[0]
+    assert (short.held, short.passed) == (7, False)
+    assert "crash listener/naive: " + str(short) in render_soak_table(soak_cells(
+        [run(s, held=s < 17) for s in range(10, 20)]
+    ))  # fmt: skip
 
 
 def test_runs_that_were_under_way_at_once_are_marked_beside_each_other(tmp_path: Path) -> None:

@@ -54,7 +54,7 @@ def explore(
     deadline.start()
     try:
         number = 0
-        while state.left() > SHORTEST_RUN_S and not stop.is_set():
+        while state.left() > SHORTEST_RUN_S and not stop.is_set() and not _enough(state):
             number += 1
             trial = draw_trial(plan.explored, plan.seed, number)
             if problem := refused(trial, plan.explored.backend):
@@ -235,6 +235,11 @@ def _report(record: RunRecord) -> Path | None:
         return write_report(record.directory).markdown
     except (LabError, OSError, ValueError):
         return None  # the finding stands without its picture
+
+
+def _enough(state: Exploration) -> bool:
+    wanted = state.plan.findings
+    return wanted is not None and len(state.findings) >= wanted
 
 
 def _known(state: Exploration, found: tuple[Violation, ...]) -> bool:

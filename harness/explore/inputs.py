@@ -57,10 +57,13 @@ def plan(
     budget: str,
     seed: int,
     out: Path,
+    findings: int | None = None,
 ) -> Plan:
     """The exploration the command line asks for; BadInput naming every problem."""
     problems: list[str] = []
     budget_s = parse_budget(budget, problems)
+    if findings is not None and findings < 1:
+        problems.append(f"--findings: must be >= 1, got {findings}")
     if runtime not in names():
         problems.append(f"--runtime: unknown {runtime!r} (choose from {', '.join(names())})")
     entries: list[str | Mapping[str, Any]] = []
@@ -89,7 +92,7 @@ def plan(
         kinds=drawable(kinds),
         backend=backend,
     )
-    return Plan(explored, seed, budget_s, out)
+    return Plan(explored, seed, budget_s, out, findings=findings)
 
 
 def _variant_entry(text: str, problems: list[str]) -> str | Mapping[str, Any] | None:

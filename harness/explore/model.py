@@ -139,6 +139,7 @@ class Plan:
     budget_s: float
     out: Path
     replays: int = REPLAYS
+    findings: int | None = None  # stop after this many (None: explore until the budget ends)
 
 
 @dataclass

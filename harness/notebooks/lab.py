@@ -4,6 +4,8 @@ lab = Lab.open("01-quickstart", env_dir="")   # starts (or attaches to) an envir
 result = lab.run("baseline", events=600, runtimes=["listener"])   # or "scenarios/baseline.yaml"
 lab.table(result)                  # a DataFrame, one row per runtime/variant
 lab.show(result, "timeline")       # the report's plot, inline
+found = lab.explore(["idempotent"], budget="5m", seed=3)   # chaoslab explore, in the notebook
+lab.findings(found), lab.coverage(found)                    # DataFrames
 checks = Checks("01-quickstart", lab.out_dir)
 checks.expect("transactional keeps every change once", ...)
 checks.save()                      # results.json, which `chaoslab notebooks` reads
@@ -14,6 +16,8 @@ from __future__ import annotations
 
 import atexit
 import json
+import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -22,8 +26,12 @@ from typing import TYPE_CHECKING, Any
 from harness.environment.doctor import component_versions
 from harness.environment.base import Environment
 from harness.environment.backends import attach, open_environment
+from harness.errors import LabError
+from harness.explore import inputs as explore_inputs
+from harness.explore.explorer import explore
+from harness.explore.model import Exploration
 from harness.notebooks.execute import RESULTS, Check
-from harness.paths import find_scenario, runs_dir
+from harness.paths import find_scenario, project_root, runs_dir
 from harness.pipeline.runtimes import DEFAULT as DEFAULT_RUNTIME
 from harness.report import write_report
 from harness.results.model import ScenarioResult, VariantResult
@@ -60,6 +68,10 @@ class Lab:
             out = Path(out_dir).expanduser().resolve()
         out.mkdir(parents=True, exist_ok=True)
         print(f"this notebook's runs go to {out}")
+        # The kernel runs in notebooks/: a user's module:callable of the project folder is
+        # found as the chaoslab command finds it.
+        if str(project_root()) not in sys.path:
+            sys.path.insert(0, str(project_root()))
         if env_dir:
             return cls(attach(env_dir), out, owned=False)
         env = open_environment("local", out / "env", progress=print)
@@ -84,6 +96,71 @@ class Lab:
         )
         write_report(out)
         return result
+
+    def explore(
+        self,
+        variants: list[str],
+        *,
+        budget: str = "5m",
+        seed: int = 1,
+        runtime: str = "listener",
+        faults: list[str] | None = None,
+        findings: int | None = None,
+    ) -> Exploration:
+        """``chaoslab explore`` on this notebook's environment: runs until the budget ends (or
+        ``findings`` were found), one line per run; the report goes to ``out_dir/explore-SEED``."""
+        plan = explore_inputs.plan(
+            runtime=runtime,
+            variants=variants,
+            kinds=faults,
+            backend=self.env.abilities,
+            budget=budget,
+            seed=seed,
+            out=self.out_dir / f"explore-{seed}-{time.strftime('%H%M%S')}",
+            findings=findings,
+        )
+        return explore(self.env, plan, progress=print, stop=threading.Event())
+
+    def findings(self, state: Exploration) -> pd.DataFrame:
+        """One row per finding: what broke, the minimal schedule, how often it reproduced."""
+        import pandas as pd
+
+        rows = [
+            {
+                "finding": f"found-{f.number}",
+                "violation": "; ".join(map(str, f.violations)),
+                "minimal schedule": f.minimal.schedule(),
+                "events": f.minimal.shape.events,
+                "reproduced": f"{f.reproduced}/{f.replays}",
+                "scenario": str(f.scenario_file),
+            }
+            for f in state.findings
+        ]
+        return pd.DataFrame(rows, columns=["finding", "violation", "minimal schedule", "events",
+                                           "reproduced", "scenario"])  # fmt: skip
+
+    def coverage(self, state: Exploration) -> pd.DataFrame:
+        """Fault kind x target x variant: how often drawn and how often it fired."""
+        import pandas as pd
+
+        rows = [
+            {"kind": a.kind, "target": a.target, "variant": a.variant, "fired": a.fired}
+            for r in state.runs
+            for a in r.aimed
+        ]
+        frame = pd.DataFrame(rows, columns=["kind", "target", "variant", "fired"])
+        return frame.groupby(["kind", "target", "variant"]).agg(
+            drawn=("fired", "size"), fired=("fired", "sum")
+        )
+
+    def finding_timeline(self, state: Exploration, number: int = 1) -> Any:
+        """The timeline of a replay of finding ``number`` that broke the promise, inline."""
+        from IPython.display import Image
+
+        report = state.findings[number - 1].report
+        if report is None:
+            raise LabError(f"found-{number} has no replay that shows it")
+        return Image(filename=str(report.parent / PLOTS["timeline"]))  # type: ignore[no-untyped-call]  # IPython has no annotations
 
     def table(self, result: ScenarioResult) -> pd.DataFrame:
         import pandas as pd

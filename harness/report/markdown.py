@@ -19,6 +19,7 @@ from .table import (
     dead_lettered_text,
     matrix,
     matrix_cell,
+    rate_lines,
     render_soak_table,
     run_label,
     soak_rows,
@@ -239,6 +240,9 @@ def soak_markdown(
         "",
     ]
     lines += table(SOAK_HEADER, soak_rows(cells), numbers=("anomalous",))
+    if rates := rate_lines(cells):
+        lines += ["", "Expectations over seeds (a race's outcome, judged over the seeds):", ""]
+        lines += [f"* {line}" for line in rates]
     lines += [
         "",
         "* expected: *exactly once* - the variant's expectations say it keeps every change "
@@ -246,6 +250,7 @@ def soak_markdown(
         "duplicate or lose, so a run that did is a detection; *-* neither (e.g. naive through "
         "a MongoDB partition, which may or may not duplicate): *held* counts the runs whose "
         "expectations held.",
+        "* figure: the runs, with the 95% Wilson interval of the share they are of.",
         "* anomalous: runs with duplicates or losses in the sink.",
         "* not held: the seeds of the runs that failed an expectation, in which a planned "
         "fault did not fire, or that left no results.",

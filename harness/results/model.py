@@ -8,7 +8,7 @@ them (``events``, ``acked_at``) for the report's timeline and plots.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from harness.checker.load import read_ledger_columns
 from harness.checker.model import RelayStage, Verdict
 from harness.history.events import HistoryEvent, read_history
 from harness.results.outcome import Outcome, UnfiredFault, reason_text
-from harness.scenario import Scenario
+from harness.scenario import Expectation, Scenario
 
 RESULTS = "results.json"
 
@@ -46,6 +46,45 @@ class UntimedFault:
         return cls(name=name, kind=str(raw.get("kind") or fault_kind(name)))
 
 
+@dataclass(frozen=True)
+class RateCheck:
+    """One run's side of an expectation over seeds: whether it held in this run."""
+
+    expectation: str
+    held: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"expectation": self.expectation, "held": self.held}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> RateCheck:
+        return cls(str(raw.get("expectation", "")), bool(raw.get("held")))
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A verdict against a lane's expectations: what they were, which failed, and the runs'
+    side of those over seeds."""
+
+    expectations: tuple[str, ...]
+    failures: tuple[str, ...]
+    rates: tuple[RateCheck, ...]
+
+    @classmethod
+    def of(
+        cls, expectations: Sequence[Expectation], verdict: Verdict, relay: RelayStage | None = None
+    ) -> Judged:
+        return cls(
+            expectations=tuple(str(e) for e in expectations),
+            failures=tuple(f for e in expectations if (f := e.failure(verdict, relay)) is not None),
+            rates=tuple(
+                RateCheck(str(e), e.holds(e.actual(verdict, relay)))
+                for e in expectations
+                if e.rate is not None
+            ),
+        )
+
+
 def fault_kind(name: str) -> str:
     """``broker-rolling-restart#1`` -> ``broker-rolling-restart``: the nemesis numbers each
     application of a fault kind after a ``#``."""
@@ -67,6 +106,7 @@ class VariantResult:
     expectations: tuple[str, ...] = ()
     failures: tuple[str, ...] = ()  # the expectations that did not hold, with actual values
     unfired: tuple[UnfiredFault, ...] = ()  # planned faults that did not fire in this run
+    rates: tuple[RateCheck, ...] = ()  # expectations over seeds: whether each held in this run
     directory: Path | None = None  # the variant's history, logs and runtime configuration
     ledger: Path | None = None  # the ledger of the topic it consumed (shared side by side)
     # An outbox relay's stage (seed 003); ``verdict`` is then end to end (written -> stored).
@@ -109,6 +149,7 @@ class VariantResult:
             "expectations": list(self.expectations),
             "failures": list(self.failures),
             "unfired": [u.to_dict() for u in self.unfired],
+            "rates": [r.to_json() for r in self.rates],
             "expectation": self.outcome.value,
             "reason": self.reason,
             "directory": None if self.directory is None else str(self.directory),
@@ -131,6 +172,7 @@ class VariantResult:
             expectations=tuple(str(e) for e in raw.get("expectations") or ()),
             failures=_failures(raw, unfired),
             unfired=unfired,
+            rates=tuple(RateCheck.from_json(r) for r in raw.get("rates") or ()),
             directory=_resolve(raw.get("directory"), run_dir),
             ledger=_resolve(raw.get("ledger"), run_dir),
             relay=RelayStage.from_dict(raw["relay"]) if raw.get("relay") else None,

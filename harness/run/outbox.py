@@ -43,7 +43,7 @@ from harness.pipeline.sink import database_for, prepare_sink, read_sink, slug
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
 from harness.pipeline.variants import Variant, WriteContext, import_path, make_variant
 from harness.results.fired import unfired
-from harness.results.model import UntimedFault, VariantResult
+from harness.results.model import Judged, UntimedFault, VariantResult
 from harness.run.loop import ProducerThread, Progress, Watch, await_ready, wait_until_consumed
 from harness.scenario import RelaySpec, Scenario
 from harness.workload.producer import ProduceSummary
@@ -282,7 +282,7 @@ def _judge(
         group=lane.config.group,
     )  # fmt: skip
     verdict = check(written, sink, produced=len(entries), windows=windows)
-    expectations = scenario.expectations_for(lane.spec, RELAY.name)
+    judged = Judged.of(scenario.expectations_for(lane.spec, RELAY.name), verdict, relay_stage)
     untimed = tuple(
         UntimedFault(f.name, f.kind) for f in scenario.faults if not f.steps(scenario.seed)
     )
@@ -294,10 +294,9 @@ def _judge(
         restarts=lane.supervisor.restarts,
         crashes=lane.supervisor.crashes,
         faults=untimed,
-        expectations=tuple(str(e) for e in expectations),
-        failures=tuple(
-            f for e in expectations if (f := e.failure(verdict, relay_stage)) is not None
-        ),
+        expectations=judged.expectations,
+        failures=judged.failures,
+        rates=judged.rates,
         directory=lane.run_dir,
         ledger=ledger,
         unfired=unfired(scenario.faults, events, len(entries)),

@@ -35,7 +35,7 @@ from harness.pipeline.sink import database_for, prepare_sink, read_sink, slug
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
 from harness.pipeline.variants import Variant, import_path, make_variant
 from harness.results.fired import unfired
-from harness.results.model import RESULTS, ScenarioResult, UntimedFault, VariantResult
+from harness.results.model import RESULTS, Judged, ScenarioResult, UntimedFault, VariantResult
 from harness.run.loop import ProducerThread, Progress, Watch, await_ready, wait_until_consumed
 from harness.run.outbox import run_outbox
 from harness.scenario import Scenario, VariantSpec
@@ -402,7 +402,7 @@ def _judge(
     lane.history.close()
     events = read_history(config.history_dir)
     verdict = check(ledger, sink, produced=summary.produced, windows=fault_windows(events))
-    expectations = scenario.expectations_for(lane.spec, config.runtime)
+    judged = Judged.of(scenario.expectations_for(lane.spec, config.runtime), verdict)
     result = VariantResult(
         runtime=config.runtime,
         variant=lane.variant.label,
@@ -412,8 +412,9 @@ def _judge(
         restarts=supervisor.restarts,
         crashes=supervisor.crashes,
         faults=untimed,
-        expectations=tuple(str(e) for e in expectations),
-        failures=tuple(f for e in expectations if (f := e.failure(verdict)) is not None),
+        expectations=judged.expectations,
+        failures=judged.failures,
+        rates=judged.rates,
         directory=lane.run_dir,
         ledger=run.ledger_path,
         unfired=unfired(scenario.faults, events, scenario.workload.events),
