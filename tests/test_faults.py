@@ -109,6 +109,28 @@ def test_windows_open_and_close_around_their_action() -> None:
     assert crash.steps == ()  # armed inside the runtime instead
 
 
+def test_a_broker_picked_when_it_acts_is_waited_for_first_a_node_by_id_is_not() -> None:
+    # Composed faults can leave the cluster without a controller for a moment (explore found a
+    # rolling restart "from the controller" stuck while another fault held a node): the step
+    # that acts waits until the cluster names its node, asked again at each tick.
+    by_id, controller, rolling = plan(
+        scenario(1, [
+            {"kind": "broker-kill", "at": 2, "duration": 3, "broker": 2},
+            {"kind": "broker-pause", "at": 2, "duration": 3, "broker": "controller"},
+            {"kind": "broker-rolling-restart", "at": 2, "rotations": 2,
+             "start": {"coordinator-of": "naive"}},
+        ]).faults,
+        1,
+    )  # fmt: skip
+    assert Do.AWAIT_TARGET not in [s.action for s in by_id.steps]
+    assert [s.action for s in controller.steps] == [
+        START, Do.AWAIT_TARGET, Do.PAUSE, Do.RESUME, END
+    ]  # fmt: skip
+    assert controller.steps[1].waits and controller.steps[3].after == 3
+    assert [s.action for s in rolling.steps].count(Do.AWAIT_TARGET) == 1  # the first rotation's
+    assert rolling.steps[1].action is Do.AWAIT_TARGET
+
+
 def test_a_mongodb_restart_and_an_oplog_shrink_expand_into_their_steps() -> None:
     bounce, down, small = plan(
         scenario(1, [

@@ -101,6 +101,18 @@ class BrokerSelector:
                 )
         return ""
 
+    def waiting(self) -> tuple[Step, ...]:
+        """The step that waits for the node before the step that acts on it (none for a node
+        given by its id)."""
+        return () if self.pick is Pick.NODE else (Step(Do.AWAIT_TARGET, waits=True),)
+
+    def found_in(self, context: Context) -> int | None:
+        """The node this names now, or None while the cluster cannot say."""
+        try:
+            return self.node_in(context)
+        except (FaultStuck, KafkaException, OSError):
+            return None
+
     def node_in(self, context: Context) -> int:
         """The node this names, now."""
         if self.pick is Pick.NODE:
@@ -125,6 +137,9 @@ FIRST_NODE = BrokerSelector()
 
 
 class Do(StrEnum):
+    # The node a selector names can be found: a controller being elected, a coordinator moving
+    # while another fault holds a node down, is asked for again at each tick.
+    AWAIT_TARGET = "await-target"
     STOP = "stop-broker"  # SIGTERM (SIGKILL when hard) to a Kafka node
     AWAIT_STOPPED = "await-broker-stopped"
     START = "start-broker"
@@ -154,6 +169,7 @@ class _NodeActor(Actor):
     rotate: bool = False  # a rolling restart: rotation r acts on the r-th node after the first
     node: int | None = None
     first: int | None = None
+    chosen: int | None = None  # found by the waiting step, for the step that acts
     down: set[int] = field(default_factory=set)
     paused: set[int] = field(default_factory=set)
 
@@ -162,11 +178,12 @@ class _NodeActor(Actor):
         return f"node {self.node}"
 
     def _pick(self, rotation: int) -> int:
+        chosen, self.chosen = self.chosen, None
         if not self.rotate:
-            return self.selector.node_in(self.context)
+            return chosen if chosen is not None else self.selector.node_in(self.context)
         nodes = self.context.env.broker_ids
         if self.first is None:
-            self.first = self.selector.node_in(self.context)
+            self.first = chosen if chosen is not None else self.selector.node_in(self.context)
         return nodes[(nodes.index(self.first) + rotation) % len(nodes)]
 
     def take(self, step: Step) -> None:
@@ -204,6 +221,9 @@ class _NodeActor(Actor):
         env = self.context.env
         try:
             match step.action:
+                case Do.AWAIT_TARGET:
+                    self.chosen = self.selector.found_in(self.context)
+                    return self.chosen is not None
                 case Do.AWAIT_STOPPED if self.node is not None:
                     return env.broker_stopped(self.node)
                 case Do.AWAIT_READY if self.node is not None:
@@ -255,7 +275,7 @@ class BrokerBounce(_OneNode):
     broker: BrokerSelector = FIRST_NODE
 
     def steps(self, seed: int) -> tuple[Step, ...]:
-        return (self.opening(seed), *_restart(self.hard), Step(END))
+        return (self.opening(seed), *self.broker.waiting(), *_restart(self.hard), Step(END))
 
     @classmethod
     def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
@@ -301,7 +321,8 @@ class BrokerKill(_NodeWindow):
     kind: ClassVar[str] = "broker-kill"
 
     def steps(self, seed: int) -> tuple[Step, ...]:
-        return (self.opening(seed), *_restart(True, down_for=self.duration), Step(END))
+        restart = _restart(True, down_for=self.duration)
+        return (self.opening(seed), *self.broker.waiting(), *restart, Step(END))
 
 
 @dataclass(frozen=True)
@@ -311,7 +332,8 @@ class BrokerPause(_NodeWindow):
     kind: ClassVar[str] = "broker-pause"
 
     def steps(self, seed: int) -> tuple[Step, ...]:
-        return self.window(seed, Do.PAUSE, Do.RESUME, self.duration)
+        opening, *window = self.window(seed, Do.PAUSE, Do.RESUME, self.duration)
+        return (opening, *self.broker.waiting(), *window)
 
 
 @dataclass(frozen=True)
@@ -341,7 +363,7 @@ class BrokerRollingRestart(Timed):
     def steps(self, seed: int) -> tuple[Step, ...]:
         """Rotation r restarts one node; the next begins once every partition is fully
         replicated again, plus ``interval`` seconds."""
-        steps = [self.opening(seed)]
+        steps = [self.opening(seed), *self.start.waiting()]
         for r in range(self.rotations):
             first, *rest = _restart(self.hard, rotation=r)
             steps.append(replace(first, after=self.interval) if r else first)

@@ -20,7 +20,7 @@ from harness.faults.base import (
     needs_link_proxies,
     positive,
 )
-from harness.faults.families.broker import FIRST_NODE, BrokerSelector
+from harness.faults.families.broker import FIRST_NODE, BrokerSelector, Do
 from harness.history.events import EventKind
 from harness.records import Problem
 
@@ -32,6 +32,7 @@ class _Slower(Actor):
     fault: BrokerSlow
     context: Context
     node: int | None = None
+    chosen: int | None = None  # found by the waiting step
     rules: list[str] = field(default_factory=list)
 
     @property
@@ -40,7 +41,8 @@ class _Slower(Actor):
 
     def take(self, step: Step) -> None:
         if step.action == ON:
-            self.node = self.fault.broker.node_in(self.context)
+            chosen = self.chosen
+            self.node = chosen if chosen is not None else self.fault.broker.node_in(self.context)
             detail = f"node {self.node} +{self.fault.delay_ms} ms"
             self.context.record(EventKind.FAULT_STEP, self.fault, detail=detail)
             for link in self.fault.links:
@@ -48,8 +50,14 @@ class _Slower(Actor):
                 self.rules.append(self.context.env.add_link_rule(rule))
         elif step.action == OFF:
             self.undo()
+        elif step.action == Do.AWAIT_TARGET:
+            pass  # its condition came true: nothing to do
         else:
             super().take(step)
+
+    def holds(self, step: Step) -> bool:
+        self.chosen = self.fault.broker.found_in(self.context)
+        return self.chosen is not None
 
     def undo(self) -> None:
         while self.rules:
@@ -79,7 +87,8 @@ class BrokerSlow(Timed):
         return found + ([("links", "name at least one Kafka link")] if not self.links else [])
 
     def steps(self, seed: int) -> tuple[Step, ...]:
-        return self.window(seed, ON, OFF, self.duration)
+        opening, *window = self.window(seed, ON, OFF, self.duration)
+        return (opening, *self.broker.waiting(), *window)
 
     def actor(self, context: Context) -> Actor:
         return _Slower(self, context)
