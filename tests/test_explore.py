@@ -16,9 +16,9 @@ from harness.environment.local import LocalEnvironment
 from tests.support import chaoslab
 
 PLANTED = "tests.planted_variant:WarmUpInsert"
-# Seed 4 draws, over these kinds, a crash after the write in its third run (test_explore_draw
-# checks that drawing is a pure function of the seed).
-SEED = "4"
+# Seed 53 draws, over these kinds, a crash after the write in its first run, beside two faults
+# that do not matter (test_explore_draw checks that drawing is a pure function of the seed).
+SEED = "53"
 KINDS = "consumer-crash,network,broker-slow"
 
 pytestmark = pytest.mark.servers
