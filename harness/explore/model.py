@@ -16,8 +16,9 @@ from harness.pipeline.variants import make_variant
 from harness.results.model import ScenarioResult
 from harness.scenario import Scenario
 
-# Kept for stopping the last run and writing the report after the budget's end.
-MARGIN_S = 15.0
+# Kept at the budget's end for stopping the last run, writing the report and stopping an
+# environment the command started.
+MARGIN_S = 30.0
 REPLAYS = 5  # of the minimal trial, for its reproduction rate
 FOUND = "found-{}"  # a finding's folder in the exploration's
 SCENARIO_FILE = "scenario.yaml"
@@ -140,6 +141,9 @@ class Plan:
     out: Path
     replays: int = REPLAYS
     findings: int | None = None  # stop after this many (None: explore until the budget ends)
+    # When the budget began (monotonic): when the command was asked, so that starting an
+    # environment is spent from it too.
+    started: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -147,10 +151,9 @@ class Exploration:
     """What an exploration did so far (the report is written from it at any point)."""
 
     plan: Plan
-    started: float = field(default_factory=time.monotonic)
     runs: list[RunRecord] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     interrupted: str = ""  # why it ended early ("Ctrl-C")
 
     def left(self) -> float:
-        return self.plan.budget_s - MARGIN_S - (time.monotonic() - self.started)
+        return self.plan.budget_s - MARGIN_S - (time.monotonic() - self.plan.started)
