@@ -6,6 +6,9 @@ budget, shrunk to the one fault that matters, and the scenario it writes reprodu
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,8 @@ import yaml
 
 from harness import paths
 from harness.environment.local import LocalEnvironment
-from tests.support import chaoslab
+from harness.readiness import NotReady, wait_for
+from tests.support import chaoslab, processes_of, sigint_as_in_a_terminal
 
 PLANTED = "tests.planted_variant:WarmUpInsert"
 # Seed 53 draws, over these kinds, a crash after the write in its first run, beside two faults
@@ -86,3 +90,40 @@ def test_run_repeat_judges_expectations_over_seeds_by_their_share(
     assert "naive: duplicates > 0 in 100% of seeds: 2/2 (95%: 34-100%), holds" in out
     assert "idempotent: duplicates > 0 in 50% of seeds: 0/2 (95%: 0-66%), DOES NOT HOLD" in out
     assert {p.name for p in (tmp_path / "two" / "over-seeds").iterdir()} >= {"seed-21", "seed-22"}
+
+
+def test_ctrl_c_keeps_what_was_explored_writes_the_report_and_stops_the_consumers(
+    scenario_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    out = tmp_path / "explore"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "explore", "--variant", "idempotent", "--faults",
+         "consumer-crash", "--seed", "2", "--budget", "10m", "--out", str(out), "--env",
+         str(scenario_env.directory)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=paths.project_root(),
+        preexec_fn=sigint_as_in_a_terminal,
+    )  # fmt: skip
+    assert child.stdout is not None
+    seen = []
+    try:
+        for line in child.stdout:  # the first run's line, then Ctrl-C in the second run
+            seen.append(line)
+            if line.startswith("run   1 "):
+                break
+        assert seen and seen[-1].startswith("run   1 "), "".join(seen)
+        wait_for(lambda: _exists(out / "runs" / "002"), what="the second run", timeout=60)
+        child.send_signal(signal.SIGINT)
+        rest, _ = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 130, "".join(seen) + rest
+    page = (out / "explore.md").read_text()
+    assert "ended early: Ctrl-C" in page and "| 1 |" in page
+    servers = {"kafka-1", "kafka-2", "kafka-3", "mongo", "proxy"}
+    assert set(processes_of(scenario_env.env_id).values()) <= servers
+
+
+def _exists(path: Path) -> None:
+    if not path.exists():
+        raise NotReady(f"no {path} yet")

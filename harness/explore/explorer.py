@@ -41,6 +41,7 @@ from harness.run.runner import run_scenario
 
 # A run is not started with less than this left: it would be stopped before it shows anything.
 SHORTEST_RUN_S = 20.0
+CTRL_C = "Ctrl-C"
 
 
 def explore(
@@ -54,7 +55,12 @@ def explore(
     deadline.start()
     try:
         number = 0
-        while state.left() > SHORTEST_RUN_S and not stop.is_set() and not _enough(state):
+        while (
+            state.left() > SHORTEST_RUN_S
+            and not stop.is_set()
+            and not state.interrupted
+            and not _enough(state)
+        ):
             number += 1
             trial = draw_trial(plan.explored, plan.seed, number)
             if problem := refused(trial, plan.explored.backend):
@@ -66,10 +72,11 @@ def explore(
             if record.violations and not _known(state, record.violations):
                 state.findings.append(_shrink(env, state, record, stop, progress))
     except KeyboardInterrupt:
-        state.interrupted = "Ctrl-C"
-        progress("interrupted: writing what was found")
+        state.interrupted = CTRL_C
     finally:
         deadline.cancel()
+    if state.interrupted:
+        progress("interrupted: writing what was found")
     report.write(state)
     return state
 
@@ -123,7 +130,11 @@ def _shrink(
     progress(f"  found: {'; '.join(map(str, record.violations))}; shrinking")
 
     def fails(trial: Trial) -> bool:
-        attempt = run_one(env, trial, folder / "shrink" / f"try-{next(tries):03d}", 0, stop)
+        try:
+            attempt = run_one(env, trial, folder / "shrink" / f"try-{next(tries):03d}", 0, stop)
+        except KeyboardInterrupt:  # Ctrl-C while shrinking keeps the smallest failing so far
+            state.interrupted = CTRL_C
+            return False
         if any(v.variant in broken for v in attempt.violations):
             last_failing.append(attempt)
             return True
@@ -131,7 +142,7 @@ def _shrink(
 
     def out_of_time() -> bool:
         replays = plan.replays * statistics.median(r.seconds for r in last_failing[-3:])
-        return stop.is_set() or state.left() < replays + SHORTEST_RUN_S
+        return bool(state.interrupted) or stop.is_set() or state.left() < replays + SHORTEST_RUN_S
 
     minimal, trail = shrink(
         record.trial,
@@ -177,9 +188,13 @@ def _replay(
     promise, how many ran, and one that broke it."""
     reproduced, ran, shown = 0, 0, None
     for k in range(1, state.plan.replays + 1):
-        if stop.is_set() or state.left() < SHORTEST_RUN_S / 2:
+        if state.interrupted or stop.is_set() or state.left() < SHORTEST_RUN_S / 2:
             break
-        attempt = run_one(env, trial, folder / f"replay-{k}", 0, stop)
+        try:
+            attempt = run_one(env, trial, folder / f"replay-{k}", 0, stop)
+        except KeyboardInterrupt:
+            state.interrupted = CTRL_C
+            break
         if attempt.error == "stopped":
             break
         ran += 1
