@@ -102,7 +102,10 @@ def violations(scenario: Scenario, result: ScenarioResult) -> tuple[Violation, .
     found = []
     for v in result.variants:
         promise = kept[v.label]
-        if broken := promise.broken(v.verdict):
+        broken = promise.broken(v.verdict)
+        if v.unexplained:  # whatever it promised: the lab or the sink counted a copy nobody made
+            broken += (f"unexplained duplicates {v.unexplained}",)
+        if broken:
             found.append(Violation(v.label, promise.name, broken))
     return tuple(found)
 

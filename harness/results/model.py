@@ -107,6 +107,8 @@ class VariantResult:
     failures: tuple[str, ...] = ()  # the expectations that did not hold, with actual values
     unfired: tuple[UnfiredFault, ...] = ()  # planned faults that did not fire in this run
     rates: tuple[RateCheck, ...] = ()  # expectations over seeds: whether each held in this run
+    # Duplicates that no record handed out or written twice, and no resend, accounts for.
+    unexplained: int = 0
     directory: Path | None = None  # the variant's history, logs and runtime configuration
     ledger: Path | None = None  # the ledger of the topic it consumed (shared side by side)
     # An outbox relay's stage (seed 003); ``verdict`` is then end to end (written -> stored).
@@ -150,6 +152,7 @@ class VariantResult:
             "failures": list(self.failures),
             "unfired": [u.to_dict() for u in self.unfired],
             "rates": [r.to_json() for r in self.rates],
+            "unexplained_duplicates": self.unexplained,
             "expectation": self.outcome.value,
             "reason": self.reason,
             "directory": None if self.directory is None else str(self.directory),
@@ -173,6 +176,7 @@ class VariantResult:
             failures=_failures(raw, unfired),
             unfired=unfired,
             rates=tuple(RateCheck.from_json(r) for r in raw.get("rates") or ()),
+            unexplained=int(raw.get("unexplained_duplicates") or 0),
             directory=_resolve(raw.get("directory"), run_dir),
             ledger=_resolve(raw.get("ledger"), run_dir),
             relay=RelayStage.from_dict(raw["relay"]) if raw.get("relay") else None,

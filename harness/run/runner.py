@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.checker import LedgerArrays, check, load_ledger
+from harness.checker.explain import explain
 from harness.environment.base import Environment, Link
 from harness.environment.spark import SparkCluster
 from harness.errors import LabError
@@ -403,6 +404,8 @@ def _judge(
     events = read_history(config.history_dir)
     verdict = check(ledger, sink, produced=summary.produced, windows=fault_windows(events))
     judged = Judged.of(scenario.expectations_for(lane.spec, config.runtime), verdict)
+    explanation = explain(events, ledger)
+    unexplained = explanation.failure(verdict.duplicates)
     result = VariantResult(
         runtime=config.runtime,
         variant=lane.variant.label,
@@ -413,8 +416,9 @@ def _judge(
         crashes=supervisor.crashes,
         faults=untimed,
         expectations=judged.expectations,
-        failures=judged.failures,
+        failures=(*judged.failures, *([unexplained] if unexplained else [])),
         rates=judged.rates,
+        unexplained=explanation.unexplained(verdict.duplicates),
         directory=lane.run_dir,
         ledger=run.ledger_path,
         unfired=unfired(scenario.faults, events, scenario.workload.events),
