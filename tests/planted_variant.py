@@ -31,3 +31,16 @@ class WarmUpInsert(Variant):
                     ordered=False,
                 )
         project(ctx.db.orders, batch.records)
+
+
+@dataclass
+class DoubleInsert(Variant):
+    """Writes every record twice, with no fault needed: copies nothing delivered twice."""
+
+    name = "double-insert"
+
+    def write(self, batch: Batch, ctx: WriteContext) -> None:
+        docs = [landing_doc(r, batch) for r in batch.records]
+        for chunk in ctx.chunks(docs):
+            ctx.db.events.insert_many([dict(d) for d in chunk] + [dict(d) for d in chunk])
+        project(ctx.db.orders, batch.records)

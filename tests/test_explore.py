@@ -127,3 +127,27 @@ def test_ctrl_c_keeps_what_was_explored_writes_the_report_and_stops_the_consumer
 def _exists(path: Path) -> None:
     if not path.exists():
         raise NotReady(f"no {path} yet")
+
+
+def test_a_run_whose_copies_nothing_delivered_twice_fails_whatever_it_expected(
+    scenario_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    path = tmp_path / "double.yaml"
+    path.write_text(
+        "name: double\ndescription: not from a seed\nseed: 3\nworkload: {events: 200}\n"
+        "variants: [naive, tests.planted_variant:DoubleInsert]\n"
+        "expect:\n  double-insert: {duplicates: '>0'}\n"
+    )
+    done = chaoslab(
+        "run", str(path), "--out", str(tmp_path / "run"), "--env", str(scenario_env.directory),
+        cwd=paths.project_root(),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    rows = {
+        r["variant"]: r
+        for r in json.loads((tmp_path / "run" / "results.json").read_text())["results"]
+    }
+    double = rows["double-insert"]
+    assert double["duplicates"] == double["unexplained_duplicates"] == 200
+    assert "200 duplicates, 200 unexplained" in double["reason"]
+    assert rows["naive"]["expectation"] == "pass" and rows["naive"]["unexplained_duplicates"] == 0
