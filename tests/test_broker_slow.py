@@ -11,6 +11,7 @@ from confluent_kafka import Producer
 from harness.environment.base import BackendAbilities, Link
 from harness.environment.local import LocalEnvironment
 from harness.faults.base import END, START, Setting, Target
+from harness.faults.families.broker import Do
 from harness.faults.families.broker_slow import OFF, ON, BrokerSlow
 from harness.faults.kinds import example, parse_fault
 from harness.faults.nemesis import Nemesis
@@ -68,6 +69,7 @@ def test_its_window_is_the_delay_and_its_node_must_exist() -> None:
     (planned,) = plan((fault,), seed=1)
     assert [(s.action, s.at, s.after) for s in planned.steps] == [
         (START, 2, 0),
+        (Do.AWAIT_TARGET, None, 0),  # the node named by the cluster (a leader moves)
         (ON, None, 0),
         (OFF, None, 3),
         (END, None, 0),

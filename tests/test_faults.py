@@ -4,10 +4,12 @@ into the steps the nemesis will take."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import pytest
 
-from harness.faults.base import END, START, Target
+from harness.environment.base import Environment
+from harness.faults.base import END, START, Context, Step, Target
 from harness.faults.families.broker import Do
 from harness.faults.families.mongo import OFF as FAILPOINT_OFF
 from harness.faults.families.mongo import ON as FAILPOINT_ON
@@ -54,6 +56,7 @@ def test_without_jitter_the_schedule_is_the_file() -> None:
     steps = plan(scenario(1, [{"kind": "broker-bounce", "at": 3}]).faults, 99)[0].steps
     assert [(s.action, s.at, s.after) for s in steps] == [
         (START, 3, 0),
+        (Do.AWAIT_TARGET, None, 0),  # named by the cluster, and no other fault holding it
         (Do.STOP, None, 0),
         (Do.AWAIT_STOPPED, None, 0),
         (Do.START, None, 0),
@@ -69,19 +72,21 @@ def test_a_rolling_restart_takes_one_node_at_a_time_and_waits_for_full_replicati
     steps = plan((fault,), 1)[0].steps
     assert [(s.action, s.after, s.rotation) for s in steps] == [
         ("start", 0, 0),
+        ("await-target", 0, 0),
         ("stop-broker", 0, 0),
         ("await-broker-stopped", 0, 0),
         ("start-broker", 0, 0),
         ("await-broker-ready", 0, 0),
         ("await-replicated", 0, 0),
-        ("stop-broker", 6, 1),  # the interval counts from full replication
+        ("await-target", 6, 1),  # the interval counts from full replication
+        ("stop-broker", 0, 1),
         ("await-broker-stopped", 0, 1),
         ("start-broker", 0, 1),
         ("await-broker-ready", 0, 1),
         ("await-replicated", 0, 1),
         ("end", 0, 0),
     ]
-    assert [s.waits for s in steps].count(True) == 6
+    assert [s.waits for s in steps].count(True) == 8
     assert not any(s.hard for s in steps)
 
 
@@ -98,10 +103,10 @@ def test_windows_open_and_close_around_their_action() -> None:
     ).faults  # fmt: skip
     kill, failpoint, poison, crash = plan(faults, 1)
     assert [s.action for s in kill.steps] == [
-        START, Do.STOP, Do.AWAIT_STOPPED, Do.START,
+        START, Do.AWAIT_TARGET, Do.STOP, Do.AWAIT_STOPPED, Do.START,
         Do.AWAIT_READY, END
     ]  # fmt: skip
-    assert kill.steps[1].hard and kill.steps[3].after == 3  # down for its duration
+    assert kill.steps[2].hard and kill.steps[4].after == 3  # down for its duration
     assert [s.action for s in failpoint.steps][1:3] == [FAILPOINT_ON, FAILPOINT_OFF]
     assert [(s.action, s.at_event) for s in poison.steps] == [
         (START, 100), (END, 150)
@@ -109,26 +114,28 @@ def test_windows_open_and_close_around_their_action() -> None:
     assert crash.steps == ()  # armed inside the runtime instead
 
 
-def test_a_broker_picked_when_it_acts_is_waited_for_first_a_node_by_id_is_not() -> None:
-    # Composed faults can leave the cluster without a controller for a moment (explore found a
-    # rolling restart "from the controller" stuck while another fault held a node): the step
-    # that acts waits until the cluster names its node, asked again at each tick.
-    by_id, controller, rolling = plan(
-        scenario(1, [
-            {"kind": "broker-kill", "at": 2, "duration": 3, "broker": 2},
-            {"kind": "broker-pause", "at": 2, "duration": 3, "broker": "controller"},
-            {"kind": "broker-rolling-restart", "at": 2, "rotations": 2,
-             "start": {"coordinator-of": "naive"}},
-        ]).faults,
-        1,
-    )  # fmt: skip
-    assert Do.AWAIT_TARGET not in [s.action for s in by_id.steps]
+def test_a_node_another_fault_holds_is_waited_for_until_it_is_back() -> None:
+    # Composed faults: explore drew a rolling restart of node 3 and a bounce of node 3 a second
+    # later; the bounce started the node again before the restart saw it stopped, and the
+    # restart waited for the rest of the run. Now the second waits until the first has the
+    # node back (and a node picked when it acts, until the cluster names it).
+    restart, bounce = scenario(1, [
+        {"kind": "broker-kill", "at": 2, "duration": 5, "broker": 3},
+        {"kind": "broker-bounce", "at": 3, "broker": 3, "hard": True},
+    ]).faults  # fmt: skip
+    context = Context(cast(Environment, None), ())
+    first, second = restart.actor(context), bounce.actor(context)
+    aim = Step(Do.AWAIT_TARGET, waits=True)
+    assert first.holds(aim)
+    context.held[3] = restart.name  # what its STOP does
+    assert not second.holds(aim)  # node 3 is the restart's until it is back
+    first.take(Step(Do.AWAIT_READY, waits=True))  # back: released
+    assert context.held == {} and second.holds(aim)
+    controller = plan(scenario(1, [{"kind": "broker-pause", "at": 2, "duration": 3,
+                                    "broker": "controller"}]).faults, 1)[0]  # fmt: skip
     assert [s.action for s in controller.steps] == [
         START, Do.AWAIT_TARGET, Do.PAUSE, Do.RESUME, END
     ]  # fmt: skip
-    assert controller.steps[1].waits and controller.steps[3].after == 3
-    assert [s.action for s in rolling.steps].count(Do.AWAIT_TARGET) == 1  # the first rotation's
-    assert rolling.steps[1].action is Do.AWAIT_TARGET
 
 
 def test_a_mongodb_restart_and_an_oplog_shrink_expand_into_their_steps() -> None:

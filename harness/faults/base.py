@@ -150,6 +150,10 @@ class Context:
     env: Environment
     targets: Sequence[Target]
     topic: str = ""
+    # Kafka nodes a fault holds stopped or paused, and by which fault: another fault due on
+    # such a node waits until it is back (two faults restarting one node at once would each
+    # wait for a state the other undid).
+    held: dict[int, str] = field(default_factory=dict)
 
     def record(
         self, kind: EventKind, fault: Fault, count: int | None = None, detail: str = ""

@@ -101,10 +101,10 @@ class BrokerSelector:
                 )
         return ""
 
-    def waiting(self) -> tuple[Step, ...]:
-        """The step that waits for the node before the step that acts on it (none for a node
-        given by its id)."""
-        return () if self.pick is Pick.NODE else (Step(Do.AWAIT_TARGET, waits=True),)
+    def waiting(self, rotation: int = 0) -> tuple[Step, ...]:
+        """The step before the one that stops or pauses the node: it waits until the cluster
+        names the node and no other fault holds it."""
+        return (Step(Do.AWAIT_TARGET, rotation=rotation, waits=True),)
 
     def found_in(self, context: Context) -> int | None:
         """The node this names now, or None while the cluster cannot say."""
@@ -152,6 +152,7 @@ class Do(StrEnum):
 def _restart(hard: bool, rotation: int = 0, down_for: float = 0.0) -> tuple[Step, ...]:
     """One node stopped, then started again once it is gone (``down_for`` seconds later)."""
     return (
+        Step(Do.AWAIT_TARGET, rotation=rotation, waits=True),
         Step(Do.STOP, rotation=rotation, hard=hard),
         Step(Do.AWAIT_STOPPED, rotation=rotation, waits=True),
         Step(Do.START, rotation=rotation, after=down_for),
@@ -177,20 +178,32 @@ class _NodeActor(Actor):
     def about(self) -> str:
         return f"node {self.node}"
 
-    def _pick(self, rotation: int) -> int:
-        chosen, self.chosen = self.chosen, None
+    def _pick(self, rotation: int) -> int | None:
+        """The node of ``rotation``, or None while the cluster cannot name it."""
         if not self.rotate:
-            return chosen if chosen is not None else self.selector.node_in(self.context)
+            return self.selector.found_in(self.context)
         nodes = self.context.env.broker_ids
         if self.first is None:
-            self.first = chosen if chosen is not None else self.selector.node_in(self.context)
+            self.first = self.selector.found_in(self.context)
+            if self.first is None:
+                return None
         return nodes[(nodes.index(self.first) + rotation) % len(nodes)]
+
+    def _hold(self, node: int) -> None:
+        self.context.held[node] = self.fault.name
+
+    def _release(self) -> None:
+        """Let go of the node it holds (one at a time: a rolling restart's next rotation takes
+        the next node once the last is back)."""
+        for node in [n for n, fault in self.context.held.items() if fault == self.fault.name]:
+            del self.context.held[node]
 
     def take(self, step: Step) -> None:
         env = self.context.env
         match step.action:
             case Do.STOP:
-                self.node = self._pick(step.rotation)
+                self.node = self._chosen(step.rotation)
+                self._hold(self.node)
                 how = "SIGKILL" if step.hard else "SIGTERM"
                 self.context.record(
                     EventKind.FAULT_STEP,
@@ -205,13 +218,17 @@ class _NodeActor(Actor):
                 env.begin_start_broker(self.node)
                 self.down.discard(self.node)
             case Do.PAUSE:
-                self.node = self._pick(step.rotation)
+                self.node = self._chosen(step.rotation)
+                self._hold(self.node)
                 env.pause(Component.KAFKA, broker=self.node)
                 self.paused.add(self.node)
             case Do.RESUME:
                 assert self.node is not None
                 env.resume(Component.KAFKA, broker=self.node)
                 self.paused.discard(self.node)
+                self._release()
+            case Do.AWAIT_READY:
+                self._release()  # it is back: another fault may take it
             case _ if step.waits:
                 pass  # its condition came true: nothing to do
             case _:
@@ -222,7 +239,9 @@ class _NodeActor(Actor):
         try:
             match step.action:
                 case Do.AWAIT_TARGET:
-                    self.chosen = self.selector.found_in(self.context)
+                    node = self._pick(step.rotation)
+                    free = node is not None and self.context.held.get(node, self.fault.name)
+                    self.chosen = node if free == self.fault.name else None
                     return self.chosen is not None
                 case Do.AWAIT_STOPPED if self.node is not None:
                     return env.broker_stopped(self.node)
@@ -235,8 +254,19 @@ class _NodeActor(Actor):
             return False  # the cluster is busy: ask again
         raise ValueError(f"{step.action} is not a waiting step of {self.fault.name}")
 
+    def _chosen(self, rotation: int) -> int:
+        """The node the waiting step found (a scenario's own steps always have one before)."""
+        chosen, self.chosen = self.chosen, None
+        if chosen is not None:
+            return chosen
+        node = self._pick(rotation)
+        if node is None:
+            raise FaultStuck(f"cannot find {self.selector} in the cluster now")
+        return node
+
     def undo(self) -> None:
         env = self.context.env
+        self._release()
         for node in sorted(self.paused):
             env.resume(Component.KAFKA, broker=node)
         self.paused.clear()
@@ -275,7 +305,7 @@ class BrokerBounce(_OneNode):
     broker: BrokerSelector = FIRST_NODE
 
     def steps(self, seed: int) -> tuple[Step, ...]:
-        return (self.opening(seed), *self.broker.waiting(), *_restart(self.hard), Step(END))
+        return (self.opening(seed), *_restart(self.hard), Step(END))
 
     @classmethod
     def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
@@ -321,8 +351,7 @@ class BrokerKill(_NodeWindow):
     kind: ClassVar[str] = "broker-kill"
 
     def steps(self, seed: int) -> tuple[Step, ...]:
-        restart = _restart(True, down_for=self.duration)
-        return (self.opening(seed), *self.broker.waiting(), *restart, Step(END))
+        return (self.opening(seed), *_restart(True, down_for=self.duration), Step(END))
 
 
 @dataclass(frozen=True)
@@ -363,7 +392,7 @@ class BrokerRollingRestart(Timed):
     def steps(self, seed: int) -> tuple[Step, ...]:
         """Rotation r restarts one node; the next begins once every partition is fully
         replicated again, plus ``interval`` seconds."""
-        steps = [self.opening(seed), *self.start.waiting()]
+        steps = [self.opening(seed)]
         for r in range(self.rotations):
             first, *rest = _restart(self.hard, rotation=r)
             steps.append(replace(first, after=self.interval) if r else first)
