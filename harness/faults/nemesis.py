@@ -63,6 +63,15 @@ class Nemesis:
         """A fault has started and has steps left to take."""
         return any(0 < p.next_step < len(p.plan.steps) for p in self._progress)
 
+    def under_way(self) -> str:
+        """``rolling restart at await-broker-stopped (node 3)``, for each fault under way."""
+        return "; ".join(
+            f"{p.plan.name} at {p.plan.steps[p.next_step].action}"
+            + (f" ({p.actor.about})" if p.actor.about else "")
+            for p in self._progress
+            if 0 < p.next_step < len(p.plan.steps)
+        )
+
     def tick(self, elapsed: float | None, acked: int, *, produced_all: bool = False) -> None:
         """Take every step that is due: ``elapsed`` seconds since the consumers started (None
         until they have), ``acked`` records acknowledged; once the workload is ``produced_all``,

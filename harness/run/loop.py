@@ -59,6 +59,8 @@ class Ticking(Protocol):
     @property
     def busy(self) -> bool: ...  # a fault has started and has steps left
 
+    def under_way(self) -> str: ...  # the faults under way and the step each is at
+
     def tick(self, elapsed: float | None, acked: int, *, produced_all: bool = False) -> None: ...
 
 
@@ -189,6 +191,11 @@ def wait_until_consumed(
             raise Stopped("the run was asked to stop")
         now = time.monotonic()
         if now > deadline:
+            if not behind:
+                raise RunTimeout(
+                    f"every lane caught up, but a fault was still under way after "
+                    f"{timeout:.0f}s: {nemesis.under_way()}"
+                )
             raise RunTimeout(
                 f"consumers did not catch up within {timeout:.0f}s: "
                 + "; ".join(
