@@ -51,6 +51,8 @@ def coverage(runs: Sequence[RunRecord]) -> list[str]:
     """The coverage section: what was aimed at and fired, and what the histories show."""
     aimed = Counter((a.kind, a.target, a.variant) for r in runs for a in r.aimed)
     fired = Counter((a.kind, a.target, a.variant) for r in runs for a in r.aimed if a.fired)
+    variants = sorted({v for _k, _t, v in aimed})
+    aims = sorted({(k, t) for k, t, _v in aimed})
     seen: list[Exercised] = [e for r in runs for _v, e in r.exercised]
     by_variant: dict[str, Counter[Condition]] = {}
     for r in runs:
@@ -60,11 +62,15 @@ def coverage(runs: Sequence[RunRecord]) -> list[str]:
     lines = [
         "## Coverage",
         "",
-        "| fault kind | target | variant | drawn | fired |",
-        "| --- | --- | --- | ---: | ---: |",
+        "Each fault kind and target, per variant: the runs it fired in / was drawn for.",
+        "",
+        "| fault kind | target | " + " | ".join(variants) + " |",
+        "| --- | --- |" + " ---: |" * len(variants),
         *(
-            f"| {k} | {t} | {v} | {n} | {fired[(k, t, v)]} |"
-            for (k, t, v), n in sorted(aimed.items())
+            f"| {k} | {t} | "
+            + " | ".join(f"{fired[(k, t, v)]}/{aimed[(k, t, v)]}" for v in variants)
+            + " |"
+            for k, t in aims
         ),
         "",
         "Conditions the histories show (runs in which each happened):",
