@@ -176,3 +176,13 @@ def test_the_seeds_the_planted_bug_tests_use_draw_a_crash_after_the_write_first(
         first = draw_trial(Explored("listener", planted, drawable(kinds), LOCAL), seed, 1)
         points = [f.get("point") for f in first.faults]
         assert "after_write_before_commit" in points and len(first.faults) >= 2, first
+
+
+def test_coverage_reads_a_spark_micro_batch_replayed_from_its_checkpoint() -> None:
+    events = [
+        _event(1, EventKind.BATCH, source="spark", batch=4),
+        _event(2, EventKind.WRITTEN, source="spark", batch=4, offsets={0: 99}),
+        _event(3, EventKind.BATCH, source="spark", batch=4),
+    ]
+    assert Condition.REDELIVERED in exercised(events).conditions
+    assert Condition.REDELIVERED not in exercised(events[:2]).conditions

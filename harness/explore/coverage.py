@@ -41,11 +41,16 @@ def exercised(events: Sequence[HistoryEvent]) -> Exercised:
     found: set[Condition] = set()
     written: dict[int, int] = {}  # partition -> the highest offset written so far
     open_batches: dict[str, int] = {}  # source -> batches handed out and not yet written
+    spark_batches: set[int] = set()  # micro-batch ids handed out (Spark's say no offsets)
     for e in sorted(events, key=lambda e: e.t):
         match e.kind:
             case EventKind.BATCH:
                 if any(written.get(p, -1) >= first for p, first in e.offsets.items()):
                     found.add(Condition.REDELIVERED)
+                if not e.offsets and e.batch is not None:
+                    if e.batch in spark_batches:  # replayed from the checkpoint
+                        found.add(Condition.REDELIVERED)
+                    spark_batches.add(e.batch)
                 open_batches[e.source] = open_batches.get(e.source, 0) + 1
             case EventKind.WRITTEN:
                 for p, last in e.offsets.items():
