@@ -10,6 +10,7 @@ candidates are pure functions of the trial; only ``fails`` runs anything.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -112,6 +113,7 @@ def shrink(
 ) -> tuple[Trial, tuple[Tried, ...]]:
     """The smallest trial the passes reach that still ``fails``, and the trail of tries."""
     current, trail = trial, []
+    passed: set[str] = set()  # candidates replayed that did not fail: not replayed again
     progress = True
     while progress and not out_of_time():
         progress = False
@@ -121,10 +123,13 @@ def shrink(
                 for candidate in shrink_pass(current, violators):
                     if out_of_time():
                         break
-                    if candidate.trial == current or not valid(candidate.trial):
+                    key = json.dumps(candidate.trial.document(), sort_keys=True, default=str)
+                    if candidate.trial == current or key in passed or not valid(candidate.trial):
                         continue
                     started = clock()
                     kept = fails(candidate.trial)
+                    if not kept:
+                        passed.add(key)
                     trail.append(Tried(candidate.what, kept, clock() - started))
                     said(f"  shrink: {candidate.what}: {'still fails, kept' if kept else 'passes'}")
                     if kept:
