@@ -20,9 +20,9 @@ from harness.readiness import NotReady, wait_for
 from tests.support import chaoslab, processes_of, sigint_as_in_a_terminal
 
 PLANTED = "tests.planted_variant:WarmUpInsert"
-# Seed 53 draws, over these kinds, a crash after the write in its first run, beside two faults
-# that do not matter (test_explore_draw checks that drawing is a pure function of the seed).
-SEED = "53"
+# Seed 1785 draws, over these kinds, a crash after the write in its first run, beside a crash
+# that does not matter, over a small workload: a short shrink (test_explore_draw checks it).
+SEED = "1785"
 KINDS = "consumer-crash,network,broker-slow"
 
 pytestmark = pytest.mark.servers

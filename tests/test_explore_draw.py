@@ -175,9 +175,10 @@ def test_the_seeds_the_planted_bug_tests_use_draw_a_crash_after_the_write_first(
     # tests/test_explore.py and notebook 07 find the planted bug in their first run: that is
     # what these seeds draw (the budget is the suite's; the search itself is what is tested).
     planted = ("tests.planted_variant:WarmUpInsert",)
-    for kinds, seed in ((["consumer-crash", "network", "broker-slow"], 53),
-                        (["consumer-crash", "network"], 5)):  # fmt: skip
-        first = draw_trial(Explored("listener", planted, drawable(kinds), LOCAL), seed, 1)
+    own = ("tests.custom_variant:UpsertByBusinessKey", *planted)  # notebook 07's
+    for kinds, seed, variants in ((["consumer-crash", "network", "broker-slow"], 1785, planted),
+                                  (["consumer-crash", "network"], 707, own)):  # fmt: skip
+        first = draw_trial(Explored("listener", variants, drawable(kinds), LOCAL), seed, 1)
         points = [f.get("point") for f in first.faults]
         assert "after_write_before_commit" in points and len(first.faults) >= 2, first
 
