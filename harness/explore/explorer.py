@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -91,17 +92,14 @@ def run_one(
         result = run_scenario(
             env, scenario, directory, progress=_quiet, keep_topics=False, stop=stop
         )
+        error = result.error
     except Stopped:
-        return RunRecord(
-            number, trial, time.monotonic() - started, error="stopped", directory=directory
-        )
+        error = "stopped"
     except LabError as exc:
-        return RunRecord(
-            number, trial, time.monotonic() - started, error=str(exc), directory=directory
-        )
+        error = str(exc)
     seconds = time.monotonic() - started
-    if result.error:
-        return RunRecord(number, trial, seconds, error=result.error, directory=directory)
+    if error:
+        return RunRecord(number, trial, seconds, error=error, directory=directory)
     return RunRecord(
         number,
         trial,
@@ -212,15 +210,7 @@ def _named(trial: Trial, plan: Plan, record: RunRecord, number: int) -> Trial:
         f"{what}. The lab drew this schedule; its seed ({trial.seed}) replays the workload, "
         f"the jitter and the crash points."
     )
-    return Trial(
-        name=f"found-{plan.seed}-{record.number}",
-        seed=trial.seed,
-        runtime=trial.runtime,
-        variants=trial.variants,
-        shape=trial.shape,
-        faults=trial.faults,
-        description=description,
-    )
+    return replace(trial, name=f"found-{plan.seed}-{record.number}", description=description)
 
 
 def _write_scenario(finding: Finding) -> None:
