@@ -53,6 +53,21 @@ def test_every_family_that_draws_gives_an_entry_its_own_record_accepts() -> None
             assert parse_fault({"kind": kind, **entry}, kind).kind == kind
 
 
+def test_every_drawn_fault_says_what_it_aims_at_for_the_coverage_table() -> None:
+    trial = draw_trial(LISTENER, 1, 1)
+    space = Space(trial.scenario().setting, LOCAL, 10.0)
+    aims: dict[str, set[str]] = {}
+    for kind in drawable():
+        for k in range(40):
+            entry = KINDS[kind].draw(random.Random(k), space)
+            assert entry is not None
+            aims.setdefault(kind, set()).add(parse_fault({"kind": kind, **entry}, kind).aim())
+    # Only the producer's resends act on the workload itself; every other family names its target.
+    assert {kind for kind, seen in aims.items() if "the workload" in seen} == {"producer-resend"}
+    assert aims["broker-kill"] >= {"a node", "the controller", "a group coordinator"}
+    assert aims["consumer-kill"] == {"every consumer", "one consumer"}
+
+
 def test_a_backend_without_proxies_or_server_control_is_never_given_their_faults() -> None:
     external = BackendAbilities("external", None, link_faults=False, server_control=False)
     explored = replace(LISTENER, backend=external)

@@ -29,11 +29,11 @@ from harness.explore.model import (
     RunRecord,
     Violation,
     promises,
-    target_of,
     violations,
 )
 from harness.explore.shrink import shrink
 from harness.explore.trial import Trial, draw_trial, refused
+from harness.faults.kinds import parse_fault
 from harness.history.events import read_history
 from harness.report import write_report
 from harness.results.model import ScenarioResult
@@ -269,7 +269,7 @@ def _aimed(trial: Trial, result: ScenarioResult) -> tuple[Aimed, ...]:
     return tuple(
         Aimed(
             str(entry["kind"]),
-            target_of(entry),
+            parse_fault(entry, str(entry["name"])).aim(),
             v.label,
             fired=entry["name"] not in {u.name for u in v.unfired},
         )

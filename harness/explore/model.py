@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from harness.checker.promise import Promise
 from harness.explore.coverage import Exercised
@@ -108,32 +106,6 @@ def violations(scenario: Scenario, result: ScenarioResult) -> tuple[Violation, .
         if broken:
             found.append(Violation(v.label, promise.name, broken))
     return tuple(found)
-
-
-def target_of(entry: Mapping[str, Any]) -> str:
-    """What a fault entry aims at, as the coverage counts it (not which node: the kind of
-    target)."""
-    for key in ("broker", "start"):
-        if key in entry:
-            value = entry[key]
-            if isinstance(value, dict):
-                return "a group coordinator" if "coordinator-of" in value else "a partition leader"
-            return "the controller" if value == "controller" else "a node"
-    if "link" in entry:
-        return f"link {entry['link']}"
-    if "point" in entry:
-        return f"a consumer at {entry['point']}"
-    if "consumer" in entry:
-        return "one consumer"
-    if "commands" in entry:
-        return "MongoDB's " + ", ".join(entry["commands"])
-    if "apis" in entry:
-        return "the group's " + ", ".join(entry["apis"])
-    return {
-        "consumer-kill": "every consumer",
-        "mongo-restart": "MongoDB",
-        "executor-loss": "an executor",
-    }.get(str(entry["kind"]), "the workload")
 
 
 @dataclass(frozen=True)

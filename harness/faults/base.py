@@ -358,6 +358,11 @@ class Fault(ABC):
             )
         return f"it started at {seen.since(min(starts))}, after the work was done{done}"
 
+    def aim(self) -> str:
+        """What it acts on, as a kind of target ("the controller", "one consumer"), not which
+        node: what explore's coverage counts."""
+        return "the workload"
+
     def crash_plan(self, seed: int) -> CrashPlan | None:
         """A crash or pause armed inside the runtime, if it is one."""
         return None

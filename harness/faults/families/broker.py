@@ -80,6 +80,15 @@ class BrokerSelector:
                 return f"the coordinator of {self.variant}"
         return f"the leader of partition {self.partition}"
 
+    def aim(self) -> str:
+        """The kind of node it picks (``Fault.aim``)."""
+        return {
+            Pick.NODE: "a node",
+            Pick.CONTROLLER: "the controller",
+            Pick.COORDINATOR_OF: "a group coordinator",
+            Pick.LEADER_OF: "a partition leader",
+        }[self.pick]
+
     def refusal(self, setting: Setting, backend: BackendAbilities) -> str:
         """Why the scenario or the backend has no such node ('' if it may)."""
         match self.pick:
@@ -285,6 +294,9 @@ class _OneNode(Timed):
     def actor(self, context: Context) -> Actor:
         return _NodeActor(self, context, self.broker)
 
+    def aim(self) -> str:
+        return self.broker.aim()
+
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
         problem = self.broker.refusal(setting, backend)
         found = needs_server_control(backend, "the Kafka nodes")
@@ -402,6 +414,9 @@ class BrokerRollingRestart(Timed):
 
     def actor(self, context: Context) -> Actor:
         return _NodeActor(self, context, self.start, rotate=True)
+
+    def aim(self) -> str:
+        return self.start.aim()
 
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
         problem = self.start.refusal(setting, backend)

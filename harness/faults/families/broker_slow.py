@@ -93,6 +93,9 @@ class BrokerSlow(Timed):
     def actor(self, context: Context) -> Actor:
         return _Slower(self, context)
 
+    def aim(self) -> str:
+        return self.broker.aim()
+
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
         found = needs_link_proxies(backend)
         problem = self.broker.refusal(setting, backend)

@@ -120,6 +120,9 @@ class CommitFailure(Timed):
     def steps(self, seed: int) -> tuple[Step, ...]:
         return self.window(seed, ON, OFF, self.duration)
 
+    def aim(self) -> str:
+        return "the group's " + ", ".join(self.apis)
+
     def actor(self, context: Context) -> Actor:
         rule = LinkRule(
             Link.CONSUMER_KAFKA,

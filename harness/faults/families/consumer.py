@@ -53,6 +53,9 @@ class _AtPoint(Fault):
     def steps(self, seed: int) -> tuple[Step, ...]:
         return ()
 
+    def aim(self) -> str:
+        return f"a consumer at {self.point}"
+
     def reach(self, setting: Setting) -> tuple[str, str]:
         batch_size, events, per_consumer = setting.batch_size, setting.events, setting.per_consumer
         if self.point is CrashPoint.MID_WRITE and self.after_docs > batch_size:
@@ -230,6 +233,9 @@ class ConsumerKill(Timed):
 
     def actor(self, context: Context) -> Actor:
         return _Killer(self, context)
+
+    def aim(self) -> str:
+        return "every consumer" if self.consumer is None else "one consumer"
 
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
         if (self.consumer or 0) < setting.consumers:

@@ -93,6 +93,9 @@ class MongoFailCommand(Timed):
     def actor(self, context: Context) -> Actor:
         return _Failpoint(self, context)
 
+    def aim(self) -> str:
+        return "MongoDB's " + ", ".join(self.commands)
+
     @classmethod
     def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
         commands = [c for c in WRITE_COMMANDS if rng.random() < 0.6] or ["insert"]

@@ -88,6 +88,9 @@ class MongoRestart(Timed):
     def actor(self, context: Context) -> Actor:
         return _MongoActor(self, context)
 
+    def aim(self) -> str:
+        return "MongoDB"
+
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
         return needs_server_control(backend, "MongoDB")
 

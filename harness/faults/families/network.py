@@ -57,6 +57,9 @@ class NetworkFault(Timed):
         rule = LinkRule(self.link, self.action.value, delay_ms=self.delay_ms)
         return LinkRuleActor(context, rule, ON, OFF)
 
+    def aim(self) -> str:
+        return f"link {self.link}"
+
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
         return needs_link_proxies(backend)
 

@@ -38,6 +38,9 @@ class ExecutorLoss(Fault):
     after_docs: int = 1
     times: int = 1
 
+    def aim(self) -> str:
+        return "an executor"
+
     def crash_plan(self, seed: int) -> CrashPlan:
         return CrashPlan(
             CrashPoint.MID_WRITE,
