@@ -13,8 +13,10 @@ import pytest
 from harness.checker.promise import AT_LEAST_ONCE, EXACTLY_ONCE, NOTHING
 from harness.environment.base import BackendAbilities
 from harness.errors import BadInput
+from harness.explore import report
 from harness.explore.coverage import Condition, exercised, unreached
 from harness.explore.inputs import default_variants, plan
+from harness.explore.model import Aim, Aimed, RunRecord, aims
 from harness.explore.shrink import shrink
 from harness.explore.trial import Explored, Shape, Trial, draw_trial, drawable, refused
 from harness.faults.base import Space
@@ -206,3 +208,18 @@ def test_coverage_reads_a_spark_micro_batch_replayed_from_its_checkpoint() -> No
     ]
     assert Condition.REDELIVERED in exercised(events).conditions
     assert Condition.REDELIVERED not in exercised(events[:2]).conditions
+
+
+def test_coverage_counts_each_kind_target_and_variant_drawn_and_fired() -> None:
+    trial = draw_trial(LISTENER, 1, 1)
+    kill = Aimed("broker-kill", "the controller", "idempotent", fired=True)
+    runs = [
+        RunRecord(1, trial, 1.0, aimed=(kill, replace(kill, variant="transactional"))),
+        RunRecord(2, trial, 1.0, aimed=(replace(kill, fired=False),)),
+    ]
+    assert aims(runs) == (
+        Aim("broker-kill", "the controller", "idempotent", drawn=2, fired=1),
+        Aim("broker-kill", "the controller", "transactional", drawn=1, fired=1),
+    )
+    table = "\n".join(report.coverage(runs))
+    assert "| broker-kill | the controller | 1/2 | 1/1 |" in table

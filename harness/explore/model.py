@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,6 +63,25 @@ class RunRecord:
         if self.error:
             return f"did not finish: {self.error.splitlines()[0]}"
         return "; ".join(map(str, self.violations)) or "every promise kept"
+
+
+@dataclass(frozen=True)
+class Aim:
+    """One row of the coverage: a fault kind and target for a variant, the runs it was drawn
+    for and the runs it fired in."""
+
+    kind: str
+    target: str
+    variant: str
+    drawn: int
+    fired: int
+
+
+def aims(runs: Sequence[RunRecord]) -> tuple[Aim, ...]:
+    """Every (kind, target, variant) the runs drew, sorted."""
+    drawn = Counter((a.kind, a.target, a.variant) for r in runs for a in r.aimed)
+    fired = Counter((a.kind, a.target, a.variant) for r in runs for a in r.aimed if a.fired)
+    return tuple(Aim(*key, drawn=n, fired=fired[key]) for key, n in sorted(drawn.items()))
 
 
 @dataclass(frozen=True)

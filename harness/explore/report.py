@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.explore.coverage import NOT_READ, Condition, Exercised, unreached
-from harness.explore.model import Exploration, Finding, RunRecord
+from harness.explore.model import Exploration, Finding, RunRecord, aims
 
 PAGE = "explore.md"
 
@@ -49,10 +49,10 @@ def write(state: Exploration) -> Path:
 
 def coverage(runs: Sequence[RunRecord]) -> list[str]:
     """The coverage section: what was aimed at and fired, and what the histories show."""
-    aimed = Counter((a.kind, a.target, a.variant) for r in runs for a in r.aimed)
-    fired = Counter((a.kind, a.target, a.variant) for r in runs for a in r.aimed if a.fired)
-    variants = sorted({v for _k, _t, v in aimed})
-    aims = sorted({(k, t) for k, t, _v in aimed})
+    rows = aims(runs)
+    cell = {(a.kind, a.target, a.variant): f"{a.fired}/{a.drawn}" for a in rows}
+    variants = sorted({a.variant for a in rows})
+    targets = sorted({(a.kind, a.target) for a in rows})
     seen: list[Exercised] = [e for r in runs for _v, e in r.exercised]
     by_variant: dict[str, Counter[Condition]] = {}
     for r in runs:
@@ -67,10 +67,8 @@ def coverage(runs: Sequence[RunRecord]) -> list[str]:
         "| fault kind | target | " + " | ".join(variants) + " |",
         "| --- | --- |" + " ---: |" * len(variants),
         *(
-            f"| {k} | {t} | "
-            + " | ".join(f"{fired[(k, t, v)]}/{aimed[(k, t, v)]}" for v in variants)
-            + " |"
-            for k, t in aims
+            f"| {k} | {t} | " + " | ".join(cell.get((k, t, v), "0/0") for v in variants) + " |"
+            for k, t in targets
         ),
         "",
         "Conditions the histories show (runs in which each happened):",

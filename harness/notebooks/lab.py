@@ -29,7 +29,7 @@ from harness.environment.backends import attach, open_environment
 from harness.errors import LabError
 from harness.explore import inputs as explore_inputs
 from harness.explore.explorer import explore
-from harness.explore.model import Exploration
+from harness.explore.model import Exploration, aims
 from harness.notebooks.execute import RESULTS, Check
 from harness.paths import find_scenario, project_root, runs_dir
 from harness.pipeline.runtimes import DEFAULT as DEFAULT_RUNTIME
@@ -143,15 +143,9 @@ class Lab:
         """Fault kind x target x variant: how often drawn and how often it fired."""
         import pandas as pd
 
-        rows = [
-            {"kind": a.kind, "target": a.target, "variant": a.variant, "fired": a.fired}
-            for r in state.runs
-            for a in r.aimed
-        ]
-        frame = pd.DataFrame(rows, columns=["kind", "target", "variant", "fired"])
-        return frame.groupby(["kind", "target", "variant"]).agg(
-            drawn=("fired", "size"), fired=("fired", "sum")
-        )
+        rows = [asdict(a) for a in aims(state.runs)]
+        columns = ["kind", "target", "variant", "drawn", "fired"]
+        return pd.DataFrame(rows, columns=columns).set_index(["kind", "target", "variant"])
 
     def finding_timeline(self, state: Exploration, number: int = 1) -> Any:
         """The timeline of a replay of finding ``number`` that broke the promise, inline."""
