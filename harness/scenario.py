@@ -37,6 +37,7 @@ from harness.faults.base import Fault, Setting
 from harness.faults.kinds import parse_fault
 from harness.outbox.relays import make_relay
 from harness.outbox.workload import OutboxSpec
+from harness.pipeline.command import program_problem
 from harness.pipeline.crash import CrashPlan
 from harness.pipeline.runtimes import DEFAULT as DEFAULT_RUNTIME
 from harness.pipeline.runtimes import get_runtime, names
@@ -109,6 +110,12 @@ class VariantSpec:
     @property
     def label(self) -> str:
         return make_variant(self.name, self.options).label
+
+    @property
+    def own_runtime(self) -> str | None:
+        """The runtime it brings (a command consumer's), or None."""
+        runtime = make_variant(self.name, self.options).own_runtime()
+        return None if runtime is None else runtime.name
 
 
 @dataclass(frozen=True)
@@ -237,15 +244,37 @@ class Scenario:
         return self.pipeline.parallel and all(f.own_run_only for f in self.faults)
 
     @property
+    def folder(self) -> Path:
+        """Where its file is: a command consumer runs from there."""
+        return Path(self.path).resolve().parent
+
+    @property
+    def lanes(self) -> tuple[tuple[str, VariantSpec], ...]:
+        """The (runtime, variant) pairs it runs: each variant on each of its ``runtimes:``, or
+        on the one it brings (a command consumer, once)."""
+        carried = [(spec.own_runtime, spec) for spec in self.variants]
+        return (
+            *((r, spec) for r in self.runtimes for own, spec in carried if own is None),
+            *((own, spec) for own, spec in carried if own is not None),
+        )
+
+    @property
     def setting(self) -> Setting:
         """What its faults are checked against before a run."""
         return Setting(
             events=self.workload.events,
             batch_size=self.pipeline.batch_size,
-            consumers=self.pipeline.consumers,
+            # The fewest any lane has: a command consumer's instances are its own.
+            consumers=min(
+                (
+                    make_variant(s.name, s.options).consumer_count(self.pipeline.consumers)
+                    for _r, s in self.lanes
+                ),
+                default=self.pipeline.consumers,
+            ),
             partitions=self.partitions,
             variants=frozenset({v.name for v in self.variants} | {v.label for v in self.variants}),
-            runtimes=frozenset(get_runtime(r) for r in self.runtimes),
+            runtimes=frozenset(get_runtime(r) for r, _spec in self.lanes),
             spark_cluster=SparkCluster(self.pipeline.spark_cluster),
             relays=frozenset({r.name for r in self.relays} | {r.label for r in self.relays}),
         )
@@ -520,6 +549,10 @@ def runnable(scenario: Scenario, abilities: BackendAbilities) -> tuple[str, ...]
     setting = scenario.setting
     for i, spec in enumerate(scenario.variants):
         variant = make_variant(spec.name, spec.options)
+        if variant.own_runtime() is not None:  # it runs on the one it brings
+            if problem := program_problem(variant.program(), scenario.folder):
+                pr.add(f"variants[{i}]", problem)
+            continue
         if others := [r for r in scenario.runtimes if not variant.runs_on(get_runtime(r))]:
             pr.add(
                 f"variants[{i}]",
@@ -528,12 +561,15 @@ def runnable(scenario: Scenario, abilities: BackendAbilities) -> tuple[str, ...]
     for i, fault in enumerate(scenario.faults):
         for at, problem in fault.refusals(setting, abilities):
             pr.add(f"faults[{i}].{at}" if at else f"faults[{i}]", problem)
-    if scenario.producer.transactional and not all(
-        get_runtime(r).read_committed for r in scenario.runtimes
+    if scenario.producer.transactional and (
+        uncommitted := sorted(
+            {r for r, _spec in scenario.lanes if not get_runtime(r).read_committed}
+        )
     ):
         pr.add(
             "producer.mode",
-            "the Spark runtime's Kafka source reads uncommitted records: a transactional "
+            f"the {', '.join(uncommitted)} runtime(s) may read uncommitted records (Spark's "
+            "Kafka source does; a command consumer's setting is its own): a transactional "
             "producer is for the listener runtime",
         )
     check = preflight(scenario)

@@ -223,6 +223,9 @@ def _sink_changes(sink: SinkSnapshot) -> _SinkChanges:
 
 def _stale_orders(expected: _Expected, sink: SinkSnapshot) -> _Found:
     """Orders whose projection is behind their highest acked version (or missing)."""
+    if not sink.projection_kept:
+        none = np.zeros(0, dtype=np.int64)
+        return _Found(none, none, np.zeros(0, dtype=np.float64))
     # Keys are sorted by (order, version): each order's last key is its highest version.
     last = _group_ends(expected.keys >> VERSION_BITS)
     order_id = expected.keys[last] >> VERSION_BITS

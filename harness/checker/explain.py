@@ -50,10 +50,13 @@ class Explanation:
         )
 
 
-def explain(events: Sequence[HistoryEvent], ledger: LedgerArrays) -> Explanation:
-    """What can account for copies in the sink of the lane whose history is ``events``."""
+def explain(
+    events: Sequence[HistoryEvent], ledger: LedgerArrays, *, black_box: bool = False
+) -> Explanation:
+    """What can account for copies in the sink of the lane whose history is ``events`` (a
+    black box's history holds no batch of its own: what it was handed cannot be told)."""
     resends = int(np.count_nonzero(ledger.kind == KIND_CODES[Kind.RESEND]))
-    return Explanation(handed_out_again(events), resends)
+    return Explanation(None if black_box else handed_out_again(events), resends)
 
 
 def handed_out_again(events: Sequence[HistoryEvent]) -> int | None:

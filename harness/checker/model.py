@@ -154,6 +154,8 @@ class SinkSnapshot:
       dead-letter topic; repeats are allowed (the checker counts distinct records).
     * ``stored_offsets`` - for the transactional variant, {partition: last processed offset
       (inclusive)} as stored in MongoDB; None for variants that keep no offsets there.
+    * ``projection_kept`` - False for a sink with no current-state collection (a user's
+      program that keeps none): no order is stale then.
     """
 
     changes_order_id: np.ndarray  # int64
@@ -164,6 +166,7 @@ class SinkSnapshot:
     dead_lettered_partition: np.ndarray  # int32
     dead_lettered_offset: np.ndarray  # int64
     stored_offsets: Mapping[int, int] | None = None
+    projection_kept: bool = True
 
     _GROUPS: ClassVar[Mapping[str, Mapping[str, type[np.generic]]]] = {
         "changes": {
@@ -187,6 +190,7 @@ class SinkSnapshot:
             dead_lettered_partition: ArrayLike,
             dead_lettered_offset: ArrayLike,
             stored_offsets: Mapping[int, int] | None = None,
+            projection_kept: bool = True,
         ) -> None: ...
 
     def __post_init__(self) -> None:

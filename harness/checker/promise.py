@@ -53,3 +53,4 @@ EXACTLY_ONCE = Promise(
 # A stale projection lost the latest change of its order: at-least-once keeps it too.
 AT_LEAST_ONCE = Promise("at-least-once", ("lost", "stale", "phantoms"))
 NOTHING = Promise("nothing", ("phantoms",))
+PROMISES = {p.name: p for p in (EXACTLY_ONCE, AT_LEAST_ONCE, NOTHING)}

@@ -438,11 +438,12 @@ class Environment(ABC):
         name: str,
         log_path: Path,
         extra_env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> ProcessHandle:
         """Start a client process (a consumer runtime) in its own session, tied to this
         environment: ``stop()``, and the orphan reaping of a later ``up``, stop it too."""
         return process.spawn(
-            argv, env_id=self.env_id, server=name, log_path=log_path, extra_env=extra_env
+            argv, env_id=self.env_id, server=name, log_path=log_path, extra_env=extra_env, cwd=cwd
         )
 
     def client_exit_code(self, name: str, handle: ProcessHandle) -> int | None:

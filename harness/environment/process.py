@@ -61,6 +61,10 @@ def handle_of(pid: int) -> ProcessHandle:
     return ProcessHandle(pid, psutil.Process(pid).create_time())
 
 
+# The line the lab writes into a process's log before each start.
+LOG_HEADER = "==== chaoslab: starting"
+
+
 def spawn(
     argv: Sequence[str],
     *,
@@ -76,7 +80,7 @@ def spawn(
     env = {**os.environ, **(extra_env or {}), ENV_ID_VAR: env_id, SERVER_VAR: server}
     with log_path.open("ab") as log:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        log.write(f"==== chaoslab: starting {server} at {stamp}: {' '.join(argv)}\n".encode())
+        log.write(f"{LOG_HEADER} {server} at {stamp}: {' '.join(argv)}\n".encode())
         log.flush()
         proc = subprocess.Popen(
             list(argv),

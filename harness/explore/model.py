@@ -108,10 +108,9 @@ def promises(scenario: Scenario) -> dict[str, Promise]:
     """Each lane's promise (``runtime/label``), as it applies to this scenario's workload."""
     resends = scenario.workload.resends
     found = {}
-    for spec in scenario.variants:
+    for runtime, spec in scenario.lanes:
         promise = make_variant(spec.name, spec.options).promise.under(resends=resends)
-        for runtime in scenario.runtimes:
-            found[f"{runtime}/{spec.label}"] = promise
+        found[f"{runtime}/{spec.label}"] = promise
     return found
 
 

@@ -56,6 +56,12 @@ class EventKind(StrEnum):
     # An outbox relay could not resume its change stream: the resume point is no longer in the
     # oplog (ChangeStreamHistoryLost). What happened in between is not relayed; the lab counts it.
     HISTORY_LOST = "history-lost"
+    # What the lab sees of a command consumer from outside (harness.pipeline.observer), as it
+    # polled it - not what the program said:
+    GROUP = "group"  # its consumer group changed (detail: state and members)
+    COMMITTED = "committed"  # the group's committed offsets changed (offsets)
+    SINK_COUNT = "sink-count"  # the documents in its sink collection changed (count)
+    CONSUMER_LOG = "consumer-log"  # it logged a line that reads as an error (detail: the line)
 
 
 @dataclass(frozen=True)

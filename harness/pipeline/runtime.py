@@ -34,7 +34,7 @@ CONSUMER_APP = "chaoslab-consumer"
 
 @dataclass(frozen=True)
 class RuntimeConfig:
-    runtime: str  # listener | spark
+    runtime: str  # listener | spark | command
     bootstrap: str
     mongo_uri: str
     topic: str
@@ -54,6 +54,9 @@ class RuntimeConfig:
     # Where the harness imported a user's module from (a variant or Spark job named
     # module:callable): the runtime imports it from there too, whatever its working directory.
     import_path: tuple[str, ...] = ()
+    # A command consumer's program and the folder it runs in (the scenario's).
+    command: tuple[str, ...] = ()
+    cwd: str = ""
 
     @property
     def history_dir(self) -> Path:
@@ -69,6 +72,7 @@ class RuntimeConfig:
         raw = json.loads(text)
         raw["crash_plans"] = tuple(CrashPlan.from_json(json.dumps(p)) for p in raw["crash_plans"])
         raw["import_path"] = tuple(raw.get("import_path", ()))
+        raw["command"] = tuple(raw.get("command", ()))
         return cls(**raw)
 
     def use_import_path(self) -> None:

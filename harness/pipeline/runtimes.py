@@ -1,8 +1,9 @@
 """The runtimes the lab runs consumers on, as registered records (papermill's ``engines.py``
 registry is the model): everything the harness needs to know about one - how it is launched,
 how many processes a variant gets, how a commit failure reaches it, whether it is Spark - is
-said here once, and nowhere else compares a runtime's name. The sink runtimes run a scenario's
-variants over its topic (its ``runtimes:``); the relay runs an outbox scenario's relays.
+said here once, and nowhere else compares a runtime's name. The listed runtimes run a scenario's
+variants over its topic (its ``runtimes:``); the relay runs an outbox scenario's relays; a
+command consumer brings the command runtime with it.
 
 A runtime's own code runs in its processes (``python -m MODULE``); this module names the module
 and never imports it, so the harness does not load pyspark to run listeners.
@@ -30,8 +31,8 @@ class CommitFailureVia(StrEnum):
 @dataclass(frozen=True)
 class Runtime:
     name: str
-    # Runs a scenario's sink variants over its topic (a scenario lists it in ``runtimes:``).
-    sink: bool
+    # A scenario lists it in ``runtimes:`` and runs its sink variants on it.
+    listed: bool
     module: str  # python -m MODULE RUNTIME.JSON... [INDEX]
     # True: each variant gets ``pipeline.consumers`` processes of its own, each given its index
     # (a listener container's concurrency). False: one process per variant, or one for several
@@ -47,11 +48,14 @@ class Runtime:
     # The event a consumer writes once it can consume: the workload starts when every lane of a
     # run has written it, so a fault's time means the same on every runtime side by side.
     ready: EventKind
+    # A user's program the lab only starts, signals and watches from outside: no crash point
+    # inside it, no batch in its history - the lab records what it sees (harness.pipeline.observer).
+    black_box: bool = False
 
 
 LISTENER = Runtime(
     name="listener",
-    sink=True,
+    listed=True,
     module="harness.pipeline.listener",
     process_per_consumer=True,
     group_member=True,
@@ -62,7 +66,7 @@ LISTENER = Runtime(
 )
 SPARK = Runtime(
     name="spark",
-    sink=True,
+    listed=True,
     module="harness.pipeline.spark_runtime",
     process_per_consumer=False,
     group_member=False,  # its Kafka source assigns partitions and keeps offsets in a checkpoint
@@ -77,7 +81,7 @@ SPARK = Runtime(
 # Seed 003's way back: one process per relay lane reads MongoDB's change stream into Kafka.
 RELAY = Runtime(
     name="relay",
-    sink=False,
+    listed=False,
     module="harness.outbox.relay",
     process_per_consumer=True,
     group_member=False,
@@ -87,8 +91,24 @@ RELAY = Runtime(
     ready=EventKind.RUNTIME_START,  # the relay writes it once its change stream is open
 )
 
+# A command consumer (``harness.pipeline.variants.command``): any program, in any language, run
+# with the lab's environment variables. A variant of that kind brings this runtime with it; a
+# scenario never lists it.
+COMMAND = Runtime(
+    name="command",
+    listed=False,
+    module="",  # the variant's own command is run
+    process_per_consumer=True,
+    group_member=False,  # its log is its own: error lines are read as it runs, not parsed after
+    commit_failure=CommitFailureVia.PROXY,
+    spark=False,
+    read_committed=False,  # its own setting, which the lab cannot see
+    ready=EventKind.ASSIGNED,  # written by the lab once the group has every instance assigned
+    black_box=True,
+)
+
 DEFAULT = LISTENER  # a scenario's, unless it names its runtimes
-REGISTRY: dict[str, Runtime] = {r.name: r for r in (LISTENER, SPARK, RELAY)}
+REGISTRY: dict[str, Runtime] = {r.name: r for r in (LISTENER, SPARK, RELAY, COMMAND)}
 
 
 def register(runtime: Runtime) -> Runtime:
@@ -100,12 +120,12 @@ def register(runtime: Runtime) -> Runtime:
 
 
 def names() -> tuple[str, ...]:
-    """The sink runtimes' names: what a scenario's ``runtimes:`` and ``--runtime`` choose from."""
-    return tuple(r.name for r in REGISTRY.values() if r.sink)
+    """The listed runtimes' names: what a scenario's ``runtimes:`` and ``--runtime`` choose from."""
+    return tuple(r.name for r in REGISTRY.values() if r.listed)
 
 
 def get_runtime(name: str) -> Runtime:
-    """The registered runtime ``name``; ValueError naming the sink runtimes otherwise."""
+    """The registered runtime ``name``; ValueError naming the listed runtimes otherwise."""
     try:
         return REGISTRY[name]
     except KeyError:

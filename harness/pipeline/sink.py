@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,9 +15,12 @@ from pymongo import MongoClient
 from pymongo.database import Database
 
 from harness.checker import SinkSnapshot
+from harness.checker.check import MAX_ORDER_ID
 from harness.kafka.clients import read_topic
 from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.variants import Variant
+from harness.pipeline.variants.base import Landing
+from harness.workload.ledger import read_ledger
 
 CURSOR_BATCH = 10_000
 
@@ -38,39 +43,83 @@ def prepare_sink(mongo_uri: str, database: str, variant: Variant) -> None:
         variant.prepare(client[database])
 
 
+# An event id the ledger does not hold (a phantom) stands for this change: no order has it.
+UNKNOWN_CHANGE = (MAX_ORDER_ID, 0)
+
+
 def read_sink(
-    mongo_uri: str, database: str, variant: Variant, *, bootstrap: str, topic: str, group: str
+    mongo_uri: str,
+    database: str,
+    variant: Variant,
+    *,
+    bootstrap: str,
+    topic: str,
+    group: str,
+    ledger: Path | None = None,
 ) -> SinkSnapshot:
-    """What ``variant`` left in ``database`` and in its dead-letter topic."""
+    """What ``variant`` left in ``database`` and in its dead-letter topic (``ledger``: where
+    the run's event ids are, for a sink that names its changes by them)."""
     client: MongoClient[dict[str, Any]] = MongoClient(mongo_uri)
+    landing = variant.landing()
+    by_event = {}
+    if landing.event_id:
+        if ledger is None:
+            raise ValueError(f"{variant.label} names its changes by event id: pass the ledger")
+        by_event = changes_by_event_id(ledger)
     with client:
-        return snapshot(client[database], variant, bootstrap=bootstrap, topic=topic, group=group)
-
-
-def snapshot(
-    db: Database[dict[str, Any]], variant: Variant, *, bootstrap: str, topic: str, group: str
-) -> SinkSnapshot:
-    changes = db.events.find(
-        {}, {"_id": 0, "order_id": 1, "version": 1, "_lab.written_at": 1}, batch_size=CURSOR_BATCH
-    )
-    order_ids, versions, written = [], [], []
-    for doc in changes:
-        order_ids.append(doc["order_id"])
-        versions.append(doc["version"])
-        # A user's Spark job does not stamp its documents: when each copy was written is
-        # unknown (NaN), and the report places no mark for it.
-        written.append(doc.get("_lab", {}).get("written_at", math.nan))
-    projection = list(db.orders.find({}, {"version": 1}, batch_size=CURSOR_BATCH))
+        db = client[database]
+        changes = _changes(db, landing, by_event)
+        current = _current(db, landing)
     dlq = dead_letter_origins(bootstrap, group)
     return SinkSnapshot(
-        changes_order_id=np.array(order_ids, dtype=np.int64),
-        changes_version=np.array(versions, dtype=np.int64),
-        changes_written_at=np.array(written, dtype=np.float64),
-        projection_order_id=np.array([d["_id"] for d in projection], dtype=np.int64),
-        projection_version=np.array([d["version"] for d in projection], dtype=np.int64),
+        *changes,
+        *current,
         dead_lettered_partition=np.array([p for p, _ in dlq], dtype=np.int32),
         dead_lettered_offset=np.array([o for _, o in dlq], dtype=np.int64),
         stored_offsets=variant.stored_offsets(db, group, topic),
+        projection_kept=bool(landing.current),
+    )
+
+
+def changes_by_event_id(ledger: Path) -> dict[str, tuple[int, int]]:
+    """Every acked event id of the run, with the business change it carries."""
+    return {row.event_id: (row.order_id, row.version) for row in read_ledger(ledger)}
+
+
+def _changes(
+    db: Database[dict[str, Any]], landing: Landing, by_event: Mapping[str, tuple[int, int]]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(order_id, version, written_at) of every document in the landing collection."""
+    fields = (landing.event_id,) if landing.event_id else (landing.order_id, landing.version)
+    found = db[landing.collection].find(
+        {}, {"_id": 0, **dict.fromkeys(fields, 1), "_lab.written_at": 1}, batch_size=CURSOR_BATCH
+    )
+    order_ids, versions, written = [], [], []
+    for doc in found:
+        if landing.event_id:
+            order_id, version = by_event.get(str(doc.get(landing.event_id)), UNKNOWN_CHANGE)
+        else:
+            order_id, version = doc[landing.order_id], doc[landing.version]
+        order_ids.append(order_id)
+        versions.append(version)
+        # A user's Spark job or program does not stamp its documents: when each copy was
+        # written is unknown (NaN), and the report places no mark for it.
+        written.append(doc.get("_lab", {}).get("written_at", math.nan))
+    return (
+        np.array(order_ids, dtype=np.int64),
+        np.array(versions, dtype=np.int64),
+        np.array(written, dtype=np.float64),
+    )
+
+
+def _current(db: Database[dict[str, Any]], landing: Landing) -> tuple[np.ndarray, np.ndarray]:
+    """(order_id, version) of every order in the current-state collection (if it keeps one)."""
+    found = []
+    if landing.current:
+        found = list(db[landing.current].find({}, {"version": 1}, batch_size=CURSOR_BATCH))
+    return (
+        np.array([d["_id"] for d in found], dtype=np.int64),
+        np.array([d["version"] for d in found], dtype=np.int64),
     )
 
 

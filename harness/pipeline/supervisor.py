@@ -20,8 +20,11 @@ from harness.environment import process as proc
 from harness.environment.base import Environment, tail
 from harness.errors import LabError
 from harness.history.events import EventKind, HistoryWriter
+from harness.pipeline.command import environment
+from harness.pipeline.observer import Observer
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.runtimes import Runtime, get_runtime
+from harness.pipeline.variants import make_variant
 
 MAX_FAILURES_IN_A_ROW = 3
 
@@ -84,6 +87,21 @@ class RuntimeSupervisor:
         self.crashes = 0
         pauses = [p.pause_s for lane in lanes for p in lane.config.crash_plans if p.pause_s]
         self.pause_s = max(pauses, default=0.0)
+        self.frozen: set[int] = set()  # consumers a fault holds stopped: not thawed here
+        # A black box is watched from outside while it runs (its own history says nothing).
+        self.observer = (
+            Observer(
+                bootstrap=env.kafka_bootstrap,
+                mongo_uri=env.mongo_uri,
+                config=self.config,
+                landing=make_variant(self.config.variant, self.config.variant_options).landing(),
+                label=lanes[0].history.variant,
+                instances=count,
+                logs=[c.log for c in self.consumers],
+            )
+            if runtime.black_box
+            else None
+        )
 
     @property
     def config(self) -> RuntimeConfig:
@@ -94,6 +112,8 @@ class RuntimeSupervisor:
             lane.history.record(kind, detail=detail)
 
     def _argv(self, consumer: _Consumer) -> list[str]:
+        if self.runtime.black_box:
+            return list(self.config.command)
         module = self.runtime.module
         paths = [str(lane.config_path) for lane in self.lanes]
         if self.runtime.process_per_consumer:
@@ -108,15 +128,43 @@ class RuntimeSupervisor:
         return [self._process_name(c) for c in self.consumers]
 
     def _start(self, consumer: _Consumer) -> None:
-        consumer.handle = self.env.spawn_client(
-            self._argv(consumer), name=self._process_name(consumer), log_path=consumer.log
-        )
+        config, black_box = self.config, self.runtime.black_box
+        try:
+            consumer.handle = self.env.spawn_client(
+                self._argv(consumer),
+                name=self._process_name(consumer),
+                log_path=consumer.log,
+                extra_env=environment(config, consumer.index) if black_box else None,
+                cwd=Path(config.cwd) if config.cwd else None,
+            )
+        except OSError as exc:  # a command that is not there, or not a program
+            raise RuntimeFailed(
+                f"{consumer.name} could not start {' '.join(self._argv(consumer))!r} "
+                f"in {config.cwd or Path.cwd()}: {exc}"
+            ) from None
         consumer.starts += 1
         consumer.restart_at = None
+        if black_box:  # a program of the lab's own says so itself
+            self._record(EventKind.RUNTIME_START, f"{consumer.name} pid {consumer.handle.pid}")
 
     def start(self) -> None:
         for consumer in self.consumers:
             self._start(consumer)
+        if self.observer is not None:
+            self.observer.start()
+
+    def freeze(self, index: int | None = None) -> None:
+        """SIGSTOP a consumer (or all) until ``thaw``: a fault's pause, from outside."""
+        for c in self.consumers:
+            if index is None or c.index == index:
+                self.frozen.add(c.index)
+                self.env.signal_client(self._process_name(c), signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        for c in self.consumers:
+            if c.index in self.frozen:
+                self.env.signal_client(self._process_name(c), signal.SIGCONT)
+        self.frozen.clear()
 
     @property
     def restarts(self) -> int:
@@ -130,6 +178,8 @@ class RuntimeSupervisor:
 
     def _thaw_paused(self, c: _Consumer, now: float) -> None:
         """A consumer that froze itself at a pause point is thawed after its pause."""
+        if c.index in self.frozen:
+            return  # a fault froze it, and thaws it
         proc_ = c.handle.process() if c.handle is not None else None
         try:
             stopped = proc_ is not None and proc_.status() == psutil.STATUS_STOPPED
@@ -179,10 +229,17 @@ class RuntimeSupervisor:
             c.handle = None
             c.restart_at = None
 
+    def stop_observing(self) -> None:
+        if self.observer is not None:
+            self.observer.stop()
+
 
 def stop_all(supervisors: list[RuntimeSupervisor], grace: float = 20.0) -> None:
     """Ask every consumer to finish its batch and stop, all at once; SIGKILL after ``grace``."""
     processes = [p for s in supervisors for p in s.processes()]
+    for s in supervisors:
+        s.thaw()  # a frozen process cannot hear SIGTERM
     proc.terminate(processes, grace=grace, what="stopping the consumers")
     for s in supervisors:
         s.forget()
+        s.stop_observing()

@@ -26,6 +26,7 @@ from .timeline import (
     TimelineRow,
     acked_per_second,
     clusters,
+    committed_per_second,
     origin,
     timeline,
     written_per_second,
@@ -41,6 +42,7 @@ NAMES = {"duplicate": "duplicates", "lost": "lost", "stale": "stale"}
 FAIL_COLOR = "#C62828"
 BROKER_ERROR_COLOR = "#6A1B9A"
 COMMIT_FAILED_COLOR = "0.25"
+LOGGED_COLOR = "#8D6E63"  # a command consumer's own error line: its words, not a broker's
 HISTORY_LOST_COLOR = "#C44E52"  # a relay's lost resume point: a loss, in the losses' red family
 WINDOW_COLORS = ("#4C72B0", "#55A868", "#8172B2", "#CCB974", "#64B5CD", "#DD8452")
 # Each anomaly kind has its own lane in a variant's row: a burst of duplicates stays visible
@@ -175,6 +177,11 @@ def _timeline_panel(ax: Axes, rows: Sequence[TimelineRow], colors: dict[str, str
             ts = list(row.commit_failures)
             ax.scatter(ts, [y + 0.38] * len(ts), marker="x", s=14, color=COMMIT_FAILED_COLOR,
                        lw=0.9, alpha=0.7, zorder=3)  # fmt: skip
+            times += ts
+        if row.logged:
+            ts = [line.t for line in row.logged]
+            ax.scatter(ts, [y - 0.3] * len(ts), marker="*", s=26, color=LOGGED_COLOR,
+                       lw=0, alpha=0.7, zorder=3)  # fmt: skip
             times += ts
         if row.history_lost:
             ts = list(row.history_lost)
@@ -340,6 +347,10 @@ def _timeline_legend(rows: Sequence[TimelineRow]) -> list[Line2D | Patch]:
             mark("x", COMMIT_FAILED_COLOR, "offset commit failed (the consumer's answer)", 6),
         ),
         (
+            any(r.logged for r in rows),
+            mark("*", LOGGED_COLOR, "an error line the consumer logged (read by the lab)", 8),
+        ),
+        (
             any(r.history_lost for r in rows),
             mark("D", HISTORY_LOST_COLOR, "resume point gone from the oplog (286)", 7),
         ),
@@ -358,6 +369,7 @@ def plot_throughput(run: ScenarioResult, path: Path) -> Path:
     t0 = origin(run)
     rows = timeline(run).rows
     written = [written_per_second(v, t0) for v in run.variants]
+    committed = [committed_per_second(v, t0) for v in run.variants]
     acked = acked_per_second(run)
     strips = len(written) + (1 if acked else 0)
     fig = _figure(12.0, 1.5 + 0.95 * max(strips, 1))
@@ -378,12 +390,15 @@ def plot_throughput(run: ScenarioResult, path: Path) -> Path:
     else:
         labelled = axes[0]
     top = max((float(s.rate.max()) for s in written if len(s.t)), default=1.0)
-    for i, (ax, s, row, v) in enumerate(zip(axes, written, rows, run.variants, strict=True)):
+    strips_of = zip(axes, written, committed, rows, run.variants, strict=True)
+    for i, (ax, s, c, row, v) in enumerate(strips_of):
         color = f"C{i % 10}"
         if len(s.t):
             _filled_step(ax, s, color)
         else:
             _empty(ax, "no batch written")
+        if len(c.t):  # a command consumer's group, as the lab polled it
+            ax.step(c.t, c.rate, where="post", color="black", lw=0.9, ls="--")
         ax.set_ylim(0, top * 1.2)
         ax.set_ylabel(
             f"{v.label}\n{v.events_per_s:.0f} ev/s overall",
@@ -433,6 +448,10 @@ def plot_throughput(run: ScenarioResult, path: Path) -> Path:
         handles.append(STEP_HANDLE)
     if any(r.windows for r in rows):
         handles.append(Patch(color=WINDOW_COLORS[0], alpha=0.3, label="fault window"))
+    if any(len(c.t) for c in committed):
+        handles.append(
+            Line2D([], [], color="black", lw=0.9, ls="--", label="committed/s (polled by the lab)")
+        )
     if handles:
         fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=9)
     return _save(fig, path)

@@ -9,12 +9,14 @@
   lost change when it was acked, a stale order at its last ack), in the fault window the
   checker named or, failing that, the first window of the history containing it (an outbox
   relay's row: its published stage's, where the relay made them);
-* throughput - records written per second (WRITTEN counts) and acked per second (ledger).
+* throughput - records written per second (WRITTEN counts; a command consumer's: its sink's
+  document count as the lab polled it) and acked per second (ledger);
+* a command consumer's error lines, as the lab read them from its output.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,6 +83,14 @@ class BrokerError:
 
 
 @dataclass(frozen=True)
+class LogLine:
+    """A line a command consumer logged that reads as an error (the lab read it as it ran)."""
+
+    t: float
+    line: str
+
+
+@dataclass(frozen=True)
 class Mark:
     """One anomaly on the timeline."""
 
@@ -106,6 +116,7 @@ class TimelineRow:
     commit_failures: tuple[float, ...]  # when a consumer heard that its commit failed
     history_lost: tuple[float, ...]  # when a relay found its resume point gone from the oplog
     counts: dict[str, int]  # duplicate/lost/stale as the checker counted them (all of them)
+    logged: tuple[LogLine, ...] = ()
 
     def times(self, kind: str) -> list[float]:
         return [m.t for m in self.anomalies if m.kind == kind]
@@ -173,6 +184,12 @@ def fault_steps(events: Sequence[HistoryEvent], t0: float) -> tuple[Step, ...]:
     )
 
 
+def _process(e: HistoryEvent) -> str:
+    """Which consumer process an event is about: its writer, or - for the supervisor's own
+    events ("<consumer> <how>") - the first word of its detail."""
+    return e.detail.partition(" ")[0] if e.source == "harness" else e.source
+
+
 def consumer_deaths(events: Sequence[HistoryEvent], t0: float) -> tuple[Death, ...]:
     crashes = [e for e in events if e.kind is EventKind.CRASH]
     deaths = [Death(e.t - t0, e.source, e.detail, True, e.batch) for e in crashes]
@@ -181,7 +198,7 @@ def consumer_deaths(events: Sequence[HistoryEvent], t0: float) -> tuple[Death, .
         # a consumer stopping by itself at the end of the run records "stopped".
         if e.kind is not EventKind.RUNTIME_EXIT or e.source != "harness":
             continue
-        consumer, _, how = e.detail.partition(" ")
+        consumer, how = _process(e), e.detail.partition(" ")[2]
         explained = any(c.source == consumer and 0 <= e.t - c.t <= SAME_DEATH_S for c in crashes)
         if not explained and how != "stopped":
             deaths.append(Death(e.t - t0, consumer, how or "exited", False))
@@ -202,17 +219,18 @@ def consumer_restarts(events: Sequence[HistoryEvent], t0: float) -> tuple[Restar
     restarts = []
     for i, e in enumerate(ordered):
         if e.kind is EventKind.RUNTIME_START:
-            if e.source in seen:
+            consumer = _process(e)
+            if consumer in seen:
                 batch = next(
                     (
                         b.t - t0
                         for b in ordered[i + 1 :]
-                        if b.kind is EventKind.BATCH and b.source == e.source
+                        if b.kind is EventKind.BATCH and b.source == consumer
                     ),
                     None,
                 )
-                restarts.append(Restart(e.t - t0, e.source, batch))
-            seen.add(e.source)
+                restarts.append(Restart(e.t - t0, consumer, batch))
+            seen.add(consumer)
     return tuple(restarts)
 
 
@@ -289,6 +307,9 @@ def timeline_row(v: VariantResult, t0: float) -> TimelineRow:
         broker_errors=broker_errors(events, t0),
         commit_failures=tuple(e.t - t0 for e in events if e.kind is EventKind.COMMIT_FAILED),
         history_lost=tuple(e.t - t0 for e in events if e.kind is EventKind.HISTORY_LOST),
+        logged=tuple(
+            LogLine(e.t - t0, e.detail) for e in events if e.kind is EventKind.CONSUMER_LOG
+        ),
         counts={
             "duplicate": drawn(v).duplicates,
             "lost": drawn(v).lost,
@@ -333,8 +354,30 @@ def rate(
 
 
 def written_per_second(v: VariantResult, t0: float, bucket: float = 1.0) -> Series:
+    """What its consumers wrote per second (a command consumer's sink, as the lab polled it)."""
     written = [e for e in v.events if e.kind is EventKind.WRITTEN and e.count]
-    t, r = rate((e.t - t0 for e in written), (e.count or 0 for e in written), bucket)
+    if written:
+        t, r = rate((e.t - t0 for e in written), (e.count or 0 for e in written), bucket)
+        return Series(v.label, t, r, bucket)
+    return _growth(v, EventKind.SINK_COUNT, lambda e: e.count or 0, t0, bucket)
+
+
+def committed_per_second(v: VariantResult, t0: float, bucket: float = 1.0) -> Series:
+    """The records its group committed per second, as the lab polled a command consumer's."""
+    return _growth(v, EventKind.COMMITTED, lambda e: sum(e.offsets.values()), t0, bucket)
+
+
+def _growth(
+    v: VariantResult,
+    kind: EventKind,
+    total: Callable[[HistoryEvent], int],
+    t0: float,
+    bucket: float,
+) -> Series:
+    """The increases of a polled total, per second (a fall - documents deleted - is not)."""
+    polled = [e for e in v.events if e.kind is kind]
+    totals = np.array([0, *(total(e) for e in polled)], dtype=np.float64)
+    t, r = rate((e.t - t0 for e in polled), np.maximum(np.diff(totals), 0), bucket)
     return Series(v.label, t, r, bucket)
 
 

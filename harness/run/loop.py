@@ -89,7 +89,8 @@ class Watch:
                 self.ready = True
             if wrote_records(event):
                 self.running = True
-            if event.kind is EventKind.COMMIT:
+            # Committed: as a consumer said (COMMIT), or as the lab saw a black box's group.
+            if event.kind in (EventKind.COMMIT, EventKind.COMMITTED):
                 for p, offset in event.offsets.items():
                     self.committed[p] = max(self.committed.get(p, 0), offset)
 
@@ -105,6 +106,8 @@ def wrote_records(event: HistoryEvent) -> bool:
     dead-lettered (a batch handled end to end, only none of it for the sink)."""
     if event.kind is EventKind.WRITTEN:
         return event.count is None or event.count > 0
+    if event.kind is EventKind.SINK_COUNT:  # a black box's documents, as the lab saw them
+        return bool(event.count)
     return event.kind is EventKind.DEAD_LETTER and bool(event.count)
 
 

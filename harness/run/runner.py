@@ -68,7 +68,7 @@ def run_scenario(
     started = time.time()
     out_dir.mkdir(parents=True, exist_ok=True)
     results: list[VariantResult] = []
-    total = len(scenario.runtimes) * len(scenario.variants)
+    total = len(scenario.lanes)
 
     def so_far() -> ScenarioResult:
         return ScenarioResult.of(
@@ -88,9 +88,9 @@ def run_scenario(
     # Side by side, every runtime's variants share one topic and one broker's weather (as seed
     # 002's three channels did), under one fault schedule; one at a time, each variant has the
     # machine to itself (throughput).
-    groups = [[(runtime, spec) for runtime in scenario.runtimes for spec in scenario.variants]]
+    groups = [list(scenario.lanes)]
     if not scenario.pipeline.parallel:
-        groups = [[(r, spec)] for r in scenario.runtimes for spec in scenario.variants]
+        groups = [[lane] for lane in scenario.lanes]
     for group in groups:
         progress(f"[{len(results) + len(group)}/{total}] {_labels(group)}")
         results.extend(run_side_by_side(env, scenario, group, out_dir, progress, keep_topics, stop))
@@ -167,6 +167,9 @@ def _lane(
         commit=scenario.pipeline.commit,
         kafka=scenario.pipeline.kafka,
         import_path=import_path(spec.name, spec.options),
+        command=variant.program(),
+        # A command runs from its scenario's folder (paths in it are the file's neighbours).
+        cwd=str(scenario.folder) if runtime.black_box else "",
     )
     config_path = run_dir / "runtime.json"
     config_path.write_text(config.to_json())
@@ -194,7 +197,7 @@ def _supervise(
         made = RuntimeSupervisor(
             env,
             [Lane(lane.config, lane.config_path, lane.history) for lane in group],
-            consumers=scenario.pipeline.consumers,
+            consumers=group[0].variant.consumer_count(scenario.pipeline.consumers),
             restart_delay=scenario.pipeline.restart_delay_s,
             log_dir=log_dir,
         )
@@ -398,13 +401,14 @@ def _judge(
         bootstrap=run.env.kafka_bootstrap,
         topic=config.topic,
         group=config.group,
+        ledger=run.ledger_path,
     )
     lane.history.record(EventKind.RUN_END)
     lane.history.close()
     events = read_history(config.history_dir)
     verdict = check(ledger, sink, produced=summary.produced, windows=fault_windows(events))
     judged = Judged.of(scenario.expectations_for(lane.spec, config.runtime), verdict)
-    explanation = explain(events, ledger)
+    explanation = explain(events, ledger, black_box=lane.runtime.black_box)
     unexplained = explanation.failure(verdict.duplicates)
     result = VariantResult(
         runtime=config.runtime,
@@ -451,8 +455,13 @@ def _verify_stored(bootstrap: str, topic: str, ledger_path: Path) -> None:
 
 def _throughput(history: list[HistoryEvent], records: int) -> float:
     events = [e for e in history if e.source != "harness"]
-    first = next((e.t for e in events if e.kind is EventKind.BATCH), None)
-    last = max((e.t for e in events if e.kind is EventKind.COMMIT), default=None)
+    # A black box's first documents and its group's commits, as the lab saw them.
+    starts, commits = (
+        (EventKind.BATCH, EventKind.SINK_COUNT),
+        (EventKind.COMMIT, EventKind.COMMITTED),
+    )
+    first = next((e.t for e in events if e.kind in starts), None)
+    last = max((e.t for e in events if e.kind in commits), default=None)
     if first is None or last is None or last <= first:
         return 0.0
     return records / (last - first)

@@ -390,21 +390,25 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
         name: str,
         log_path: Path,
         extra_env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> process.ProcessHandle:
         """The consumer in a container of its own on the network. Its processes carry the
         environment's marker like the local backend's, so ``signal_client`` reaches them from
-        this machine (a rootful engine's containers are processes of this machine)."""
+        this machine (a rootful engine's containers are processes of this machine). The
+        folders its arguments name (``cwd``, relative ones under it) are mounted at their own
+        paths."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
         command = [images.IMAGE_PYTHON if a == sys.executable else a for a in argv]
         folders = {str(self.directory), str(log_path.parent)}
-        folders |= {
-            str(Path(a).parent) for a in argv[1:] if Path(a).is_absolute() and Path(a).exists()
-        }
+        named = [cwd / a if cwd is not None else Path(a) for a in argv[1:]]
+        folders |= {str(p.resolve().parent) for p in named if p.is_absolute() and p.exists()}
+        if cwd is not None:
+            folders.add(str(cwd.resolve()))
         spec = ContainerSpec(
             name,
             "consumer",
             self._topology().image,
-            supervised(command, log_path),
+            supervised(command, log_path, cwd),
             env={**(extra_env or {}), process.ENV_ID_VAR: self.env_id, process.SERVER_VAR: name},
             mounts=tuple(Mount(f, f) for f in sorted(folders)),
         )

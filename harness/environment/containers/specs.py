@@ -32,6 +32,7 @@ and logs are where the local backend keeps them (``DIR/kafka``, ``DIR/mongo``, `
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,7 +103,7 @@ def port_names() -> list[str]:
     return [*(f"kafka-{n}-proxy" for n in NODE_IDS), "mongo", "proxy-control", "spark-master-ui"]
 
 
-def supervised(argv: list[str], log: Path) -> tuple[str, ...]:
+def supervised(argv: list[str], log: Path, cwd: Path | None = None) -> tuple[str, ...]:
     """A client's ``argv`` as a local-backend consumer runs: in a session of its own (a crash
     point kills its process group - its Spark JVM too), with its output appended to ``log``.
 
@@ -114,7 +115,8 @@ def supervised(argv: list[str], log: Path) -> tuple[str, ...]:
     without one a stop asked from outside never reached the consumer (measured: every Spark
     driver was SIGKILLed after the 20 s grace instead of finishing its batch)."""
     script = (
-        "trap 'kill -TERM -\"$c\" 2>/dev/null' TERM INT; "
+        (f"cd {shlex.quote(str(cwd.resolve()))} || exit 127; " if cwd is not None else "")
+        + "trap 'kill -TERM -\"$c\" 2>/dev/null' TERM INT; "
         f'setsid "$@" >>{log} 2>&1 & c=$!; '
         # wait returns early when the trap runs: wait again while the consumer lives.
         'while :; do wait "$c"; s=$?; kill -0 "$c" 2>/dev/null || exit "$s"; done'

@@ -1,5 +1,6 @@
 """Faults on the consumers: a crash or a freeze at a named crash point, armed inside the
-runtime (``harness.pipeline.crash``), and a kill at a time, by the nemesis."""
+runtime (``harness.pipeline.crash``); a kill, or a freeze for a while, at a time or a count of
+acknowledged records, by the nemesis from outside (what a command consumer can take)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,18 @@ class _AtPoint(Fault):
 
     def aim(self) -> str:
         return f"a consumer at {self.point}"
+
+    def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
+        if not any(r.black_box for r in setting.runtimes):
+            return []
+        return [
+            (
+                "point",
+                f"{self.point} needs the lab's code inside the consumer, and a command consumer "
+                "is a program the lab only starts and signals: use consumer-kill or "
+                "consumer-freeze (at seconds or at_event acknowledged records)",
+            )
+        ]
 
     def reach(self, setting: Setting) -> tuple[str, str]:
         batch_size, events, per_consumer = setting.batch_size, setting.events, setting.per_consumer
@@ -238,22 +251,102 @@ class ConsumerKill(Timed):
         return "every consumer" if self.consumer is None else "one consumer"
 
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
-        if (self.consumer or 0) < setting.consumers:
-            return []
-        return [
-            (
-                "consumer",
-                f"there are {setting.consumers} consumer(s) (pipeline.consumers); "
-                f"no consumer {self.consumer}",
-            )
-        ]
+        return _no_such_consumer(self.consumer, setting)
 
     @classmethod
     def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
-        consumers = space.setting.consumers
-        one = rng.random() < 0.5 and consumers > 1
-        return {**space.when(rng), **({"consumer": rng.randrange(consumers)} if one else {})}
+        return {**space.when(rng), **_one_consumer_or_all(rng, space)}
 
     @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
         return cls.when(at, at_event)
+
+
+def _no_such_consumer(consumer: int | None, setting: Setting) -> list[Problem]:
+    if (consumer or 0) < setting.consumers:
+        return []
+    return [
+        (
+            "consumer",
+            f"there are {setting.consumers} consumer(s) (pipeline.consumers, or a command's "
+            f"instances); no consumer {consumer}",
+        )
+    ]
+
+
+def _one_consumer_or_all(rng: random.Random, space: Space) -> dict[str, Any]:
+    consumers = space.setting.consumers
+    return {"consumer": rng.randrange(consumers)} if rng.random() < 0.5 and consumers > 1 else {}
+
+
+FREEZE, THAW = "freeze-consumers", "thaw-consumers"
+
+
+@dataclass
+class _Freezer(Actor):
+    fault: ConsumerFreeze
+    context: Context
+    frozen: bool = False
+
+    def take(self, step: Step) -> None:
+        if step.action == FREEZE:
+            self.frozen = True
+            for target in self.context.targets:
+                target.supervisor.freeze(self.fault.consumer)
+        elif step.action == THAW:
+            self.undo()
+        else:
+            super().take(step)
+
+    def undo(self) -> None:
+        if self.frozen:
+            for target in self.context.targets:
+                target.supervisor.thaw()
+            self.frozen = False
+
+
+@dataclass(frozen=True)
+class ConsumerFreeze(Timed):
+    """SIGSTOP the consumers (all, or the one at index ``consumer``) for ``duration`` seconds,
+    then SIGCONT: a process that stops answering without dying (a long GC pause, a stalled VM),
+    its session timing out while it holds a batch - from outside, so any program can take it."""
+
+    kind: ClassVar[str] = "consumer-freeze"
+    targets_consumers: ClassVar[bool] = True
+    own_run_only: ClassVar[bool] = True
+    name: str
+    duration: float
+    at: float | None = None
+    at_event: int | None = None
+    jitter: float = 0.0  # seconds added to the start, drawn from the seed
+    consumer: int | None = None
+
+    def problems(self) -> list[Problem]:
+        found = self.trigger_problems() + positive("duration", self.duration)
+        if self.consumer is not None and self.consumer < 0:
+            found.append(("consumer", f"must be >= 0, got {self.consumer}"))
+        return found
+
+    def steps(self, seed: int) -> tuple[Step, ...]:
+        return self.window(seed, FREEZE, THAW, self.duration)
+
+    def actor(self, context: Context) -> Actor:
+        return _Freezer(self, context)
+
+    def aim(self) -> str:
+        return "every consumer" if self.consumer is None else "one consumer"
+
+    def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
+        return _no_such_consumer(self.consumer, setting)
+
+    @classmethod
+    def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
+        return {
+            **space.when(rng),
+            "duration": space.seconds(rng, 1, 15),
+            **_one_consumer_or_all(rng, space),
+        }
+
+    @classmethod
+    def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
+        return {**cls.when(at, at_event), "duration": duration}

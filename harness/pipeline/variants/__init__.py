@@ -9,6 +9,7 @@ from typing import Any
 
 from harness.pipeline.variants.base import Key, Variant, WriteContext, make_plugin
 from harness.pipeline.variants.check_then_insert import CheckThenInsert
+from harness.pipeline.variants.command import Command
 from harness.pipeline.variants.dedup_log import DedupLog
 from harness.pipeline.variants.idempotent import Idempotent
 from harness.pipeline.variants.naive import Naive
@@ -28,6 +29,7 @@ BUILT_IN: dict[str, type[Variant]] = {
         ProcessedLogTxn,
         CheckThenInsert,
         SparkJob,
+        Command,
     )
 }
 

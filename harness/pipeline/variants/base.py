@@ -60,6 +60,20 @@ def message_key(key: Key, record: Record) -> str:
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class Landing:
+    """Where the checker reads what a variant stored: a collection with a document per change
+    stored (copies are separate documents), naming the change by its business key fields or by
+    the producer-minted event id; and the current-state collection ('' if it keeps none:
+    staleness is then not judged)."""
+
+    collection: str = "events"
+    order_id: str = "order_id"
+    version: str = "version"
+    event_id: str = ""  # when set, the change is the ledger's for this event id
+    current: str = "orders"
+
+
 @dataclass
 class WriteContext:
     """What a variant may use while writing one batch."""
@@ -100,6 +114,24 @@ class Variant(ABC):
     def runs_on(self, runtime: Runtime) -> bool:
         """Whether it can run on ``runtime`` (any, unless it says otherwise)."""
         return True
+
+    def own_runtime(self) -> Runtime | None:
+        """The runtime it brings with it (a command consumer's), or None: it runs on each of
+        the scenario's ``runtimes:``."""
+        return None
+
+    def consumer_count(self, default: int) -> int:
+        """How many consumer processes it gets where each has its own (``pipeline.consumers``,
+        unless it says)."""
+        return default
+
+    def landing(self) -> Landing:
+        """Where the checker reads what it stored."""
+        return Landing()
+
+    def program(self) -> tuple[str, ...]:
+        """The program a command consumer runs (() for a variant the lab's runtimes run)."""
+        return ()
 
     @property
     def promise(self) -> Promise:
