@@ -151,6 +151,8 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         jars.fetch(jar_set, progress=say)
         say(f"{jar_set.name} {jar_set.version}: {len(jar_set.jars())} jars in {jar_set.directory}")
     spark_cds.build(progress=say)  # after the jars: a no-op once built
+    for example in jars.EXAMPLES:
+        jars.build_example(example, progress=say)
     return 0
 
 
@@ -532,7 +534,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     fetch = sub.add_parser(
         "fetch",
-        help="fetch Kafka's and Spark's Kafka connector's jars with Maven (once; make runs it)",
+        help="fetch Kafka's and Spark's Kafka connector's jars with Maven, and build the Java "
+        "example consumer (once; make runs it)",
     )
     fetch.set_defaults(handler=cmd_fetch)
 

@@ -138,10 +138,10 @@ def test_the_observer_records_the_error_lines_a_program_logs_and_no_more_than_it
         config=_config(tmp_path),
         landing=Landing("landed", event_id="event_id", current=""),
         label="mine",
-        instances=1,
         logs=[log],
     )
     observer._read_log(log)  # the log only: no server is asked
+    observer.stop()
     observer.history.close()
     events = [
         HistoryEvent.from_json(line)

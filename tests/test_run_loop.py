@@ -4,6 +4,7 @@ nemesis plays a producer burst (which touches no server)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from harness.faults.schedule import plan
 from harness.history.events import EventKind, HistoryTail, HistoryWriter, read_history
 from harness.history.windows import fault_windows
 from harness.pipeline.runtimes import LISTENER
-from harness.run.loop import RunTimeout, Watch, wait_until_consumed, wrote_records
+from harness.pipeline.supervisor import RuntimeFailed
+from harness.run.loop import RunTimeout, Watch, await_ready, wait_until_consumed, wrote_records
 from harness.workload.producer import ProduceSummary
 
 ENDS = {0: 40, 1: 60}  # the next offset after the last acknowledged record, per partition
@@ -137,3 +139,20 @@ def test_a_lane_runs_once_it_wrote_records_not_an_empty_batch(tmp_path: Path) ->
     assert wrote_records(spark.record(EventKind.DEAD_LETTER, count=3))
     assert not wrote_records(spark.record(EventKind.DEAD_LETTER, count=0))
     assert not wrote_records(spark.record(EventKind.BATCH, count=250))
+
+
+class Failing:
+    """A supervisor whose consumer keeps failing: its check says so."""
+
+    def check(self) -> None:
+        raise RuntimeFailed("listener-0 failed 3 times in a row; last lines: boom")
+
+
+def test_a_consumer_that_keeps_failing_before_it_is_ready_ends_the_wait_at_once(
+    tmp_path: Path,
+) -> None:
+    watch, _ = lane(tmp_path, "naive")
+    started = time.monotonic()
+    with pytest.raises(RuntimeFailed, match="boom"):
+        await_ready([watch], [Failing()], what="the consumers", timeout=60)
+    assert time.monotonic() - started < 5  # not the readiness timeout

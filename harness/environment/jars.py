@@ -131,31 +131,58 @@ def maven() -> str | None:
     return shutil.which("mvn")
 
 
+# The examples built with Maven at setup: examples/NAME/target/NAME.jar (a user's own consumer
+# of the lab's, in Java: the README's "Your own consumer").
+EXAMPLES = ("java-listener",)
+
+
+def example_jar(name: str) -> Path:
+    return project_root() / "examples" / name / "target" / f"{name}.jar"
+
+
+def build_example(name: str, progress: Callable[[str], None] = print) -> Path:
+    """Build ``examples/NAME`` with Maven unless its jar is newer than its sources."""
+    folder = project_root() / "examples" / name
+    jar = example_jar(name)
+    sources = [folder / "pom.xml", *(p for p in (folder / "src").rglob("*") if p.is_file())]
+    if jar.exists() and jar.stat().st_mtime >= max(p.stat().st_mtime for p in sources):
+        return jar
+    progress(f"building examples/{name} with Maven (once per change)")
+    started = time.monotonic()
+    _maven(f"build examples/{name}", "-f", str(folder / "pom.xml"), "package", "-DskipTests")
+    progress(f"  {jar.relative_to(project_root())} in {time.monotonic() - started:.1f}s")
+    return jar
+
+
+def _maven(what: str, *args: str) -> None:
+    """``mvn -q -B ARGS``; JarsMissing saying what could not be done, with Maven's last lines."""
+    mvn = maven()
+    if mvn is None:
+        raise JarsMissing(
+            f"Maven (mvn) is needed to {what}: install it (Debian: apt-get install maven)"
+        )
+    try:
+        done = subprocess.run(
+            [mvn, "-q", "-B", *args], capture_output=True, text=True, timeout=FETCH_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        raise JarsMissing(f"Maven did not {what} within {FETCH_TIMEOUT_S:.0f}s") from None
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
+        raise JarsMissing(f"Maven could not {what}:\n{tail}")
+
+
 def fetch(jars: JarSet, progress: Callable[[str], None] = print) -> Path:
     """Fetch ``jars`` with Maven unless they are already there; returns their folder."""
     if jars.fetched:
         return jars.directory
-    mvn = maven()
-    if mvn is None:
-        raise JarsMissing(
-            f"Maven (mvn) is needed once, to fetch {jars.name} {jars.version}: "
-            "install it (Debian: apt-get install maven)"
-        )
     partial = jars.directory.with_name(jars.directory.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     progress(f"fetching {jars.name} {jars.version} with Maven into {jars.directory} (once)")
     started = time.monotonic()
-    argv = [mvn, "-q", "-B", "-f", str(jars.pom), "dependency:copy-dependencies",
-            f"-DoutputDirectory={partial}", "-DincludeScope=runtime"]  # fmt: skip
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=FETCH_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise JarsMissing(
-            f"Maven did not fetch {jars.name} within {FETCH_TIMEOUT_S:.0f}s"
-        ) from None
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
-        raise JarsMissing(f"Maven could not fetch {jars.name} {jars.version}:\n{tail}")
+    _maven(f"fetch {jars.name} {jars.version}", "-f", str(jars.pom),
+           "dependency:copy-dependencies", f"-DoutputDirectory={partial}",
+           "-DincludeScope=runtime")  # fmt: skip
     (partial / COMPLETE).write_text(f"{jars.name} {jars.version}\n")
     shutil.rmtree(jars.directory, ignore_errors=True)
     partial.rename(jars.directory)

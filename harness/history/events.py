@@ -58,7 +58,7 @@ class EventKind(StrEnum):
     HISTORY_LOST = "history-lost"
     # What the lab sees of a command consumer from outside (harness.pipeline.observer), as it
     # polled it - not what the program said:
-    GROUP = "group"  # its consumer group changed (detail: state and members)
+    GROUP = "group"  # its consumer group's state changed (detail: stable, preparing-rebalancing...)
     COMMITTED = "committed"  # the group's committed offsets changed (offsets)
     SINK_COUNT = "sink-count"  # the documents in its sink collection changed (count)
     CONSUMER_LOG = "consumer-log"  # it logged a line that reads as an error (detail: the line)

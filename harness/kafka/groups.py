@@ -1,69 +1,77 @@
-"""A consumer group as the cluster describes it to an outsider: its state, its members and what
-each was given, and the offsets it committed - what the lab can know of a consumer it did not
-write (``harness.pipeline.observer``)."""
+"""A consumer group as an outsider sees it: its state, and the offsets it committed - what the
+lab can know of a consumer it did not write (``harness.pipeline.observer``).
+
+Only ListGroups and OffsetFetch are asked, never DescribeConsumerGroups: librdkafka can abort
+its process when that is polled while a broker restarts (docs/environment.md), and a group is
+watched through every broker fault. So its members are not known here: the group's state is.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions
+from confluent_kafka import Consumer, ConsumerGroupState, TopicPartition
 from confluent_kafka.admin import AdminClient
+
+from harness.kafka.clients import HARNESS_CLIENT, QUIET, admin, consumer_config
 
 # librdkafka's "no committed offset" (OFFSET_INVALID).
 NO_OFFSET = -1001
 
 
 @dataclass(frozen=True)
-class Member:
-    client_id: str
-    partitions: tuple[int, ...]  # of the topic asked about
-
-
-@dataclass(frozen=True)
 class GroupView:
     state: str  # stable, preparing-rebalancing, completing-rebalancing, empty, dead, unknown
-    members: tuple[Member, ...]
     committed: dict[int, int]  # partition -> next offset, for partitions with a commit
 
     @property
     def stable(self) -> bool:
         return self.state == "stable"
 
-    def __str__(self) -> str:
-        held = ", ".join(
-            f"{m.client_id} {list(m.partitions)}" for m in sorted(self.members, key=str)
-        )
-        return f"{self.state}, {len(self.members)} member(s)" + (f": {held}" if held else "")
 
+class GroupWatch:
+    """Asks the cluster about one group and topic, again and again (close it when done).
 
-def _state(state: ConsumerGroupState) -> str:
-    return state.name.lower().replace("_", "-")
+    Its clients are made anew after a question they could not answer: clients kept across a
+    broker's restart went on timing out after the cluster was whole again (a command
+    consumer's commits were not seen for the rest of its run)."""
 
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        self.bootstrap, self.group, self.topic = bootstrap, group, topic
+        self._clients: tuple[AdminClient, Consumer] | None = None
+        self._partitions: list[TopicPartition] = []
 
-def group_view(client: AdminClient, group: str, topic: str, *, timeout: float = 5.0) -> GroupView:
-    """How ``group`` stands now, as far as ``topic`` goes; KafkaException if the cluster
-    cannot say (a coordinator moving)."""
-    described = client.describe_consumer_groups([group], request_timeout=timeout)[group]
-    description = described.result(timeout)
-    offsets = client.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group)], request_timeout=timeout
-    )[group].result(timeout)
-    members = tuple(
-        Member(
-            m.client_id,
-            tuple(
-                sorted(
-                    tp.partition
-                    for tp in (m.assignment.topic_partitions if m.assignment else [])
-                    if tp.topic == topic
-                )
-            ),
-        )
-        for m in description.members
-    )
-    committed = {
-        tp.partition: tp.offset
-        for tp in offsets.topic_partitions or []
-        if tp.topic == topic and tp.error is None and tp.offset != NO_OFFSET
-    }
-    return GroupView(_state(description.state), members, dict(sorted(committed.items())))
+    def _connected(self) -> tuple[AdminClient, Consumer]:
+        if self._clients is None:
+            # Never subscribes: a consumer of the group's id only reads its committed offsets.
+            settings = {"client.id": HARNESS_CLIENT, "log_level": QUIET}
+            offsets = Consumer(consumer_config(self.bootstrap, self.group, **settings))
+            self._clients = (admin(self.bootstrap), offsets)
+        return self._clients
+
+    def view(self, timeout: float = 5.0) -> GroupView:
+        """The group now; KafkaException (or TimeoutError) if the cluster cannot say."""
+        try:
+            return self._view(*self._connected(), timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    def _view(self, admin_client: AdminClient, offsets: Consumer, timeout: float) -> GroupView:
+        listed = admin_client.list_consumer_groups(request_timeout=timeout).result(timeout)
+        states = {g.group_id: g.state for g in listed.valid}
+        state = states.get(self.group, ConsumerGroupState.DEAD)
+        if not self._partitions:
+            meta = offsets.list_topics(self.topic, timeout=timeout).topics[self.topic]
+            self._partitions = [TopicPartition(self.topic, p) for p in sorted(meta.partitions)]
+        committed = {
+            tp.partition: tp.offset
+            for tp in offsets.committed(self._partitions, timeout=timeout)
+            if tp.error is None and tp.offset != NO_OFFSET
+        }
+        return GroupView(state.name.lower().replace("_", "-"), committed)
+
+    def close(self) -> None:
+        if self._clients is not None:
+            self._clients[1].close()
+            self._clients = None

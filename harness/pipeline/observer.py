@@ -1,10 +1,10 @@
 """What the lab sees of a command consumer from outside, written into its lane's history as the
-run goes: the group's state and members, the offsets it committed, the documents in its sink
-collection, and the lines it logs that read as errors. A black box says nothing of its batches,
-so these are the lane's story (source ``observer``: seen by the lab, not said by the program).
+run goes: the group's state, the offsets it committed, the documents in its sink collection,
+and the lines it logs that read as errors. A black box says nothing of its batches, so these
+are the lane's story (source ``observer``: seen by the lab, not said by the program).
 
-The loop reads the same events to know the lane is ready (ASSIGNED: every instance is a member
-of a stable group), running (documents in the sink) and caught up (COMMITTED).
+The loop reads the same events to know the lane is ready (ASSIGNED: its group is stable, its
+partitions given out), running (documents in the sink) and caught up (COMMITTED).
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from pymongo.errors import PyMongoError
 
 from harness.environment.process import LOG_HEADER
 from harness.history.events import EventKind, HistoryWriter
-from harness.kafka.clients import admin
-from harness.kafka.groups import GroupView, group_view
+from harness.kafka.groups import GroupView, GroupWatch
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.variants.base import Landing
 
@@ -31,7 +30,7 @@ POLL_S = 0.5
 ERROR_LINE = re.compile(r"error|exception|fatal|fail", re.IGNORECASE)
 # Per instance and run: a flood of one error is one story, not thousands of events.
 MAX_LOG_LINES = 200
-LINE_CHARS = 300
+LINE_CHARS = 600  # a Java log line's prefix (time, thread, logger, client and group) is half of it
 
 
 class Observer:
@@ -45,12 +44,11 @@ class Observer:
         config: RuntimeConfig,
         landing: Landing,
         label: str,
-        instances: int,
         logs: Sequence[Path],
     ) -> None:
-        self.config, self.landing, self.instances = config, landing, instances
+        self.config, self.landing = config, landing
         self.history = HistoryWriter(config.history_dir, "observer", label)
-        self._admin = admin(bootstrap)
+        self._group_watch = GroupWatch(bootstrap, config.group, config.topic)
         self._mongo: MongoClient[dict[str, Any]] = MongoClient(
             mongo_uri, serverSelectionTimeoutMS=2000
         )
@@ -72,7 +70,9 @@ class Observer:
         self._stop.set()
         if self._thread.ident is not None:
             self._thread.join(timeout)
-        self._mongo.close()
+        if not self._thread.is_alive():  # a poll stuck past the deadline still uses them
+            self._group_watch.close()
+            self._mongo.close()
 
     def _run(self) -> None:
         while True:
@@ -83,7 +83,7 @@ class Observer:
 
     def poll(self) -> None:
         try:
-            view = group_view(self._admin, self.config.group, self.config.topic)
+            view = self._group_watch.view()
         except (KafkaException, OSError):
             view = None  # a coordinator moving: ask again
         if view is not None:
@@ -97,12 +97,12 @@ class Observer:
             self._read_log(path)
 
     def _saw_group(self, view: GroupView) -> None:
-        if str(view) != self._group:
-            self._group = str(view)
-            self.history.record(EventKind.GROUP, detail=self._group)
-        if not self._ready and view.stable and len(view.members) >= self.instances:
+        if view.state != self._group:
+            self._group = view.state
+            self.history.record(EventKind.GROUP, detail=view.state)
+        if not self._ready and view.stable:
             self._ready = True
-            self.history.record(EventKind.ASSIGNED, offsets=view.committed, detail=str(view))
+            self.history.record(EventKind.ASSIGNED, offsets=view.committed, detail=view.state)
         if view.committed != self._committed:
             self._committed = view.committed
             self.history.record(EventKind.COMMITTED, offsets=view.committed)

@@ -96,7 +96,6 @@ class RuntimeSupervisor:
                 config=self.config,
                 landing=make_variant(self.config.variant, self.config.variant_options).landing(),
                 label=lanes[0].history.variant,
-                instances=count,
                 logs=[c.log for c in self.consumers],
             )
             if runtime.black_box

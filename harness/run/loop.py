@@ -123,9 +123,15 @@ def await_ready(
     meanwhile. Spark drivers starting at once take a while on a small machine
     (docs/performance.md); ``timeout`` is for a consumer that never gets there."""
 
+    failed: list[LabError] = []  # a consumer that keeps failing ends the wait, named
+
     def every_one_ready() -> None:
         for supervisor in supervisors:
-            supervisor.check()
+            try:
+                supervisor.check()
+            except LabError as exc:
+                failed.append(exc)
+                raise
         for watch in watches:
             watch.read()
         waiting = [w.label for w in watches if not w.ready]
@@ -133,11 +139,15 @@ def await_ready(
             raise NotReady(f"not ready yet: {', '.join(waiting)}")
 
     def stopped() -> str | None:
+        if failed:
+            return "a consumer failed"
         return "asked to stop" if stop is not None and stop.is_set() else None
 
     try:
         wait_for(every_one_ready, what=what, timeout=timeout, abort=stopped)
     except GaveUp as exc:
+        if failed:
+            raise failed[0] from None
         raise Stopped(str(exc)) from None
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from harness.checker import LedgerArrays, check, load_ledger
 from harness.checker.explain import explain
-from harness.environment.base import Environment, Link
+from harness.environment.base import Environment, Link, tail
 from harness.environment.spark import SparkCluster
 from harness.errors import LabError
 from harness.faults.base import Target
@@ -407,6 +407,8 @@ def _judge(
     lane.history.close()
     events = read_history(config.history_dir)
     verdict = check(ledger, sink, produced=summary.produced, windows=fault_windows(events))
+    if lane.runtime.black_box and verdict.acked and not verdict.in_sink:
+        _wrote_nothing(lane, supervisor)
     judged = Judged.of(scenario.expectations_for(lane.spec, config.runtime), verdict)
     explanation = explain(events, ledger, black_box=lane.runtime.black_box)
     unexplained = explanation.failure(verdict.duplicates)
@@ -436,6 +438,20 @@ def _judge(
     for u in result.unfired:
         progress(f"      {u}")
     return result
+
+
+def _wrote_nothing(lane: _Lane, supervisor: RuntimeSupervisor) -> None:
+    """A command consumer that left its sink collection empty: a program writing elsewhere, or
+    not writing at all - a mistake to name, not a loss to count."""
+    landing = lane.variant.landing()
+    logs = "\n".join(
+        f"--- the last lines of {c.log}:\n{tail(c.log, 15)}" for c in supervisor.consumers
+    )
+    raise LabError(
+        f"{lane.variant.label} wrote no document to {lane.config.database}.{landing.collection} "
+        f"(its sink: collection); the run's records were acknowledged. Does it write where "
+        f"CHAOSLAB_DATABASE and the sink's collection say?\n{logs}"
+    )
 
 
 def _verify_stored(bootstrap: str, topic: str, ledger_path: Path) -> None:

@@ -1,0 +1,136 @@
+"""A consumer the lab did not write - examples/python-listener, which knows nothing of the lab but
+its environment variables - under the lab's kills at acknowledged-record counts, counted
+exactly: the lab's duplicates and losses equal a recount of its own collection against the
+ledger. A program that exits at once, or writes nowhere the lab looks, is named with the end of
+its output, and nothing of it is left running."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pymongo import MongoClient
+
+from harness import paths
+from harness.environment.local import LocalEnvironment
+from harness.errors import LabError
+from harness.history.events import EventKind, read_history
+from harness.pipeline.runtime import RuntimeConfig
+from harness.pipeline.supervisor import RuntimeFailed
+from harness.results.model import VariantResult
+from harness.run.runner import run_scenario
+from harness.scenario import Scenario, parse_scenario
+from harness.workload.events import Kind
+from harness.workload.ledger import read_ledger
+from tests.support import processes_of
+
+pytestmark = pytest.mark.servers
+
+EXAMPLE = paths.project_root() / "examples" / "python-listener"
+SINK = {"collection": "landed", "event_id": "event_id"}
+
+
+def command(label: str, program: str, **options: Any) -> dict[str, Any]:
+    return {"name": "command", "label": label, "command": program, "sink": SINK, **options}
+
+
+def scenario(*variants: dict[str, Any], faults: list[Any] | None = None) -> Scenario:
+    raw = {
+        "name": "own-consumer",
+        "seed": 32,
+        "workload": {"events": 1200, "keys": 200, "partitions": 3, "rate": 200},
+        "pipeline": {"timeout_s": 180},
+        "variants": list(variants),
+        "faults": faults or [],
+    }
+    # Its folder is the example's: a command runs from its scenario's folder.
+    return parse_scenario(raw, EXAMPLE / "scenario.yaml")
+
+
+def recount(env: LocalEnvironment, lane: VariantResult) -> tuple[int, int]:
+    """(duplicates, lost) of a lane, from its collection and the ledger, without the checker."""
+    assert lane.directory is not None and lane.ledger is not None
+    config = RuntimeConfig.load(lane.directory / "runtime.json")
+    rows = read_ledger(lane.ledger)
+    change = {r.event_id: (r.order_id, r.version) for r in rows}
+    expected = {change[r.event_id] for r in rows if r.kind is not Kind.POISON}
+    client: MongoClient[dict[str, Any]] = MongoClient(env.mongo_uri)
+    with client:
+        docs = client[config.database]["landed"].find({}, {"event_id": 1})
+        copies = Counter(change[d["event_id"]] for d in docs)
+    return sum(n - 1 for n in copies.values()), len(expected - set(copies))
+
+
+def test_a_program_killed_at_acknowledged_counts_is_counted_exactly(
+    scenario_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    python = sys.executable
+    kills = [
+        {"kind": "consumer-kill", "at_event": 300},  # both instances
+        {"kind": "consumer-kill", "at_event": 800, "consumer": 1},
+    ]
+    result = run_scenario(
+        scenario_env,
+        scenario(
+            command("insert", f"{python} listener.py insert", instances=2),
+            command("upsert", f"{python} listener.py upsert", instances=2),
+            faults=kills,
+        ),
+        tmp_path / "run",
+        progress=lambda _m: None,
+    )
+    lanes = {v.variant: v for v in result.variants}
+    assert set(lanes) == {"insert", "upsert"} and {v.runtime for v in lanes.values()} == {"command"}
+    for lane in lanes.values():
+        assert lane.crashes == 3, lane  # two instances, then one: SIGKILLs the lab saw
+        assert (lane.verdict.duplicates, lane.verdict.lost) == recount(scenario_env, lane)
+        assert lane.verdict.acked == 1200 and lane.verdict.phantoms == 0
+        assert lane.directory is not None
+        seen = Counter(e.kind for e in read_history(lane.directory / "history"))
+        assert seen[EventKind.RUNTIME_START] == 2 + 3  # the first starts, then each restart
+        assert seen[EventKind.GROUP] and seen[EventKind.COMMITTED] and seen[EventKind.SINK_COUNT]
+    # The upsert keyed by the producer's event id keeps its promise; the insert is at least once.
+    assert (lanes["upsert"].verdict.duplicates, lanes["upsert"].verdict.lost) == (0, 0)
+    assert lanes["insert"].verdict.lost == 0
+
+
+def _none_left(env: LocalEnvironment) -> None:
+    left = {pid: name for pid, name in processes_of(env.env_id).items() if "command" in name}
+    assert not left, left
+
+
+def test_a_program_that_exits_at_once_is_named_with_its_output(
+    scenario_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    failing = command("failing", "sh -c 'echo cannot reach the cluster: boom >&2; exit 3'")
+    with pytest.raises(RuntimeFailed) as caught:
+        run_scenario(scenario_env, scenario(failing), tmp_path / "run", progress=lambda _m: None)
+    text = str(caught.value)
+    assert "command-0 failed 3 times in a row" in text
+    assert "cannot reach the cluster: boom" in text
+    _none_left(scenario_env)
+
+
+def test_a_program_that_writes_nowhere_the_lab_looks_is_named(
+    scenario_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    elsewhere = command("elsewhere", f"{sys.executable} listener.py insert")
+    elsewhere["sink"] = {"collection": "not-where-it-writes", "event_id": "event_id"}
+    with pytest.raises(LabError) as caught:
+        run_scenario(
+            scenario_env,
+            parse_scenario({**_small(), "variants": [elsewhere]}, EXAMPLE / "scenario.yaml"),
+            tmp_path / "run",
+            progress=lambda _m: None,
+        )
+    text = str(caught.value)
+    assert "elsewhere wrote no document to" in text and ".not-where-it-writes" in text
+    assert "the last lines of" in text
+    _none_left(scenario_env)
+
+
+def _small() -> dict[str, Any]:
+    return {"name": "writes-elsewhere", "workload": {"events": 100, "keys": 10, "rate": 200}}
