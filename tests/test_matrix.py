@@ -12,7 +12,7 @@ import pytest
 
 from harness import paths
 from harness.results.model import ScenarioResult
-from harness.run.loop import Progress
+from harness.run.loop import Progress, RunTimeout
 from harness.run.matrix import Planned, RunOne, prefixed, run_matrix, split
 from harness.scenario import Scenario, load_scenario
 
@@ -20,6 +20,7 @@ from harness.scenario import Scenario, load_scenario
 ALONE = {
     "mongo-partition",  # the consumers' link to MongoDB is cut
     "msk-rolling-upgrade",  # brokers restart
+    "msk-rolling-upgrade-java",  # brokers restart
     "outbox-history-lost",  # the oplog shrinks: every run's writes would roll it faster
     "outbox-server-restarts",  # MongoDB and a broker restart
 }
@@ -107,6 +108,28 @@ def test_a_failed_run_stops_the_others_and_its_error_is_raised() -> None:
     with pytest.raises(RuntimeError, match="the broker lost data"):
         run_matrix(runs, run_one, together=2, progress=lambda _line: None)
     assert stopped.is_set()
+
+
+def test_a_run_that_fails_as_runs_can_is_its_result_and_the_others_go_on() -> None:
+    runs = by_name("baseline", "cdc-crash-before-ack", "poison-records")
+    lines: list[str] = []
+
+    def run_one(
+        s: Scenario, folder: str, progress: Progress, stop: threading.Event
+    ) -> ScenarioResult:
+        if folder == "cdc-crash-before-ack":
+            raise RunTimeout("consumers did not catch up within 300s")
+        assert not stop.is_set()
+        return result(s, folder)
+
+    results = run_matrix(runs, run_one, together=2, progress=lines.append)
+    assert [(r.name, r.error) for r in results] == [
+        ("baseline", ""),
+        ("cdc-crash-before-ack", "consumers did not catch up within 300s"),
+        ("poison-records", ""),
+    ]
+    assert not results[1].passed
+    assert any("cdc-crash-before-ack failed, the others go on" in line for line in lines)
 
 
 def test_runs_on_the_spark_standalone_cluster_take_turns() -> None:

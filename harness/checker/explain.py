@@ -3,7 +3,8 @@
 A copy of a change in the sink is explained by a record the history shows handed out or written
 more than once (a redelivery after a crash, a failed commit, a rebalance, a zombie consumer
 waking; a write that failed and was tried again; a Spark micro-batch replayed, a task rerun
-after its executor was lost), or by the change sent again upstream (the ledger's resends). A run
+after its executor was lost), by the change sent again upstream (the ledger's resends), or by a
+record the topic itself holds twice (a producer's retry Kafka stored again). A run
 with more duplicates than that counted something nothing delivered twice - a defect of the sink
 or of the lab - and fails, whatever the scenario expected: no single run passes with an
 unexplained count.
@@ -31,13 +32,14 @@ class Explanation:
 
     handed_out_again: int | None  # records handed out more than once (None: cannot be told)
     resends: int  # acked records that repeat a change with a new event id
+    stored_again: int = 0  # records the topic holds more than once (the same event id)
 
     def unexplained(self, duplicates: int) -> int:
         """Duplicates beyond what the history and the ledger account for (0 if none, or if the
         history cannot tell: a user's Spark job does not say what it wrote)."""
         if self.handed_out_again is None:
             return 0
-        return max(0, duplicates - self.handed_out_again - self.resends)
+        return max(0, duplicates - self.handed_out_again - self.resends - self.stored_again)
 
     def failure(self, duplicates: int) -> str | None:
         extra = self.unexplained(duplicates)
@@ -45,18 +47,24 @@ class Explanation:
             return None
         return (
             f"{duplicates} duplicates, {extra} unexplained: the history shows "
-            f"{self.handed_out_again} records handed out more than once and the ledger "
-            f"{self.resends} resends"
+            f"{self.handed_out_again} records handed out more than once, the ledger "
+            f"{self.resends} resends and the topic {self.stored_again} records stored twice"
         )
 
 
 def explain(
-    events: Sequence[HistoryEvent], ledger: LedgerArrays, *, black_box: bool = False
+    events: Sequence[HistoryEvent],
+    ledger: LedgerArrays,
+    *,
+    black_box: bool = False,
+    stored_again: int = 0,
 ) -> Explanation:
     """What can account for copies in the sink of the lane whose history is ``events`` (a
-    black box's history holds no batch of its own: what it was handed cannot be told)."""
+    black box's history holds no batch of its own: what it was handed cannot be told), over a
+    topic that holds ``stored_again`` records more than once."""
     resends = int(np.count_nonzero(ledger.kind == KIND_CODES[Kind.RESEND]))
-    return Explanation(None if black_box else handed_out_again(events), resends)
+    handed = None if black_box else handed_out_again(events)
+    return Explanation(handed, resends, stored_again)
 
 
 def handed_out_again(events: Sequence[HistoryEvent]) -> int | None:

@@ -276,6 +276,7 @@ class ScenarioResult:
             "started_at": self.started_at,
             "seconds": round(self.seconds, 2),
             "passed": self.passed,
+            **({"error": self.error} if self.error else {}),
             "results": [v.to_json() for v in self.variants],
         }
 
@@ -298,6 +299,7 @@ class ScenarioResult:
             started_at=float(raw.get("started_at") or 0.0),
             seconds=float(raw.get("seconds") or 0.0),
             variants=tuple(VariantResult.from_json(r, directory) for r in raw.get("results", [])),
+            error=str(raw.get("error", "") or ""),
             directory=directory,
         )
 

@@ -12,8 +12,11 @@ times and events/s overlap, and the report says which ran beside which (from the
 own start times: ``beside``).
 
 Runs side by side are threads of this process (the runs' consumers are processes of their
-own; the harness mostly waits). Ctrl-C, or a run that fails, sets ``stop``: the other runs end
-at their next look (``harness.run.loop.Stopped``), each stopping what it started.
+own; the harness mostly waits). A run that fails as runs can (its consumers never caught up, a
+consumer kept failing: a ``LabError``) is the matrix's result for it, with its error, and the
+others go on - one timeout must not cost a soak its hours. Ctrl-C, or a defect of the lab's (any
+other exception), sets ``stop``: the other runs end at their next look
+(``harness.run.loop.Stopped``), each stopping what it started.
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ from dataclasses import dataclass
 
 from harness.environment.base import Environment
 from harness.environment.spark import SparkCluster
+from harness.errors import LabError
 from harness.results.model import ScenarioResult
-from harness.run.loop import Progress
+from harness.run.loop import Progress, Stopped
 from harness.scenario import Scenario
 
 # One scenario run: (scenario, its folder, its progress, stop) -> its result.
@@ -53,6 +57,23 @@ def split(runs: Sequence[Planned], together: int) -> tuple[list[Planned], list[P
     return alone, [r for r in runs if r.scenario.keeps_to_its_runs]
 
 
+def recorded(run_one: RunOne) -> RunOne:
+    """``run_one``, with a run that failed as runs can returned as a result with its error."""
+
+    def run(
+        scenario: Scenario, folder: str, progress: Progress, stop: threading.Event
+    ) -> ScenarioResult:
+        try:
+            return run_one(scenario, folder, progress, stop)
+        except Stopped:
+            raise
+        except LabError as exc:
+            progress(f"    {folder} failed, the others go on: {exc}")
+            return ScenarioResult(name=scenario.name, seed=scenario.seed, error=str(exc))
+
+    return run
+
+
 def run_matrix(
     runs: Sequence[Planned],
     run_one: RunOne,
@@ -66,6 +87,8 @@ def run_matrix(
     second environment's), beside the others. The others run ``together`` at a time."""
     stop = threading.Event()
     results: dict[int, ScenarioResult] = {}
+    run_one = recorded(run_one)
+    run_alone = recorded(run_alone) if run_alone is not None else None
     alone, shared = split(runs, together)
     lanes = [_Lane(shared, run_one, together)] if shared else []
     if run_alone is not None and shared and alone:

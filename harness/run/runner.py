@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.checker import LedgerArrays, check, load_ledger
@@ -37,13 +37,20 @@ from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
 from harness.pipeline.variants import Variant, import_path, make_variant
 from harness.results.fired import unfired
 from harness.results.model import RESULTS, Judged, ScenarioResult, UntimedFault, VariantResult
-from harness.run.loop import ProducerThread, Progress, Watch, await_ready, wait_until_consumed
+from harness.run.loop import (
+    ProducerThread,
+    Progress,
+    Stopped,
+    Watch,
+    await_ready,
+    wait_until_consumed,
+)
 from harness.run.outbox import run_outbox
 from harness.scenario import Scenario, VariantSpec
 from harness.workload.generator import generate
 from harness.workload.ledger import read_ledger
 from harness.workload.producer import Hold, ProduceSummary, produce
-from harness.workload.verify import missing_from_topic, topic_event_ids
+from harness.workload.verify import missing_from_topic, stored_again, topic_event_ids
 
 
 class BrokerLostData(LabError):
@@ -81,21 +88,29 @@ def run_scenario(
             out_dir,
         )
 
-    if scenario.outbox is not None:  # seed 003: the relays side by side, then the sink
-        results.extend(run_outbox(env, scenario, out_dir, progress, keep_topics, stop))
-        so_far().write(out_dir / RESULTS)
+    try:
+        if scenario.outbox is not None:  # seed 003: the relays side by side, then the sink
+            results.extend(run_outbox(env, scenario, out_dir, progress, keep_topics, stop))
+            so_far().write(out_dir / RESULTS)
+            return so_far()
+        # Side by side, every runtime's variants share one topic and one broker's weather (as
+        # seed 002's three channels did), under one fault schedule; one at a time, each variant
+        # has the machine to itself (throughput).
+        groups = [list(scenario.lanes)]
+        if not scenario.pipeline.parallel:
+            groups = [[lane] for lane in scenario.lanes]
+        for group in groups:
+            progress(f"[{len(results) + len(group)}/{total}] {_labels(group)}")
+            results.extend(
+                run_side_by_side(env, scenario, group, out_dir, progress, keep_topics, stop)
+            )
+            so_far().write(out_dir / RESULTS)  # a later failure keeps what was measured
         return so_far()
-    # Side by side, every runtime's variants share one topic and one broker's weather (as seed
-    # 002's three channels did), under one fault schedule; one at a time, each variant has the
-    # machine to itself (throughput).
-    groups = [list(scenario.lanes)]
-    if not scenario.pipeline.parallel:
-        groups = [[lane] for lane in scenario.lanes]
-    for group in groups:
-        progress(f"[{len(results) + len(group)}/{total}] {_labels(group)}")
-        results.extend(run_side_by_side(env, scenario, group, out_dir, progress, keep_topics, stop))
-        so_far().write(out_dir / RESULTS)  # a later failure keeps what was measured
-    return so_far()
+    except Stopped:
+        raise
+    except LabError as exc:  # its results.json says why, with what was measured before
+        replace(so_far(), error=str(exc)).write(out_dir / RESULTS)
+        raise
 
 
 def _labels(group: list[tuple[str, VariantSpec]]) -> str:
@@ -372,7 +387,12 @@ def _check(
     # Checked once the consumers are done, not when the producer is: reading the whole topic
     # takes seconds on a three-node cluster, and the fault schedule must not wait for it (a
     # bounce started seconds late: docs/faults.md).
-    _verify_stored(run.env.kafka_bootstrap, run.topic, run.ledger_path)
+    again = _verify_stored(run.env.kafka_bootstrap, run.topic, run.ledger_path)
+    if again:
+        progress(
+            f"    the topic holds {again} record(s) twice (a producer's retry Kafka stored again): "
+            "a copy for every variant not keyed by the event id, explained by the topic"
+        )
     for lane in run.lanes:
         if lane.runtime.group_member:  # its client logs hold the coordinators' errors
             for consumer in run.supervisor_of[lane.group].consumers:
@@ -380,7 +400,9 @@ def _check(
     seconds = time.monotonic() - run.started
     # The consumers' own faults (crash points) have no window in the history: named here.
     untimed = tuple(UntimedFault(p.name, p.fault.kind) for p in run.schedule if not p.steps)
-    return [_judge(run, lane, ledger, summary, seconds, untimed, progress) for lane in run.lanes]
+    return [
+        _judge(run, lane, ledger, summary, seconds, untimed, again, progress) for lane in run.lanes
+    ]
 
 
 def _judge(
@@ -390,6 +412,7 @@ def _judge(
     summary: ProduceSummary,
     seconds: float,
     untimed: tuple[UntimedFault, ...],
+    twice_in_topic: int,
     progress: Progress,
 ) -> VariantResult:
     config, scenario, supervisor = lane.config, run.scenario, run.supervisor_of[lane.group]
@@ -410,7 +433,9 @@ def _judge(
     if lane.runtime.black_box and verdict.acked and not verdict.in_sink:
         _wrote_nothing(lane, supervisor)
     judged = Judged.of(scenario.expectations_for(lane.spec, config.runtime), verdict)
-    explanation = explain(events, ledger, black_box=lane.runtime.black_box)
+    explanation = explain(
+        events, ledger, black_box=lane.runtime.black_box, stored_again=twice_in_topic
+    )
     unexplained = explanation.failure(verdict.duplicates)
     result = VariantResult(
         runtime=config.runtime,
@@ -454,8 +479,11 @@ def _wrote_nothing(lane: _Lane, supervisor: RuntimeSupervisor) -> None:
     )
 
 
-def _verify_stored(bootstrap: str, topic: str, ledger_path: Path) -> None:
-    missing = missing_from_topic(read_ledger(ledger_path), topic_event_ids(bootstrap, topic))
+def _verify_stored(bootstrap: str, topic: str, ledger_path: Path) -> int:
+    """BrokerLostData if the topic lacks an acknowledged record; else how many records it holds
+    twice."""
+    stored = topic_event_ids(bootstrap, topic)
+    missing = missing_from_topic(read_ledger(ledger_path), stored)
     if missing:
         examples = "; ".join(
             f"{m.row.event_id} acked at partition {m.row.partition} offset {m.row.offset}"
@@ -467,6 +495,7 @@ def _verify_stored(bootstrap: str, topic: str, ledger_path: Path) -> None:
             f"(e.g. {examples}); this is a defect of the environment (see "
             "harness/workload/verify.py), so no verdict is given"
         )
+    return stored_again(stored)
 
 
 def _throughput(history: list[HistoryEvent], records: int) -> float:

@@ -8,7 +8,8 @@ would). A loss like that is the environment's, not a variant's; this finds it be
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from harness.kafka.clients import read_topic
@@ -27,6 +28,13 @@ def topic_event_ids(bootstrap: str, topic: str) -> dict[tuple[int, int], str]:
         (r.partition, r.offset): r.headers.get("event_id", b"").decode()
         for r in read_topic(bootstrap, topic)
     }
+
+
+def stored_again(stored: Mapping[tuple[int, int], str]) -> int:
+    """Records beyond the first of each event id the topic holds: a producer's retry that the
+    broker stored again (each is a copy every consumer is handed, whatever it does)."""
+    ids = Counter(event_id for event_id in stored.values() if event_id)
+    return sum(n - 1 for n in ids.values())
 
 
 def missing_from_topic(
