@@ -17,11 +17,18 @@ from harness.kafka.clients import HARNESS_CLIENT, QUIET, admin, consumer_config
 
 # librdkafka's "no committed offset" (OFFSET_INVALID).
 NO_OFFSET = -1001
+UNLISTED = "unlisted"
+
+
+def _name(state: ConsumerGroupState) -> str:
+    return state.name.lower().replace("_", "-")
 
 
 @dataclass(frozen=True)
 class GroupView:
-    state: str  # stable, preparing-rebalancing, completing-rebalancing, empty, dead, unknown
+    # stable, preparing-rebalancing, completing-rebalancing, empty, dead, unknown - or unlisted:
+    # no broker listed it (its coordinator is down or loading it, or it has no member yet)
+    state: str
     committed: dict[int, int]  # partition -> next offset, for partitions with a commit
 
     @property
@@ -59,8 +66,8 @@ class GroupWatch:
 
     def _view(self, admin_client: AdminClient, offsets: Consumer, timeout: float) -> GroupView:
         listed = admin_client.list_consumer_groups(request_timeout=timeout).result(timeout)
-        states = {g.group_id: g.state for g in listed.valid}
-        state = states.get(self.group, ConsumerGroupState.DEAD)
+        states = {g.group_id: _name(g.state) for g in listed.valid}
+        state = states.get(self.group, UNLISTED)
         if not self._partitions:
             meta = offsets.list_topics(self.topic, timeout=timeout).topics[self.topic]
             self._partitions = [TopicPartition(self.topic, p) for p in sorted(meta.partitions)]
@@ -69,7 +76,7 @@ class GroupWatch:
             for tp in offsets.committed(self._partitions, timeout=timeout)
             if tp.error is None and tp.offset != NO_OFFSET
         }
-        return GroupView(state.name.lower().replace("_", "-"), committed)
+        return GroupView(state, committed)
 
     def close(self) -> None:
         if self._clients is not None:

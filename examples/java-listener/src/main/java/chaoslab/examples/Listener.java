@@ -76,8 +76,15 @@ public final class Listener {
             "CHAOSLAB_KAFKA_BOOTSTRAP", "CHAOSLAB_TOPIC", "CHAOSLAB_GROUP_ID", "CHAOSLAB_MONGO_URI",
             "CHAOSLAB_DATABASE", "CHAOSLAB_INSTANCE", "CHAOSLAB_DLQ_TOPIC");
 
-    static final String USAGE = "usage: java -jar java-listener.jar seed-002|fixed"
+    static final String USAGE = "usage: java -jar java-listener.jar seed-002|fixed [KAFKA_SETTING=VALUE ...]"
             + "  (configured by the environment: " + String.join(", ", ENV) + ")";
+
+    /** What the contract fixes: a setting given on the command line may not change these. */
+    static final List<String> FIXED = List.of(
+            ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, ConsumerConfig.GROUP_ID_CONFIG,
+            ConsumerConfig.CLIENT_ID_CONFIG, ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG,
+            ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG,
+            ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG);
 
     private static final Duration POLL_TIMEOUT = Duration.ofMillis(500);
     private static final int WRITE_ATTEMPTS = 5;
@@ -123,10 +130,23 @@ public final class Listener {
     private final CountDownLatch finished = new CountDownLatch(1);
 
     public static void main(String[] args) {
-        Mode mode = args.length == 1 ? Mode.of(args[0]) : null;
+        Mode mode = args.length >= 1 ? Mode.of(args[0]) : null;
         if (mode == null) {
             System.err.println(USAGE);
             System.exit(2);
+        }
+        // The consumer settings a team runs with (session.timeout.ms=10000, as kafka-clients
+        // before 3.0 defaulted to...), over the Java client's defaults.
+        Properties settings = new Properties();
+        for (String arg : List.of(args).subList(1, args.length)) {
+            int eq = arg.indexOf('=');
+            String key = eq > 0 ? arg.substring(0, eq) : "";
+            if (key.isEmpty() || FIXED.contains(key)) {
+                System.err.println((key.isEmpty() ? "not KEY=VALUE: " : "fixed by the lab: ") + arg);
+                System.err.println(USAGE);
+                System.exit(2);
+            }
+            settings.put(key, arg.substring(eq + 1));
         }
         Map<String, String> env = System.getenv();
         List<String> missing = ENV.stream().filter(n -> env.getOrDefault(n, "").isBlank()).toList();
@@ -144,7 +164,7 @@ public final class Listener {
         }
         int status;
         try {
-            status = new Listener(mode, env, instance).run();
+            status = new Listener(mode, env, instance, settings).run();
         } catch (RuntimeException e) { // a client that could not be built from the configuration
             log.error("could not start: {}: {}", e.getClass().getName(), e.getMessage(), e);
             status = 1;
@@ -153,7 +173,7 @@ public final class Listener {
         System.exit(status);
     }
 
-    Listener(Mode mode, Map<String, String> env, int instance) {
+    Listener(Mode mode, Map<String, String> env, int instance, Properties settings) {
         this.mode = mode;
         this.instance = instance;
         this.topic = env.get("CHAOSLAB_TOPIC");
@@ -168,6 +188,7 @@ public final class Listener {
         // Only what the contract fixes; everything else is the Java client's default, because its
         // own behaviour while coordinators move is what the lab is here to see.
         Properties c = new Properties();
+        c.putAll(settings);
         c.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         c.put(ConsumerConfig.GROUP_ID_CONFIG, env.get("CHAOSLAB_GROUP_ID"));
         c.put(ConsumerConfig.CLIENT_ID_CONFIG, clientId);
@@ -188,9 +209,9 @@ public final class Listener {
         this.landed = mongo.getDatabase(env.get("CHAOSLAB_DATABASE")).getCollection("landed");
         this.deadLetters = new KafkaProducer<>(p);
         this.consumer = new KafkaConsumer<>(c);
-        log.info("java listener {} (instance {}, client.id {}): group {}, topic {} -> {}.landed, dead letters to {}",
+        log.info("java listener {} (instance {}, client.id {}): group {}, topic {} -> {}.landed, dead letters to {}; settings {}",
                 mode.arg, instance, clientId, env.get("CHAOSLAB_GROUP_ID"), topic,
-                env.get("CHAOSLAB_DATABASE"), dlqTopic);
+                env.get("CHAOSLAB_DATABASE"), dlqTopic, settings);
     }
 
     /** Runs until SIGTERM (status 0) or a write that keeps failing (status 1). */
