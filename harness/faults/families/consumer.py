@@ -210,6 +210,31 @@ class ConsumerPause(_AtPoint):
 KILL = "kill-consumers"
 
 
+class _OnTheConsumers(Timed):
+    """A timed fault on the consumers: all of them, or the one at index ``consumer``."""
+
+    consumer: int | None
+
+    def consumer_problems(self) -> list[Problem]:
+        if self.consumer is not None and self.consumer < 0:
+            return [("consumer", f"must be >= 0, got {self.consumer}")]
+        return []
+
+    def aim(self) -> str:
+        return "every consumer" if self.consumer is None else "one consumer"
+
+    def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
+        if (self.consumer or 0) < setting.consumers:
+            return []
+        return [
+            (
+                "consumer",
+                f"there are {setting.consumers} consumer(s) (pipeline.consumers, or a command's "
+                f"instances); no consumer {self.consumer}",
+            )
+        ]
+
+
 @dataclass
 class _Killer(Actor):
     fault: ConsumerKill
@@ -223,7 +248,7 @@ class _Killer(Actor):
 
 
 @dataclass(frozen=True)
-class ConsumerKill(Timed):
+class ConsumerKill(_OnTheConsumers):
     """SIGKILL the consumers (all, or the one at index ``consumer``) at a time."""
 
     kind: ClassVar[str] = "consumer-kill"
@@ -236,22 +261,13 @@ class ConsumerKill(Timed):
     consumer: int | None = None
 
     def problems(self) -> list[Problem]:
-        found = self.trigger_problems()
-        if self.consumer is not None and self.consumer < 0:
-            found.append(("consumer", f"must be >= 0, got {self.consumer}"))
-        return found
+        return self.trigger_problems() + self.consumer_problems()
 
     def steps(self, seed: int) -> tuple[Step, ...]:
         return (self.opening(seed), Step(KILL), Step(END))
 
     def actor(self, context: Context) -> Actor:
         return _Killer(self, context)
-
-    def aim(self) -> str:
-        return "every consumer" if self.consumer is None else "one consumer"
-
-    def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
-        return _no_such_consumer(self.consumer, setting)
 
     @classmethod
     def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
@@ -260,18 +276,6 @@ class ConsumerKill(Timed):
     @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
         return cls.when(at, at_event)
-
-
-def _no_such_consumer(consumer: int | None, setting: Setting) -> list[Problem]:
-    if (consumer or 0) < setting.consumers:
-        return []
-    return [
-        (
-            "consumer",
-            f"there are {setting.consumers} consumer(s) (pipeline.consumers, or a command's "
-            f"instances); no consumer {consumer}",
-        )
-    ]
 
 
 def _one_consumer_or_all(rng: random.Random, space: Space) -> dict[str, Any]:
@@ -306,7 +310,7 @@ class _Freezer(Actor):
 
 
 @dataclass(frozen=True)
-class ConsumerFreeze(Timed):
+class ConsumerFreeze(_OnTheConsumers):
     """SIGSTOP the consumers (all, or the one at index ``consumer``) for ``duration`` seconds,
     then SIGCONT: a process that stops answering without dying (a long GC pause, a stalled VM),
     its session timing out while it holds a batch - from outside, so any program can take it."""
@@ -322,22 +326,15 @@ class ConsumerFreeze(Timed):
     consumer: int | None = None
 
     def problems(self) -> list[Problem]:
-        found = self.trigger_problems() + positive("duration", self.duration)
-        if self.consumer is not None and self.consumer < 0:
-            found.append(("consumer", f"must be >= 0, got {self.consumer}"))
-        return found
+        return (
+            self.trigger_problems() + positive("duration", self.duration) + self.consumer_problems()
+        )
 
     def steps(self, seed: int) -> tuple[Step, ...]:
         return self.window(seed, FREEZE, THAW, self.duration)
 
     def actor(self, context: Context) -> Actor:
         return _Freezer(self, context)
-
-    def aim(self) -> str:
-        return "every consumer" if self.consumer is None else "one consumer"
-
-    def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
-        return _no_such_consumer(self.consumer, setting)
 
     @classmethod
     def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
