@@ -223,3 +223,16 @@ def test_coverage_counts_each_kind_target_and_variant_drawn_and_fired() -> None:
     )
     table = "\n".join(report.coverage(runs))
     assert "| broker-kill | the controller | 1/2 | 1/1 |" in table
+
+
+def test_a_command_consumer_is_explored_without_the_crash_points_it_cannot_take() -> None:
+    own = {"name": "command", "label": "mine", "command": "sh -c true", "instances": 2}
+    own["sink"] = {"collection": "landed", "event_id": "event_id"}
+    explored = Explored("listener", (own,), drawable(), LOCAL)
+    kinds: set[str] = set()
+    for n in range(1, 60):
+        trial = draw_trial(explored, 5, n)
+        assert not refused(trial, LOCAL), trial
+        kinds |= {str(f["kind"]) for f in trial.faults}
+    assert not kinds & {"consumer-crash", "consumer-pause", "executor-loss"}
+    assert {"consumer-kill", "consumer-freeze", "network"} <= kinds
