@@ -31,6 +31,7 @@ pytestmark = pytest.mark.servers
 
 EXAMPLE = paths.project_root() / "examples" / "python-listener"
 SINK = {"collection": "landed", "event_id": "event_id"}
+SHORT = "session.timeout.ms=6000"  # a librdkafka setting the example passes on
 
 
 def command(label: str, program: str, **options: Any) -> dict[str, Any]:
@@ -134,3 +135,37 @@ def test_a_program_that_writes_nowhere_the_lab_looks_is_named(
 
 def _small() -> dict[str, Any]:
     return {"name": "writes-elsewhere", "workload": {"events": 100, "keys": 10, "rate": 200}}
+
+
+def test_a_program_frozen_from_outside_past_its_session_loses_its_partitions_and_comes_back(
+    scenario_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    # Frozen for 12 s with a 6 s session, instance 0 is put out of the group, which gives its
+    # partitions to instance 1; thawed, it finds itself out and joins again.
+    freeze = {"kind": "consumer-freeze", "at_event": 200, "duration": 12, "consumer": 0}
+    result = run_scenario(
+        scenario_env,
+        scenario(
+            command(
+                "insert",
+                f"{sys.executable} listener.py insert session.timeout.ms=6000",
+                instances=2,
+            ),
+            faults=[freeze],
+        ),
+        tmp_path / "run",
+        progress=lambda _m: None,
+    )
+    (lane,) = result.variants
+    assert lane.directory is not None
+    events = read_history(lane.directory / "history")
+    start = next(e.t for e in events if e.kind is EventKind.FAULT_START)
+    end = next(e.t for e in events if e.kind is EventKind.FAULT_END)
+    assert 11.5 <= end - start <= 20
+    # Not thawed early by the supervisor (which thaws consumers paused at a crash point), not
+    # killed: the same two processes throughout.
+    assert lane.crashes == 0 and lane.restarts == 0
+    states = [e.detail for e in events if e.kind is EventKind.GROUP and start < e.t < end]
+    assert any(s.endswith("rebalancing") for s in states), states
+    assert (lane.verdict.duplicates, lane.verdict.lost) == recount(scenario_env, lane)
+    assert lane.verdict.lost == 0

@@ -4,6 +4,8 @@ consumer (README, "Your own consumer").
 
     python listener.py insert    # mints its own _id: a redelivered record is stored again
     python listener.py upsert    # _id = the producer's event_id: a redelivery overwrites it
+
+Any further KEY=VALUE arguments are librdkafka consumer settings (session.timeout.ms=6000).
 """
 
 import json
@@ -16,8 +18,8 @@ from pymongo import MongoClient, ReplaceOne
 
 env = os.environ
 mode = sys.argv[1] if len(sys.argv) > 1 else ""
-if mode not in ("insert", "upsert"):
-    sys.exit("usage: listener.py insert|upsert")
+if mode not in ("insert", "upsert") or any("=" not in a for a in sys.argv[2:]):
+    sys.exit("usage: listener.py insert|upsert [KEY=VALUE ...]")
 
 consumer = Consumer(
     {
@@ -26,6 +28,7 @@ consumer = Consumer(
         "client.id": env["CHAOSLAB_CLIENT_ID"],
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
+        **dict(a.split("=", 1) for a in sys.argv[2:]),
     }
 )
 dead_letters = Producer({"bootstrap.servers": env["CHAOSLAB_KAFKA_BOOTSTRAP"]})
