@@ -70,13 +70,14 @@ def read_sink(
         db = client[database]
         changes = _changes(db, landing, by_event)
         current = _current(db, landing)
+        stored_offsets = variant.stored_offsets(db, group, topic)
     dlq = dead_letter_origins(bootstrap, group)
     return SinkSnapshot(
         *changes,
         *current,
         dead_lettered_partition=np.array([p for p, _ in dlq], dtype=np.int32),
         dead_lettered_offset=np.array([o for _, o in dlq], dtype=np.int64),
-        stored_offsets=variant.stored_offsets(db, group, topic),
+        stored_offsets=stored_offsets,
         projection_kept=bool(landing.current),
     )
 
