@@ -4,6 +4,7 @@ run (the lab's own seam; the runs with servers are in tests/test_library.py)."""
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -221,3 +222,11 @@ def test_given_a_second_environment_the_alone_runs_play_there_one_at_a_time_besi
     assert most_alone == 1
     # Their lines interleave with the others': they carry their names too.
     assert "msk-rolling-upgrade | ran msk-rolling-upgrade" in lines
+
+
+def test_a_failed_runs_error_is_kept_in_its_results(tmp_path: Path) -> None:
+    (run,) = by_name("baseline")
+    failed = replace(result(run.scenario, "baseline"), error="consumers did not catch up")
+    failed.write(tmp_path / "results.json")
+    read = ScenarioResult.from_json(json.loads((tmp_path / "results.json").read_text()))
+    assert read.error == "consumers did not catch up" and not read.passed
