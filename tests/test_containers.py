@@ -245,6 +245,38 @@ def test_library_scenarios_hold_their_expectations_on_containers(
 
 @pytest.mark.servers
 @needs_engine
+def test_a_command_consumer_runs_in_the_labs_image_with_the_same_variables(
+    containers_env: ContainersEnvironment, tmp_path: Path
+) -> None:
+    listener = project_root() / "examples" / "python-listener" / "listener.py"
+    own = {"name": "command", "label": "mine", "instances": 2,
+           "command": f"{sys.executable} {listener} upsert",
+           "sink": {"collection": "landed", "event_id": "event_id"}}  # fmt: skip
+    scenario = tmp_path / "own.yaml"
+    scenario.write_text(
+        yaml.safe_dump(
+            {
+                "name": "own-consumer",
+                "seed": 5,
+                "workload": {"events": 600, "keys": 50, "partitions": 3, "rate": 200},
+                "variants": [own],
+                "faults": [{"kind": "consumer-kill", "at_event": 200}],
+                "expect": {"*": {"duplicates": 0, "lost": 0}},
+            }
+        )
+    )
+    result, report = run_on(containers_env, tmp_path / "run", "run", str(scenario))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    (row,) = report["results"]
+    assert (row["runtime"], row["acked"], row["crashes"]) == ("command", 600, 2)
+    # Started by the engine in a container of the lab's image (the local backend writes a
+    # header line into a process's log before it starts it; a container's log has none).
+    for log in (Path(row["directory"]) / "logs").glob("command-*.log"):
+        assert "==== chaoslab: starting" not in log.read_text(), log
+
+
+@pytest.mark.servers
+@needs_engine
 def test_a_partition_of_the_consumers_containers_shows_on_the_timeline(
     containers_env: ContainersEnvironment, tmp_path: Path
 ) -> None:
