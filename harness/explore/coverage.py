@@ -67,7 +67,7 @@ def exercised(events: Sequence[HistoryEvent]) -> Exercised:
             case EventKind.CRASH if e.detail == "mid_write":
                 found.add(Condition.KILLED_MID_WRITE)
             case EventKind.RUNTIME_EXIT if (
-                open_batches.get(_process(e), 0) and "killed" in e.detail
+                open_batches.get(e.consumer, 0) and "killed" in e.detail
             ):
                 found.add(Condition.KILLED_MID_WRITE)
             case EventKind.ASSIGNED if any(
@@ -75,15 +75,10 @@ def exercised(events: Sequence[HistoryEvent]) -> Exercised:
             ):
                 found.add(Condition.MOVED_IN_FLIGHT)
     starts = [e for e in events if e.kind is EventKind.RUNTIME_START]
-    if len(starts) > len({e.source for e in starts}):
+    if len(starts) > len({e.consumer for e in starts}):
         found.add(Condition.RESTARTED)
     points = frozenset(e.detail for e in events if e.kind is EventKind.CRASH)
     return Exercised(frozenset(found), points)
-
-
-def _process(e: HistoryEvent) -> str:
-    """The consumer a supervisor's exit event is about (``listener-1 killed by SIGKILL``)."""
-    return e.detail.split(" ", 1)[0]
 
 
 def unreached(seen: Iterable[Exercised]) -> tuple[Condition, ...]:

@@ -76,6 +76,13 @@ class HistoryEvent:
     detail: str = ""
     fault: str = ""  # the name of the fault this event belongs to
 
+    @property
+    def consumer(self) -> str:
+        """The consumer process it is about: its writer's name, or - for what the supervisor
+        records of a process ("command-0 pid 7", "listener-1 killed by SIGKILL") - the first
+        word of its detail."""
+        return self.detail.partition(" ")[0] if self.source == "harness" else self.source
+
     def to_json(self) -> str:
         raw = asdict(self)
         raw["offsets"] = {str(p): o for p, o in self.offsets.items()}

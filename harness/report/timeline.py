@@ -184,12 +184,6 @@ def fault_steps(events: Sequence[HistoryEvent], t0: float) -> tuple[Step, ...]:
     )
 
 
-def _process(e: HistoryEvent) -> str:
-    """Which consumer process an event is about: its writer, or - for the supervisor's own
-    events ("<consumer> <how>") - the first word of its detail."""
-    return e.detail.partition(" ")[0] if e.source == "harness" else e.source
-
-
 def consumer_deaths(events: Sequence[HistoryEvent], t0: float) -> tuple[Death, ...]:
     crashes = [e for e in events if e.kind is EventKind.CRASH]
     deaths = [Death(e.t - t0, e.source, e.detail, True, e.batch) for e in crashes]
@@ -198,7 +192,7 @@ def consumer_deaths(events: Sequence[HistoryEvent], t0: float) -> tuple[Death, .
         # a consumer stopping by itself at the end of the run records "stopped".
         if e.kind is not EventKind.RUNTIME_EXIT or e.source != "harness":
             continue
-        consumer, how = _process(e), e.detail.partition(" ")[2]
+        consumer, how = e.consumer, e.detail.partition(" ")[2]
         explained = any(c.source == consumer and 0 <= e.t - c.t <= SAME_DEATH_S for c in crashes)
         if not explained and how != "stopped":
             deaths.append(Death(e.t - t0, consumer, how or "exited", False))
@@ -219,7 +213,7 @@ def consumer_restarts(events: Sequence[HistoryEvent], t0: float) -> tuple[Restar
     restarts = []
     for i, e in enumerate(ordered):
         if e.kind is EventKind.RUNTIME_START:
-            consumer = _process(e)
+            consumer = e.consumer
             if consumer in seen:
                 batch = next(
                     (
@@ -242,7 +236,7 @@ def consumer_pauses(events: Sequence[HistoryEvent], t0: float) -> tuple[Pause, .
         if e.kind == PAUSED:
             open_at.setdefault(e.source, e)
         elif e.kind == RESUMED:
-            consumer = e.detail.partition(" ")[0]
+            consumer = e.consumer  # the supervisor's: "<consumer> after Ns"
             if consumer in open_at:
                 p = open_at.pop(consumer)
                 pauses.append(Pause(consumer, p.t - t0, e.t - t0, p.detail))
