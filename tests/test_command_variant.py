@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.environment.base import BackendAbilities
+from harness.explore.coverage import Condition, exercised
 from harness.history.events import EventKind, HistoryEvent
 from harness.pipeline.command import VARIABLES, environment, with_app_name
 from harness.pipeline.observer import MAX_LOG_LINES, Observer
@@ -170,3 +171,12 @@ def test_a_black_box_is_drawn_from_what_the_lab_polled() -> None:
     variant = replace(in_memory_run().variants[0], events=tuple(events))
     written = written_per_second(variant, 0.0)
     assert list(written.t) == [2.0, 3.0] and list(written.rate) == [100.0, 150.0]
+
+
+def test_a_black_boxs_first_starts_are_not_restarts_for_explores_coverage() -> None:
+    def start(t: float, detail: str) -> HistoryEvent:
+        return HistoryEvent(t, EventKind.RUNTIME_START, "harness", "mine", detail=detail)
+
+    first = [start(1, "command-0 pid 7"), start(1, "command-1 pid 8")]
+    assert Condition.RESTARTED not in exercised(first).conditions
+    assert Condition.RESTARTED in exercised([*first, start(5, "command-0 pid 9")]).conditions
