@@ -66,9 +66,7 @@ def exercised(events: Sequence[HistoryEvent]) -> Exercised:
                 found.add(Condition.EXECUTOR_LOST)
             case EventKind.CRASH if e.detail == "mid_write":
                 found.add(Condition.KILLED_MID_WRITE)
-            case EventKind.RUNTIME_EXIT if (
-                open_batches.get(e.consumer, 0) and "killed" in e.detail
-            ):
+            case EventKind.RUNTIME_EXIT if open_batches.get(e.consumer, 0) and "killed" in e.detail:
                 found.add(Condition.KILLED_MID_WRITE)
             case EventKind.ASSIGNED if any(
                 n for source, n in open_batches.items() if source != e.source
