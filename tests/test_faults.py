@@ -13,7 +13,7 @@ from harness.faults.base import END, START, Context, Step, Target
 from harness.faults.families.broker import Do
 from harness.faults.families.mongo import OFF as FAILPOINT_OFF
 from harness.faults.families.mongo import ON as FAILPOINT_ON
-from harness.faults.families.mongo_restart import START_MONGO, STOP_MONGO
+from harness.faults.families.mongo_restart import AWAIT_MONGO, START_MONGO, STOP_MONGO
 from harness.faults.families.oplog import OFF as OPLOG_OFF
 from harness.faults.families.oplog import ON as OPLOG_ON
 from harness.faults.kinds import parse_fault
@@ -147,13 +147,26 @@ def test_a_mongodb_restart_and_an_oplog_shrink_expand_into_their_steps() -> None
         ]).faults,
         1,
     )  # fmt: skip
-    assert [s.action for s in bounce.steps] == [START, STOP_MONGO, END]
+    assert [s.action for s in bounce.steps] == [START, AWAIT_MONGO, STOP_MONGO, END]
     assert [(s.action, s.after) for s in down.steps] == [
-        (START, 0), (STOP_MONGO, 0), (START_MONGO, 5), (END, 0)
+        (START, 0), (AWAIT_MONGO, 0), (STOP_MONGO, 0), (START_MONGO, 5), (END, 0)
     ]  # fmt: skip
     assert [(s.action, s.after) for s in small.steps] == [
         (START, 0), (OPLOG_ON, 0), (OPLOG_OFF, 10), (END, 0)
     ]  # fmt: skip
+
+
+def test_two_mongodb_restarts_take_turns() -> None:
+    first, second = (
+        parse_fault({"kind": "mongo-restart", "at": at, "hard": True, "down_for": 5}, name)
+        for at, name in ((1, "first"), (2, "second"))
+    )
+    context = Context(None, [])  # type: ignore[arg-type]  # holding MongoDB asks no server
+    wait = Step(AWAIT_MONGO, waits=True)
+    a, b = first.actor(context), second.actor(context)
+    assert a.holds(wait) and not b.holds(wait)  # the second waits while the first has it down
+    a.undo()  # it is back (nothing was stopped here): the other may have it
+    assert b.holds(wait)
 
 
 def test_a_mongodb_left_down_must_be_killed_and_an_oplog_must_have_a_size() -> None:

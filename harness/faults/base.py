@@ -142,6 +142,9 @@ class Target:
     checkpoint: str = ""  # its Spark query's checkpoint ("" for other runtimes)
 
 
+MONGO_HELD = "mongo"  # what Context.held calls MongoDB
+
+
 @dataclass(frozen=True)
 class Context:
     """What an actor may act on during one run: the environment, the consumers of every
@@ -152,8 +155,19 @@ class Context:
     topic: str = ""
     # Kafka nodes a fault holds stopped or paused, and by which fault: another fault due on
     # such a node waits until it is back (two faults restarting one node at once would each
-    # wait for a state the other undid).
-    held: dict[int, str] = field(default_factory=dict)
+    # wait for a state the other undid); MongoDB likewise, under MONGO_HELD.
+    held: dict[int | str, str] = field(default_factory=dict)
+
+    def hold(self, server: int | str, fault: Fault) -> bool:
+        """Take ``server`` for ``fault`` (a Kafka node id, or MONGO_HELD), unless another fault
+        holds it; True if ``fault`` holds it now."""
+        holder = self.held.setdefault(server, fault.name)
+        return holder == fault.name
+
+    def release(self, fault: Fault) -> None:
+        """Let go of what ``fault`` holds."""
+        for server in [s for s, holder in self.held.items() if holder == fault.name]:
+            del self.held[server]
 
     def record(
         self, kind: EventKind, fault: Fault, count: int | None = None, detail: str = ""

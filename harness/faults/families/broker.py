@@ -204,8 +204,7 @@ class _NodeActor(Actor):
     def _release(self) -> None:
         """Let go of the node it holds (one at a time: a rolling restart's next rotation takes
         the next node once the last is back)."""
-        for node in [n for n, fault in self.context.held.items() if fault == self.fault.name]:
-            del self.context.held[node]
+        self.context.release(self.fault)
 
     def take(self, step: Step) -> None:
         env = self.context.env

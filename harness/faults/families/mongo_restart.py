@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 from harness.environment.base import BackendAbilities, Component
 from harness.faults.base import (
     END,
+    MONGO_HELD,
     Actor,
     Context,
     Setting,
@@ -24,6 +25,8 @@ from harness.history.events import EventKind
 from harness.records import Problem
 
 STOP_MONGO, START_MONGO = "stop-mongo", "start-mongo"
+# Waits until no other fault holds MongoDB down: two restarts at once would each undo the other.
+AWAIT_MONGO = "await-mongo"
 
 
 @dataclass
@@ -36,9 +39,16 @@ class _MongoActor(Actor):
     def about(self) -> str:
         return "MongoDB"
 
+    def holds(self, step: Step) -> bool:
+        if step.action != AWAIT_MONGO:
+            raise ValueError(f"{step.action} is not a waiting step of {self.fault.name}")
+        return self.context.hold(MONGO_HELD, self.fault)
+
     def take(self, step: Step) -> None:
         env = self.context.env
-        if step.action == STOP_MONGO:
+        if step.action == AWAIT_MONGO:
+            pass  # it holds MongoDB now
+        elif step.action == STOP_MONGO:
             how = "SIGKILL" if self.fault.hard else "SIGTERM"
             self.context.record(EventKind.FAULT_STEP, self.fault, detail=f"MongoDB {how}")
             self.down = True  # until it is back: an interrupted restart is undone too
@@ -47,6 +57,7 @@ class _MongoActor(Actor):
             else:
                 env.restart(Component.MONGO, hard=self.fault.hard)  # returns once it is back
                 self.down = False
+                self.context.release(self.fault)
         elif step.action == START_MONGO:
             self.undo()
         else:
@@ -59,6 +70,7 @@ class _MongoActor(Actor):
             self.context.env.kill(Component.MONGO)
             self.context.env.revive(Component.MONGO)
             self.down = False
+        self.context.release(self.fault)
 
 
 @dataclass(frozen=True)
@@ -83,7 +95,8 @@ class MongoRestart(Timed):
 
     def steps(self, seed: int) -> tuple[Step, ...]:
         start = (Step(START_MONGO, after=self.down_for),) if self.down_for else ()
-        return (self.opening(seed), Step(STOP_MONGO), *start, Step(END))
+        wait = Step(AWAIT_MONGO, waits=True)
+        return (self.opening(seed), wait, Step(STOP_MONGO), *start, Step(END))
 
     def actor(self, context: Context) -> Actor:
         return _MongoActor(self, context)
