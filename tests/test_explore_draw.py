@@ -236,3 +236,13 @@ def test_a_command_consumer_is_explored_without_the_crash_points_it_cannot_take(
         kinds |= {str(f["kind"]) for f in trial.faults}
     assert not kinds & {"consumer-crash", "consumer-pause", "executor-loss"}
     assert {"consumer-kill", "consumer-freeze", "network"} <= kinds
+
+
+def test_coverage_reads_a_coordinator_move_from_the_clients_not_from_the_proxys_emulation() -> None:
+    moved = _event(2, EventKind.KAFKA_ERROR, detail="NOT_COORDINATOR OffsetCommit")
+    java = _event(2, EventKind.CONSUMER_LOG, detail="command-0: ... The coordinator is loading")
+    assert Condition.COORDINATOR_MOVED in exercised([moved]).conditions
+    assert Condition.COORDINATOR_MOVED in exercised([java]).conditions
+    start = _event(1, EventKind.FAULT_START, detail="commit-failure", fault="storm")
+    end = _event(3, EventKind.FAULT_END, detail="commit-failure", fault="storm")
+    assert Condition.COORDINATOR_MOVED not in exercised([start, moved, end]).conditions

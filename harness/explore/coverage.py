@@ -22,10 +22,21 @@ class Condition(StrEnum):
     WRITE_RETRIED = "a write failed and was tried again"
     MOVED_IN_FLIGHT = "partitions moved with a batch in flight"
     RESTARTED = "a consumer restarted"
+    # A broker answered a group request that it is no longer (or not yet) the coordinator - in
+    # a client's words: librdkafka's error codes, the Java client's log lines.
+    COORDINATOR_MOVED = "a coordinator moved"
 
 
-# Conditions the issue names that no history event shows yet: said, not guessed.
-NOT_READ = ("a coordinator moved (the cluster's coordinators are not in the history)",)
+COORDINATOR_CODES = ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE")
+COORDINATOR_WORDS = (
+    "not the correct coordinator",
+    "coordinator is loading",
+    "coordinator is not available",
+    "is either not started or not valid",
+)
+# The fault proxy answers with coordinator errors in these faults' windows (an emulation): what
+# a client says then is not a coordinator that moved.
+EMULATING = ("commit-failure",)
 
 
 @dataclass(frozen=True)
@@ -42,8 +53,15 @@ def exercised(events: Sequence[HistoryEvent]) -> Exercised:
     written: dict[int, int] = {}  # partition -> the highest offset written so far
     open_batches: dict[str, int] = {}  # source -> batches handed out and not yet written
     spark_batches: set[int] = set()  # micro-batch ids handed out (Spark's say no offsets)
+    emulating: set[str] = set()  # the windows open now of faults that answer for a coordinator
     for e in sorted(events, key=lambda e: e.t):
+        if _coordinator_moved(e) and not emulating:
+            found.add(Condition.COORDINATOR_MOVED)
         match e.kind:
+            case EventKind.FAULT_START if e.detail in EMULATING:
+                emulating.add(e.fault)
+            case EventKind.FAULT_END:
+                emulating.discard(e.fault)
             case EventKind.BATCH:
                 if any(written.get(p, -1) >= first for p, first in e.offsets.items()):
                     found.add(Condition.REDELIVERED)
@@ -77,6 +95,12 @@ def exercised(events: Sequence[HistoryEvent]) -> Exercised:
         found.add(Condition.RESTARTED)
     points = frozenset(e.detail for e in events if e.kind is EventKind.CRASH)
     return Exercised(frozenset(found), points)
+
+
+def _coordinator_moved(e: HistoryEvent) -> bool:
+    if e.kind is EventKind.KAFKA_ERROR:
+        return e.detail.startswith(COORDINATOR_CODES)
+    return e.kind is EventKind.CONSUMER_LOG and any(w in e.detail for w in COORDINATOR_WORDS)
 
 
 def unreached(seen: Iterable[Exercised]) -> tuple[Condition, ...]:

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.explore.coverage import NOT_READ, Condition, Exercised, unreached
+from harness.explore.coverage import Condition, Exercised, unreached
 from harness.explore.model import Exploration, Finding, RunRecord, aims
 
 PAGE = "explore.md"
@@ -85,8 +85,6 @@ def coverage(runs: Sequence[RunRecord]) -> list[str]:
         "",
         "Never happened (where the next exploration should push): "
         + (", ".join(c.value for c in unreached(seen)) or "nothing - every condition was reached"),
-        "",
-        "Not read from the history yet: " + "; ".join(NOT_READ),
     ]
     return lines
 
