@@ -773,3 +773,7 @@ def test_runs_that_were_under_way_at_once_are_marked_beside_each_other(tmp_path:
     first = replace(runs[2], seconds=12.59)  # 12.5862 s, as written
     after = replace(runs[2], started_at=first.started_at + 12.5863)
     assert beside(after, [first, after]) == [] and beside(first, [first, after]) == []
+
+
+def test_a_soak_whose_every_run_died_says_so() -> None:
+    assert render_soak_table([]) == "soak: no run left results"

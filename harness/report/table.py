@@ -243,6 +243,8 @@ def soak_seeds(cells: Sequence[SoakCell]) -> int:
 def render_soak_table(cells: Sequence[SoakCell]) -> str:
     """Scenario x runtime x variant over the seeds: false alarms of the variants expected to
     keep every change once, detections of those expected to show an anomaly."""
+    if not cells:  # every run died before a variant was judged: the matrix table says why
+        return "soak: no run left results"
     lines = [
         f"soak: every scenario with {soak_seeds(cells)} seeds (anomalous: runs with duplicates "
         "or losses)"
