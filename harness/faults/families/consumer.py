@@ -213,6 +213,8 @@ KILL = "kill-consumers"
 class _OnTheConsumers(Timed):
     """A timed fault on the consumers: all of them, or the one at index ``consumer``."""
 
+    targets_consumers: ClassVar[bool] = True
+    own_run_only: ClassVar[bool] = True
     consumer: int | None
 
     def consumer_problems(self) -> list[Problem]:
@@ -252,8 +254,6 @@ class ConsumerKill(_OnTheConsumers):
     """SIGKILL the consumers (all, or the one at index ``consumer``) at a time."""
 
     kind: ClassVar[str] = "consumer-kill"
-    targets_consumers: ClassVar[bool] = True
-    own_run_only: ClassVar[bool] = True
     name: str
     at: float | None = None
     at_event: int | None = None
@@ -316,8 +316,6 @@ class ConsumerFreeze(_OnTheConsumers):
     its session timing out while it holds a batch - from outside, so any program can take it."""
 
     kind: ClassVar[str] = "consumer-freeze"
-    targets_consumers: ClassVar[bool] = True
-    own_run_only: ClassVar[bool] = True
     name: str
     duration: float
     at: float | None = None
