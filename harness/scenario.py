@@ -48,7 +48,7 @@ from harness.workload.producer import ProducerSpec
 
 EXPECTABLE = (
     "duplicates", "duplicated_keys", "lost", "stale", "dead_lettered", "poison_missing",
-    "phantoms", "in_sink", "unique_in_sink", "acked", "offsets_consistent",
+    "phantoms", "in_sink", "unique_in_sink", "acked", "offsets_consistent", "topic_duplicates",
     # An outbox relay's stage (seed 003): the target topics against what MongoDB acknowledged.
     "published_lost", "published_duplicates", "history_lost",
 )  # fmt: skip

@@ -145,6 +145,7 @@ def test_a_perfect_sink_has_no_anomalies() -> None:
         "poison_missing": 0,
         "offsets_consistent": True,
         "anomalies_total": 0,
+        "topic_duplicates": 0,
     }
     assert verdict.anomalies == []
 
@@ -217,6 +218,31 @@ def test_extra_copies_are_those_written_after_the_first() -> None:
     changes = [(1, 1, 9.0), (1, 1, 5.0), (1, 1, 7.0)]
     verdict = judge(ledger, perfect_sink(ledger, changes=changes))
     assert [a.at for a in verdict.anomalies] == [7.0, 9.0]
+
+
+def test_copies_of_a_record_the_topic_holds_twice_are_the_topics() -> None:
+    # Order 1's record is in the topic twice (a producer's retry stored again): a sink not keyed
+    # by the event id stores both - the topic's copy, not the variant's. Order 2's third copy
+    # and order 3's second are the variant's own.
+    ledger = Ledger()
+    for order_id in (1, 2, 3):
+        ledger.add(order_id, 1)
+    changes = [(1, 1, 1.0), (1, 1, 2.0), (2, 1, 3.0), (2, 1, 4.0), (2, 1, 5.0), (3, 1, 6.0),
+               (3, 1, 7.0)]  # fmt: skip
+    twice = [(1, 1), (2, 1)]
+    verdict = judge(ledger, perfect_sink(ledger, changes=changes), stored_twice=twice)
+    assert (verdict.duplicates, verdict.topic_duplicates) == (2, 2)
+    assert verdict.in_sink - verdict.unique_in_sink == verdict.duplicates + verdict.topic_duplicates
+    assert (verdict.copies, verdict.duplicated_keys) == ({2: 2}, 2)
+    # The topic's copy is the first after the original (its second record came right after).
+    assert [(a.order_id, a.at) for a in verdict.anomalies] == [(2, 5.0), (3, 7.0)]
+    assert Verdict.from_dict(verdict.to_dict()) == verdict
+
+    # Keyed by the event id, one copy: nothing is the topic's; and a copy the sink does not
+    # hold is not taken from another change.
+    once = judge(ledger, perfect_sink(ledger), stored_twice=[*twice, (9, 1)])
+    assert (once.duplicates, once.topic_duplicates) == (0, 0)
+    assert counts(once) == counts(judge(ledger, perfect_sink(ledger)))
 
 
 def test_a_resend_is_the_same_business_change() -> None:
@@ -601,6 +627,7 @@ def reference(
     stored_offsets: dict[int, int] | None,
     windows: Sequence[FaultWindow],
     produced: int,
+    stored_twice: Sequence[tuple[int, int]],
 ) -> tuple[dict[str, Any], list[tuple[Any, ...]]]:
     """The verdict's definitions, written as plainly as possible."""
     first_acked: dict[tuple[int, int], float] = {}
@@ -609,6 +636,9 @@ def reference(
             key = (r.order_id, r.version)
             first_acked[key] = min(first_acked.get(key, r.acked_at), r.acked_at)
     copies = Counter((o, v) for o, v, _ in changes)
+    # The topic's copies of a change: one per extra record of it, at most all but one copy.
+    topic = {k: min(n - 1, Counter(stored_twice)[k]) for k, n in copies.items()}
+    own = {k: n - topic[k] for k, n in copies.items()}
     written: dict[tuple[int, int], list[float]] = defaultdict(list)
     for o, v, at in changes:
         written[(o, v)].append(at)
@@ -630,7 +660,7 @@ def reference(
 
     anomalies = []
     for key, ats in written.items():
-        for at in sorted(ats)[1:]:
+        for at in sorted(ats)[1 + topic[key] :]:
             anomalies.append(("duplicate", *key, at, window(at)))
     lost = [key for key in first_acked if key not in copies]
     for key in lost:
@@ -645,9 +675,9 @@ def reference(
         "expected": len(first_acked),
         "in_sink": len(changes),
         "unique_in_sink": len(copies),
-        "duplicates": sum(n - 1 for n in copies.values()),
-        "duplicated_keys": sum(1 for n in copies.values() if n > 1),
-        "copies": {str(n): c for n, c in sorted(Counter(copies.values()).items()) if n > 1},
+        "duplicates": sum(n - 1 for n in own.values()),
+        "duplicated_keys": sum(1 for n in own.values() if n > 1),
+        "copies": {str(n): c for n, c in sorted(Counter(own.values()).items()) if n > 1},
         "lost": len(lost),
         "phantoms": sum(1 for key in copies if key not in first_acked),
         "stale": len(stale),
@@ -657,6 +687,7 @@ def reference(
         if stored_offsets is None
         else all(stored_offsets.get(p) == o for p, o in last_offset.items()),
         "anomalies_total": len(anomalies),
+        "topic_duplicates": sum(topic.values()),
     }
     return verdict, anomalies
 
@@ -703,6 +734,10 @@ def random_case(rng: random.Random) -> dict[str, Any]:
         "stored_offsets": stored,
         "windows": windows,
         "produced": len(ledger.rows) + rng.randint(0, 3),
+        # Records the topic holds twice: changes of the ledger, some more than once, one maybe
+        # of no change.
+        "stored_twice": rng.sample(ledger.changes() * 2, rng.randint(0, len(ledger.changes())))
+        + [(rng.randint(1, 10), rng.randint(1, 7))] * rng.randint(0, 1),
     }
 
 
@@ -718,7 +753,13 @@ def test_check_agrees_with_a_plain_reference(seed: int) -> None:
     sink = SinkSnapshot.from_lists(
         case["changes"], case["projection"], case["dead_lettered"], case["stored_offsets"]
     )
-    verdict = check(ledger, sink, produced=case["produced"], windows=case["windows"])
+    verdict = check(
+        ledger,
+        sink,
+        produced=case["produced"],
+        windows=case["windows"],
+        stored_twice=case["stored_twice"],
+    )
     expected, anomalies = reference(**case)
 
     assert counts(verdict) == expected
@@ -726,7 +767,14 @@ def test_check_agrees_with_a_plain_reference(seed: int) -> None:
 
     # Truncated: a fair share of each kind's earliest, in time order, all counted.
     limit = rng.randint(0, 12)
-    short = check(ledger, sink, produced=0, windows=case["windows"], max_anomalies=limit)
+    short = check(
+        ledger,
+        sink,
+        produced=0,
+        windows=case["windows"],
+        max_anomalies=limit,
+        stored_twice=case["stored_twice"],
+    )
     assert short.anomalies_total == len(anomalies)
     assert len(short.anomalies) == min(limit, len(anomalies))
     assert [a.at for a in short.anomalies] == sorted(a.at for a in short.anomalies)

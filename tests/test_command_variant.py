@@ -11,6 +11,7 @@ import pytest
 
 from harness.environment.base import BackendAbilities
 from harness.explore.coverage import Condition, exercised
+from harness.faults.kinds import injects
 from harness.history.events import EventKind, HistoryEvent
 from harness.pipeline.command import VARIABLES, environment, with_app_name
 from harness.pipeline.observer import MAX_LOG_LINES, Observer
@@ -22,6 +23,8 @@ from harness.pipeline.variants.command import Command
 from harness.report.timeline import consumer_restarts, written_per_second
 from harness.scenario import ScenarioError, load_scenario, runnable
 from tests.test_report import in_memory_run
+
+LANE = injects("listener")  # what the faults make up on a listener's lane
 
 LOCAL = BackendAbilities("local", (1, 2, 3), link_faults=True)
 PYTHON = sys.executable
@@ -178,5 +181,5 @@ def test_a_black_boxs_first_starts_are_not_restarts_for_explores_coverage() -> N
         return HistoryEvent(t, EventKind.RUNTIME_START, "harness", "mine", detail=detail)
 
     first = [start(1, "command-0 pid 7"), start(1, "command-1 pid 8")]
-    assert Condition.RESTARTED not in exercised(first).conditions
-    assert Condition.RESTARTED in exercised([*first, start(5, "command-0 pid 9")]).conditions
+    assert Condition.RESTARTED not in exercised(first, LANE).conditions
+    assert Condition.RESTARTED in exercised([*first, start(5, "command-0 pid 9")], LANE).conditions

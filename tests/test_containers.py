@@ -250,7 +250,8 @@ def test_a_command_consumer_runs_in_the_labs_image_with_the_same_variables(
 ) -> None:
     listener = project_root() / "examples" / "python-listener" / "listener.py"
     own = {"name": "command", "label": "mine", "instances": 2,
-           "command": f"{sys.executable} {listener} upsert",
+           # A killed instance's partitions are handed over after 6 s, not 45 s.
+           "command": f"{sys.executable} {listener} upsert session.timeout.ms=6000",
            "sink": {"collection": "landed", "event_id": "event_id"}}  # fmt: skip
     scenario = tmp_path / "own.yaml"
     scenario.write_text(

@@ -6,7 +6,6 @@ from typing import Any
 
 from harness.checker.explain import Explanation, handed_out_again
 from harness.history.events import EventKind, HistoryEvent
-from harness.workload.verify import stored_again
 
 
 def ev(t: float, kind: EventKind, source: str = "listener-0", **fields: Any) -> HistoryEvent:
@@ -58,16 +57,7 @@ def test_duplicates_beyond_redeliveries_and_resends_fail_the_run() -> None:
     assert explained.failure(45) is None and explained.unexplained(45) == 0
     assert explained.unexplained(50) == 5
     assert explained.failure(50) == (
-        "50 duplicates, 5 unexplained: the history shows 40 records handed out more than once, "
-        "the ledger 5 resends and the topic 0 records stored twice"
+        "50 duplicates, 5 unexplained: the history shows 40 records handed out more than once "
+        "and the ledger 5 resends"
     )
     assert Explanation(handed_out_again=None, resends=0).failure(10) is None
-
-
-def test_a_record_the_topic_holds_twice_explains_a_copy() -> None:
-    # Seen in msk-rolling-upgrade-java: partition 1 held one event at offsets 1820 and 1821 (the
-    # producer's retry stored again across a clean broker restart); naive stored both.
-    stored = {(1, 1820): "e-07", (1, 1821): "e-07", (1, 1822): "e-08", (0, 5): ""}
-    assert stored_again(stored) == 1
-    assert Explanation(handed_out_again=0, resends=0, stored_again=1).failure(1) is None
-    assert Explanation(handed_out_again=0, resends=0, stored_again=0).unexplained(1) == 1

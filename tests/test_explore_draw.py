@@ -20,9 +20,11 @@ from harness.explore.model import Aim, Aimed, RunRecord, aims
 from harness.explore.shrink import shrink
 from harness.explore.trial import Explored, Shape, Trial, draw_trial, drawable, refused
 from harness.faults.base import Space
-from harness.faults.kinds import KINDS, parse_fault
+from harness.faults.kinds import KINDS, injects, parse_fault
 from harness.history.events import EventKind, HistoryEvent
 from harness.pipeline.variants import make_variant
+
+LANE = injects("listener")  # what the faults make up on a listener's lane
 
 LOCAL = BackendAbilities("local", (1, 2, 3), link_faults=True)
 LISTENER = Explored("listener", ("idempotent", "transactional"), drawable(), LOCAL)
@@ -179,7 +181,7 @@ def test_coverage_reads_a_redelivery_a_kill_mid_write_and_a_restart() -> None:
         _event(7, EventKind.BATCH, offsets={0: 40}),
         _event(8, EventKind.WRITTEN, offsets={0: 99}),
     ]
-    seen = exercised(events)
+    seen = exercised(events, LANE)
     assert seen.conditions == {
         Condition.REDELIVERED,
         Condition.KILLED_MID_WRITE,
@@ -206,8 +208,8 @@ def test_coverage_reads_a_spark_micro_batch_replayed_from_its_checkpoint() -> No
         _event(2, EventKind.WRITTEN, source="spark", batch=4, offsets={0: 99}),
         _event(3, EventKind.BATCH, source="spark", batch=4),
     ]
-    assert Condition.REDELIVERED in exercised(events).conditions
-    assert Condition.REDELIVERED not in exercised(events[:2]).conditions
+    assert Condition.REDELIVERED in exercised(events, LANE).conditions
+    assert Condition.REDELIVERED not in exercised(events[:2], LANE).conditions
 
 
 def test_coverage_counts_each_kind_target_and_variant_drawn_and_fired() -> None:
@@ -241,8 +243,8 @@ def test_a_command_consumer_is_explored_without_the_crash_points_it_cannot_take(
 def test_coverage_reads_a_coordinator_move_from_the_clients_not_from_the_proxys_emulation() -> None:
     moved = _event(2, EventKind.KAFKA_ERROR, detail="NOT_COORDINATOR OffsetCommit")
     java = _event(2, EventKind.CONSUMER_LOG, detail="command-0: ... The coordinator is loading")
-    assert Condition.COORDINATOR_MOVED in exercised([moved]).conditions
-    assert Condition.COORDINATOR_MOVED in exercised([java]).conditions
+    assert Condition.COORDINATOR_MOVED in exercised([moved], LANE).conditions
+    assert Condition.COORDINATOR_MOVED in exercised([java], LANE).conditions
     start = _event(1, EventKind.FAULT_START, detail="commit-failure", fault="storm")
     end = _event(3, EventKind.FAULT_END, detail="commit-failure", fault="storm")
-    assert Condition.COORDINATOR_MOVED not in exercised([start, moved, end]).conditions
+    assert Condition.COORDINATOR_MOVED not in exercised([start, moved, end], LANE).conditions

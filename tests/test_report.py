@@ -145,8 +145,8 @@ def variant_entry(run_dir: Path, variant: str, **overrides: Any) -> dict[str, An
         "expected": 1000, "in_sink": 1000, "unique_in_sink": 1000, "duplicates": 0,
         "duplicated_keys": 0, "copies": {}, "lost": 0, "phantoms": 0, "stale": 0,
         "dead_lettered": 0, "poison_missing": 0, "offsets_consistent": None, "anomalies": [],
-        "anomalies_total": 0, "events_per_s": 250.0, "seconds": 30.0, "restarts": 0,
-        "crashes": 0, "faults": [], "expectations": ["duplicates == 0", "lost == 0"],
+        "anomalies_total": 0, "topic_duplicates": 0, "events_per_s": 250.0, "seconds": 30.0,
+        "restarts": 0, "crashes": 0, "faults": [], "expectations": ["duplicates == 0", "lost == 0"],
         "expectation": "pass", "reason": "every expectation holds",
         "directory": str(run_dir / f"listener-{variant}"), "ledger": str(run_dir / LEDGER),
     }  # fmt: skip

@@ -8,6 +8,8 @@ import pytest
 
 from harness.workload import Kind, Op, ParseError, WorkloadSpec, generate, parse
 from harness.workload.events import ChangeEvent
+from harness.workload.ledger import LedgerRow
+from harness.workload.verify import stored_twice
 
 
 def events(**knobs: object) -> list[ChangeEvent]:
@@ -95,3 +97,17 @@ def test_invalid_specs_name_the_field(knobs: dict, field: str) -> None:
     assert field in [f for f, _ in problems]
     with pytest.raises(ValueError, match=field):
         events(**knobs)
+
+
+def test_the_records_a_topic_holds_twice_are_found_with_where_each_copy_is() -> None:
+    # Seen in msk-rolling-upgrade-java: partition 1 held one event at offsets 1820 and 1821 (the
+    # producer's retry stored again across a clean broker restart); naive stored both.
+    rows = [
+        LedgerRow(0, "e-07", 7, 1, Kind.NORMAL, "t", 1, 1820, 5.0),
+        LedgerRow(1, "e-08", 8, 1, Kind.NORMAL, "t", 1, 1822, 6.0),
+    ]
+    stored = {(1, 1821): "e-07", (1, 1820): "e-07", (1, 1822): "e-08", (0, 5): ""}
+    [twice] = stored_twice(rows, stored)
+    assert (twice.row, twice.at, twice.extra) == (rows[0], ((1, 1820), (1, 1821)), 1)
+    assert twice.describe() == "e-07 stored 2 times (p1@1820, p1@1821)"
+    assert stored_twice(rows, {(1, 1820): "e-07", (1, 1822): "e-08"}) == []

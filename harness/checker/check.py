@@ -42,6 +42,7 @@ def check(
     produced: int,
     windows: Sequence[FaultWindow] = (),
     max_anomalies: int = 1000,
+    stored_twice: Sequence[tuple[int, int]] = (),
 ) -> Verdict:
     """Judge one variant's sink against the ledger of what the broker acknowledged.
 
@@ -54,6 +55,10 @@ def check(
     * Every acked poison record should be in the dead-letter topic.
     * A variant that stores offsets should have stored, per partition with acked rows, that
       partition's highest acked offset.
+    * ``stored_twice``: the business change (order_id, version) of every record the topic
+      holds beyond the first of its event id (a producer's retry Kafka stored again). Each is
+      a copy every consumer was handed: a sink's copy it accounts for is the topic's
+      (``topic_duplicates``), not the variant's (``duplicates``, ``copies``, the anomalies).
 
     Anomalies (one per duplicate copy, lost change, stale order) are attributed to the first
     fault window containing their time. When there are more than `max_anomalies`, the earliest
@@ -66,13 +71,14 @@ def check(
     if max_anomalies < 0:
         raise ValueError(f"max_anomalies must be >= 0, got {max_anomalies}")
     expected = _expected_changes(ledger)
-    sink_changes = _sink_changes(sink)
+    sink_changes = _sink_changes(sink, stored_twice)
 
     lost = ~_in_sorted(expected.keys, sink_changes.keys)
     phantom = ~_in_sorted(sink_changes.keys, expected.keys)
     stale = _stale_orders(expected, sink)
     dead_lettered, poison_missing = _poison(ledger, sink)
-    copies = sink_changes.counts[sink_changes.counts >= 2]
+    own = sink_changes.counts - sink_changes.topic_share
+    copies = own[own >= 2]
     histogram = dict(zip(*np.unique(copies, return_counts=True), strict=True))
 
     found = {
@@ -90,13 +96,14 @@ def check(
     }
     in_sink = len(sink.changes_order_id)
     unique_in_sink = len(sink_changes.keys)
+    topic_duplicates = int(sink_changes.topic_share.sum())
     return Verdict(
         produced=int(produced),
         acked=len(ledger),
         expected=len(expected.keys),
         in_sink=in_sink,
         unique_in_sink=unique_in_sink,
-        duplicates=in_sink - unique_in_sink,
+        duplicates=in_sink - unique_in_sink - topic_duplicates,
         duplicated_keys=len(copies),
         copies={int(n): int(count) for n, count in histogram.items()},
         lost=int(lost.sum()),
@@ -107,6 +114,7 @@ def check(
         offsets_consistent=_offsets_consistent(ledger, sink.stored_offsets),
         anomalies=_anomalies(found, windows, max_anomalies),
         anomalies_total=sum(len(f.at) for f in found.values()),
+        topic_duplicates=topic_duplicates,
     )
 
 
@@ -178,7 +186,8 @@ class _Expected:
 class _SinkChanges:
     keys: np.ndarray  # sorted distinct business changes in the landing collection
     counts: np.ndarray  # per key: its number of copies
-    extra_keys: np.ndarray  # one per extra copy (all but the earliest written of a change)
+    topic_share: np.ndarray  # per key: how many of its extra copies the topic accounts for
+    extra_keys: np.ndarray  # one per extra copy of the variant's own (see _sink_changes)
     extra_at: np.ndarray  # written_at of that extra copy
 
 
@@ -203,22 +212,44 @@ def _expected_changes(ledger: LedgerArrays) -> _Expected:
     return _Expected(keys[starts], first_acked)
 
 
-def _sink_changes(sink: SinkSnapshot) -> _SinkChanges:
+def _sink_changes(sink: SinkSnapshot, stored_twice: Sequence[tuple[int, int]]) -> _SinkChanges:
     keys = encode_changes(sink.changes_order_id, sink.changes_version, "sink changes")
     order = np.argsort(keys, kind="stable")
     sorted_keys = keys[order]
     starts = _group_starts(sorted_keys)
     counts = np.diff(np.append(starts, len(keys)))
+    distinct = sorted_keys[starts]
+    share = _topic_share(distinct, counts, stored_twice)
     # Only changes with several copies need their copies ordered by written_at (the first
     # written is the original): sorting just those is much cheaper than sorting every copy.
     copied = order[np.repeat(counts >= 2, counts)]
     copied = copied[np.lexsort((sink.changes_written_at[copied], keys[copied]))]
-    extra = np.ones(len(copied), dtype=bool)
-    extra[_group_starts(keys[copied])] = False
-    extra_rows = copied[extra]
+    # Each copy's rank among its change's copies: 0 is the original, the next ``share`` are
+    # the topic's (its second record came right after the first), the rest the variant's own.
+    group = _group_starts(keys[copied])
+    rank = np.arange(len(copied)) - np.repeat(group, np.diff(np.append(group, len(copied))))
+    topic = share[np.searchsorted(distinct, keys[copied])] if len(copied) else rank
+    extra_rows = copied[rank > topic]
     return _SinkChanges(
-        sorted_keys[starts], counts, keys[extra_rows], sink.changes_written_at[extra_rows]
+        distinct, counts, share, keys[extra_rows], sink.changes_written_at[extra_rows]
     )
+
+
+def _topic_share(
+    distinct: np.ndarray, counts: np.ndarray, stored_twice: Sequence[tuple[int, int]]
+) -> np.ndarray:
+    """Per distinct change of the sink, how many of its extra copies are the topic's: one per
+    extra record of it in the topic, at most all its copies but one."""
+    share = np.zeros(len(distinct), dtype=np.int64)
+    if not stored_twice or not len(distinct):
+        return share
+    pairs = np.asarray(stored_twice, dtype=np.int64).reshape(-1, 2)
+    codes = encode_changes(pairs[:, 0], pairs[:, 1], "records stored twice")
+    at = np.minimum(np.searchsorted(distinct, codes), len(distinct) - 1)
+    present = distinct[at] == codes
+    np.add.at(share, at[present], 1)
+    capped: np.ndarray = np.minimum(share, counts - 1)
+    return capped
 
 
 def _stale_orders(expected: _Expected, sink: SinkSnapshot) -> _Found:

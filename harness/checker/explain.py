@@ -3,8 +3,9 @@
 A copy of a change in the sink is explained by a record the history shows handed out or written
 more than once (a redelivery after a crash, a failed commit, a rebalance, a zombie consumer
 waking; a write that failed and was tried again; a Spark micro-batch replayed, a task rerun
-after its executor was lost), by the change sent again upstream (the ledger's resends), or by a
-record the topic itself holds twice (a producer's retry Kafka stored again). A run
+after its executor was lost) or by the change sent again upstream (the ledger's resends). (A
+record the topic itself holds twice makes copies that are the topic's, not counted as the
+variant's duplicates at all: checker.check's ``stored_twice``.) A run
 with more duplicates than that counted something nothing delivered twice - a defect of the sink
 or of the lab - and fails, whatever the scenario expected: no single run passes with an
 unexplained count.
@@ -32,14 +33,13 @@ class Explanation:
 
     handed_out_again: int | None  # records handed out more than once (None: cannot be told)
     resends: int  # acked records that repeat a change with a new event id
-    stored_again: int = 0  # records the topic holds more than once (the same event id)
 
     def unexplained(self, duplicates: int) -> int:
         """Duplicates beyond what the history and the ledger account for (0 if none, or if the
         history cannot tell: a user's Spark job does not say what it wrote)."""
         if self.handed_out_again is None:
             return 0
-        return max(0, duplicates - self.handed_out_again - self.resends - self.stored_again)
+        return max(0, duplicates - self.handed_out_again - self.resends)
 
     def failure(self, duplicates: int) -> str | None:
         extra = self.unexplained(duplicates)
@@ -47,8 +47,8 @@ class Explanation:
             return None
         return (
             f"{duplicates} duplicates, {extra} unexplained: the history shows "
-            f"{self.handed_out_again} records handed out more than once, the ledger "
-            f"{self.resends} resends and the topic {self.stored_again} records stored twice"
+            f"{self.handed_out_again} records handed out more than once and the ledger "
+            f"{self.resends} resends"
         )
 
 
@@ -57,14 +57,12 @@ def explain(
     ledger: LedgerArrays,
     *,
     black_box: bool = False,
-    stored_again: int = 0,
 ) -> Explanation:
     """What can account for copies in the sink of the lane whose history is ``events`` (a
-    black box's history holds no batch of its own: what it was handed cannot be told), over a
-    topic that holds ``stored_again`` records more than once."""
+    black box's history holds no batch of its own: what it was handed cannot be told)."""
     resends = int(np.count_nonzero(ledger.kind == KIND_CODES[Kind.RESEND]))
     handed = None if black_box else handed_out_again(events)
-    return Explanation(handed, resends, stored_again)
+    return Explanation(handed, resends)
 
 
 def handed_out_again(events: Sequence[HistoryEvent]) -> int | None:

@@ -288,7 +288,7 @@ class Verdict:
     * ``produced`` - events the workload tried to send (passed in); ``acked`` - ledger rows.
     * ``expected`` - distinct business changes over acked normal and resend rows.
     * ``in_sink`` - documents in the landing collection; ``unique_in_sink`` - distinct business
-      changes among them; ``duplicates`` = in_sink - unique_in_sink (extra copies);
+      changes among them; ``duplicates`` - extra copies of the variant's own;
       ``duplicated_keys`` - business changes with more than one copy; ``copies`` - {number of
       copies: how many business changes have exactly that many}, for 2 copies and more.
     * ``lost`` - expected business changes absent from the sink.
@@ -302,6 +302,10 @@ class Verdict:
       partition with acked rows has a stored offset equal to its highest acked offset.
     * ``anomalies`` - at most max_anomalies `Anomaly` records (see `check` for which are
       kept); ``anomalies_total`` - how many there were before truncation.
+    * ``topic_duplicates`` - extra copies that are the topic's: it held the record more than
+      once (a producer's retry Kafka stored again), so every consumer was handed it again.
+      ``duplicates``, ``duplicated_keys``, ``copies`` and the anomalies are the variant's own:
+      in_sink - unique_in_sink = duplicates + topic_duplicates.
     """
 
     produced: int
@@ -320,6 +324,7 @@ class Verdict:
     offsets_consistent: bool | None
     anomalies: list[Anomaly]
     anomalies_total: int
+    topic_duplicates: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values: copies' keys become strings, anomalies become dicts."""
@@ -368,6 +373,7 @@ class Verdict:
             offsets_consistent=None if offsets_consistent is None else bool(offsets_consistent),
             anomalies=anomalies,
             anomalies_total=int(raw.get("anomalies_total", len(anomalies)) or 0),
+            topic_duplicates=count("topic_duplicates"),
         )
 
 

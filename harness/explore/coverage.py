@@ -11,7 +11,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from harness.history.events import EventKind, HistoryEvent
+from harness.history.events import KILLED, EventKind, HistoryEvent
+from harness.history.origin import Injects, Origin, origins
 
 
 class Condition(StrEnum):
@@ -34,9 +35,6 @@ COORDINATOR_WORDS = (
     "coordinator is not available",
     "is either not started or not valid",
 )
-# The fault proxy answers with coordinator errors in these faults' windows (an emulation): what
-# a client says then is not a coordinator that moved.
-EMULATING = ("commit-failure",)
 
 
 @dataclass(frozen=True)
@@ -47,21 +45,18 @@ class Exercised:
     crash_points: frozenset[str]
 
 
-def exercised(events: Sequence[HistoryEvent]) -> Exercised:
-    """The conditions one lane's history shows."""
+def exercised(events: Sequence[HistoryEvent], injects: Injects) -> Exercised:
+    """The conditions one lane's history shows; ``injects``: what the faults made up on it (a
+    coordinator error the fault proxy answered with is not a coordinator that moved)."""
     found: set[Condition] = set()
     written: dict[int, int] = {}  # partition -> the highest offset written so far
     open_batches: dict[str, int] = {}  # source -> batches handed out and not yet written
     spark_batches: set[int] = set()  # micro-batch ids handed out (Spark's say no offsets)
-    emulating: set[str] = set()  # the windows open now of faults that answer for a coordinator
-    for e in sorted(events, key=lambda e: e.t):
-        if _coordinator_moved(e) and not emulating:
+    ordered = sorted(events, key=lambda e: e.t)
+    for e, origin in zip(ordered, origins(ordered, injects), strict=True):
+        if _coordinator_moved(e) and origin is Origin.SYSTEM:
             found.add(Condition.COORDINATOR_MOVED)
         match e.kind:
-            case EventKind.FAULT_START if e.detail in EMULATING:
-                emulating.add(e.fault)
-            case EventKind.FAULT_END:
-                emulating.discard(e.fault)
             case EventKind.BATCH:
                 if any(written.get(p, -1) >= first for p, first in e.offsets.items()):
                     found.add(Condition.REDELIVERED)
@@ -84,7 +79,7 @@ def exercised(events: Sequence[HistoryEvent]) -> Exercised:
                 found.add(Condition.EXECUTOR_LOST)
             case EventKind.CRASH if e.detail == "mid_write":
                 found.add(Condition.KILLED_MID_WRITE)
-            case EventKind.RUNTIME_EXIT if open_batches.get(e.consumer, 0) and "killed" in e.detail:
+            case EventKind.RUNTIME_EXIT if open_batches.get(e.consumer, 0) and KILLED in e.detail:
                 found.add(Condition.KILLED_MID_WRITE)
             case EventKind.ASSIGNED if any(
                 n for source, n in open_batches.items() if source != e.source

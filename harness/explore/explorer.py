@@ -33,7 +33,7 @@ from harness.explore.model import (
 )
 from harness.explore.shrink import shrink
 from harness.explore.trial import Trial, draw_trial, refused
-from harness.faults.kinds import parse_fault
+from harness.faults.kinds import injects, parse_fault
 from harness.history.events import read_history
 from harness.report import write_report
 from harness.results.model import ScenarioResult
@@ -261,7 +261,8 @@ def _exercised(result: ScenarioResult) -> tuple[tuple[str, Exercised], ...]:
     found = []
     for v in result.variants:
         if v.directory is not None:
-            found.append((v.label, exercised(read_history(v.directory / "history"))))
+            events = read_history(v.directory / "history")
+            found.append((v.label, exercised(events, injects(v.runtime))))
     return tuple(found)
 
 

@@ -377,6 +377,13 @@ class Fault(ABC):
         node: what explore's coverage counts."""
         return "the workload"
 
+    @classmethod
+    def injects(cls, runtime: Runtime) -> frozenset[EventKind]:
+        """The events its window makes up on a lane of ``runtime``: errors the lab has a server
+        answer with instead of the server deciding them (harness.history.origin). None here:
+        what a server or a client does under this fault is its own."""
+        return frozenset()
+
     def crash_plan(self, seed: int) -> CrashPlan | None:
         """A crash or pause armed inside the runtime, if it is one."""
         return None

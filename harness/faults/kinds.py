@@ -16,6 +16,9 @@ from typing import Any
 
 from harness.faults import families
 from harness.faults.base import Fault
+from harness.history.events import EventKind
+from harness.history.origin import Injects
+from harness.pipeline.runtimes import DEFAULT, REGISTRY
 from harness.records import FieldError, FieldErrors, build
 
 
@@ -39,6 +42,18 @@ def _discover() -> dict[str, type[Fault]]:
 
 
 KINDS: dict[str, type[Fault]] = _discover()
+
+
+def injects(runtime: str) -> Injects:
+    """What a fault of each kind makes up on a lane of the runtime named ``runtime``
+    (harness.history.origin); a runtime not registered here is taken as the default one."""
+    lane = REGISTRY.get(runtime, DEFAULT)
+
+    def made_up(kind: str) -> frozenset[EventKind]:
+        family = KINDS.get(kind)
+        return family.injects(lane) if family is not None else frozenset()
+
+    return made_up
 
 
 def parse_fault(raw: Any, name: str) -> Fault:

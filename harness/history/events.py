@@ -62,6 +62,14 @@ class EventKind(StrEnum):
     COMMITTED = "committed"  # the group's committed offsets changed (offsets)
     SINK_COUNT = "sink-count"  # the documents in its sink collection changed (count)
     CONSUMER_LOG = "consumer-log"  # it logged a line that reads as an error (detail: the line)
+    # Kafka holds an acknowledged record more than once (found by reading the topic after the
+    # run; at its acknowledgement; count: the extra copies; detail: the event id and where each
+    # copy is): copies the topic's, not the variant's (checker.check's stored_twice).
+    STORED_TWICE = "stored-twice"
+
+
+# How the supervisor's RUNTIME_EXIT says a consumer died of SIGKILL.
+KILLED = "killed by SIGKILL"
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import psutil
 from harness.environment import process as proc
 from harness.environment.base import Environment, tail
 from harness.errors import LabError
-from harness.history.events import EventKind, HistoryWriter
+from harness.history.events import KILLED, EventKind, HistoryWriter
 from harness.pipeline.command import environment
 from harness.pipeline.observer import Observer
 from harness.pipeline.runtime import RuntimeConfig
@@ -206,7 +206,7 @@ class RuntimeSupervisor:
                 if code == -signal.SIGKILL:
                     self.crashes += 1
                     c.failures_in_a_row = 0
-                    how = "killed by SIGKILL"
+                    how = KILLED
                 else:
                     c.failures_in_a_row += 1
                     how = f"exited with status {code}"

@@ -135,6 +135,14 @@ def scenario_markdown(
             "whose current state is behind their last acked version; *events/s*: records "
             "consumed per second, first batch to last commit.",
         ]
+        topic = [v for v in run.variants if v.verdict.topic_duplicates]
+        if topic:
+            counted = ", ".join(f"{v.label} {v.verdict.topic_duplicates}" for v in topic)
+            lines += [
+                "",
+                f"**The topic's copies** (not in *duplicates*): Kafka held records more than "
+                f"once, so every consumer was handed them again - {counted} (see What happened).",
+            ]
         expectations = [v for v in run.variants if v.expectations]
         if expectations:
             lines += ["", "Expectations checked:", ""]

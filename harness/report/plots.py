@@ -43,6 +43,8 @@ FAIL_COLOR = "#C62828"
 BROKER_ERROR_COLOR = "#6A1B9A"
 COMMIT_FAILED_COLOR = "0.25"
 LOGGED_COLOR = "#8D6E63"  # a command consumer's own error line: its words, not a broker's
+# An error the lab made a server answer with: hollow, so it never reads as a broker's own.
+INJECTED_COLOR = "#E65100"
 HISTORY_LOST_COLOR = "#C44E52"  # a relay's lost resume point: a loss, in the losses' red family
 WINDOW_COLORS = ("#4C72B0", "#55A868", "#8172B2", "#CCB974", "#64B5CD", "#DD8452")
 # Each anomaly kind has its own lane in a variant's row: a burst of duplicates stays visible
@@ -177,6 +179,11 @@ def _timeline_panel(ax: Axes, rows: Sequence[TimelineRow], colors: dict[str, str
             ts = list(row.commit_failures)
             ax.scatter(ts, [y + 0.38] * len(ts), marker="x", s=14, color=COMMIT_FAILED_COLOR,
                        lw=0.9, alpha=0.7, zorder=3)  # fmt: skip
+            times += ts
+        if row.injected:
+            ts = [e.t for e in row.injected]
+            ax.scatter(ts, [y - 0.3] * len(ts), marker="v", s=20, facecolors="none",
+                       edgecolors=INJECTED_COLOR, lw=0.8, alpha=0.8, zorder=3)  # fmt: skip
             times += ts
         if row.logged:
             ts = [line.t for line in row.logged]
@@ -341,6 +348,19 @@ def _timeline_legend(rows: Sequence[TimelineRow]) -> list[Line2D | Patch]:
         (
             any(r.broker_errors for r in rows),
             mark("v", BROKER_ERROR_COLOR, "coordinator error from a broker", 6),
+        ),
+        (
+            any(r.injected for r in rows),
+            Line2D(
+                [],
+                [],
+                ls="",
+                marker="v",
+                markersize=6,
+                markerfacecolor="none",
+                markeredgecolor=INJECTED_COLOR,
+                label="an error the lab injected (emulated)",
+            ),
         ),
         (
             any(r.commit_failures for r in rows),

@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
+from harness.history.events import EventKind
 from harness.history.windows import FaultWindow
 from harness.results.model import ScenarioResult, VariantResult
 from harness.results.outcome import Outcome
 
-from .timeline import Death, Mark, TimelineRow, timeline
+from .timeline import Death, Mark, TimelineRow, origin, timeline
 
 # Faults of one kind applied more often than this are summarised in one sentence.
 MAX_LISTED = 6
@@ -40,9 +41,36 @@ def during(times: Sequence[float]) -> str:
 
 def what_happened(run: ScenarioResult) -> list[str]:
     rows = timeline(run).rows
-    lines = fault_sentences(run, rows)
+    lines = fault_sentences(run, rows) + topic_sentences(run)
     for v, row in zip(run.variants, rows, strict=True):
         lines += variant_sentences(v, row)
+    return lines
+
+
+def topic_sentences(run: ScenarioResult) -> list[str]:
+    """Records Kafka itself held more than once, once each however many histories hold them,
+    and whose copies they made: the topic's, not in any variant's duplicates."""
+    t0 = origin(run)
+    stored = dict.fromkeys(
+        (e.t, e.detail) for v in run.variants for e in v.events if e.kind is EventKind.STORED_TWICE
+    )
+    if not stored:
+        return []
+    copies = ", ".join(
+        f"{v.label} {v.verdict.topic_duplicates}"
+        for v in run.variants
+        if v.verdict.topic_duplicates
+    )
+    lines = [
+        f"The topic, not a consumer: Kafka held an acknowledged record more than once - {detail}, "
+        f"acknowledged at {at(t - t0)} (a producer's retry stored again)."
+        for t, detail in sorted(stored)
+    ]
+    lines.append(
+        "Every consumer was handed those copies; "
+        + (f"stored as the topic's copies, not in the duplicates: {copies}." if copies
+           else "no sink kept a copy of them.")
+    )  # fmt: skip
     return lines
 
 
@@ -137,6 +165,14 @@ def variant_sentences(v: VariantResult, row: TimelineRow) -> list[str]:
             f"{label}: the brokers answered its consumers' group requests with "
             f"{len(row.broker_errors)} coordinator errors ({which}), from {at(first)} to "
             f"{at(last)}."
+        )
+    if row.injected:
+        counts = Counter(e.error.split()[0] for e in row.injected)
+        which = ", ".join(f"{n} {kind}" for kind, n in counts.most_common())
+        lines.append(
+            f"{label}: {len(row.injected)} errors its consumers reported were the lab's, not a "
+            f"server's - answers a fault made up in a server's place (emulated: {which}), from "
+            f"{at(row.injected[0].t)} to {at(row.injected[-1].t)}."
         )
     anomalies = [s for kind in _NOUNS for s in anomaly_sentences(row, kind)]
     if anomalies:

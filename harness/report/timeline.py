@@ -11,7 +11,9 @@
   relay's row: its published stage's, where the relay made them);
 * throughput - records written per second (WRITTEN counts; a command consumer's: its sink's
   document count as the lab polled it) and acked per second (ledger);
-* a command consumer's error lines, as the lab read them from its output.
+* a command consumer's error lines, as the lab read them from its output;
+* errors the lab made a server answer with (harness.history.origin: the fault proxy's error
+  code, a failCommand failpoint's) apart from the servers' and clients' own.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.checker import Verdict
+from harness.faults.kinds import injects
 from harness.history.events import EventKind, HistoryEvent
+from harness.history.origin import Origin, origins
 from harness.history.windows import FaultWindow, fault_windows
 from harness.results.model import ScenarioResult, VariantResult
 
@@ -117,6 +121,9 @@ class TimelineRow:
     history_lost: tuple[float, ...]  # when a relay found its resume point gone from the oplog
     counts: dict[str, int]  # duplicate/lost/stale as the checker counted them (all of them)
     logged: tuple[LogLine, ...] = ()
+    # Errors the lab made a server answer with, as the clients reported them (emulated): not in
+    # broker_errors, commit_failures or logged, which are the systems' own.
+    injected: tuple[BrokerError, ...] = ()
 
     def times(self, kind: str) -> list[float]:
         return [m.t for m in self.anomalies if m.kind == kind]
@@ -282,8 +289,10 @@ def anomaly_marks(v: VariantResult, windows: Sequence[FaultWindow], t0: float) -
 
 
 def timeline_row(v: VariantResult, t0: float) -> TimelineRow:
-    events = v.events
-    span = variant_span(events, t0)
+    made = origins(v.events, injects(v.runtime))
+    events = [e for e, o in zip(v.events, made, strict=True) if o is not Origin.INJECTED]
+    injected = [e for e, o in zip(v.events, made, strict=True) if o is Origin.INJECTED]
+    span = variant_span(v.events, t0)
     end = t0 + span[1] if span else None
     windows = windows_of(events, t0, end)
     return TimelineRow(
@@ -298,6 +307,7 @@ def timeline_row(v: VariantResult, t0: float) -> TimelineRow:
         pauses=consumer_pauses(events, t0),
         steps=fault_steps(events, t0),
         idle=tuple(idle_stretches(v, t0, IDLE_S)),
+        injected=tuple(BrokerError(e.t - t0, e.source, f"{e.kind} {e.detail}") for e in injected),
         broker_errors=broker_errors(events, t0),
         commit_failures=tuple(e.t - t0 for e in events if e.kind is EventKind.COMMIT_FAILED),
         history_lost=tuple(e.t - t0 for e in events if e.kind is EventKind.HISTORY_LOST),

@@ -50,7 +50,12 @@ from harness.scenario import Scenario, VariantSpec
 from harness.workload.generator import generate
 from harness.workload.ledger import read_ledger
 from harness.workload.producer import Hold, ProduceSummary, produce
-from harness.workload.verify import missing_from_topic, stored_again, topic_event_ids
+from harness.workload.verify import (
+    StoredTwice,
+    missing_from_topic,
+    stored_twice,
+    topic_event_ids,
+)
 
 
 class BrokerLostData(LabError):
@@ -390,8 +395,9 @@ def _check(
     again = _verify_stored(run.env.kafka_bootstrap, run.topic, run.ledger_path)
     if again:
         progress(
-            f"    the topic holds {again} record(s) twice (a producer's retry Kafka stored again): "
-            "a copy for every variant not keyed by the event id, explained by the topic"
+            f"    the topic holds {sum(t.extra for t in again)} record(s) more than once (a "
+            f"producer's retry Kafka stored again: {'; '.join(t.describe() for t in again[:3])}): "
+            "copies every consumer was handed, counted as the topic's, not a variant's"
         )
     for lane in run.lanes:
         if lane.runtime.group_member:  # its client logs hold the coordinators' errors
@@ -412,11 +418,15 @@ def _judge(
     summary: ProduceSummary,
     seconds: float,
     untimed: tuple[UntimedFault, ...],
-    twice_in_topic: int,
+    twice_in_topic: list[StoredTwice],
     progress: Progress,
 ) -> VariantResult:
     config, scenario, supervisor = lane.config, run.scenario, run.supervisor_of[lane.group]
     lane.history.record(EventKind.PRODUCED, count=summary.acked)
+    for twice in twice_in_topic:  # at its acknowledgement: where in the run it happened
+        lane.history.append(
+            EventKind.STORED_TWICE, t=twice.row.acked_at, count=twice.extra, detail=twice.describe()
+        )
     sink = read_sink(
         run.env.mongo_uri,
         config.database,
@@ -429,13 +439,19 @@ def _judge(
     lane.history.record(EventKind.RUN_END)
     lane.history.close()
     events = read_history(config.history_dir)
-    verdict = check(ledger, sink, produced=summary.produced, windows=fault_windows(events))
+    verdict = check(
+        ledger,
+        sink,
+        produced=summary.produced,
+        windows=fault_windows(events),
+        stored_twice=[
+            (t.row.order_id, t.row.version) for t in twice_in_topic for _ in range(t.extra)
+        ],
+    )
     if lane.runtime.black_box and verdict.acked and not verdict.in_sink:
         _wrote_nothing(lane, supervisor)
     judged = Judged.of(scenario.expectations_for(lane.spec, config.runtime), verdict)
-    explanation = explain(
-        events, ledger, black_box=lane.runtime.black_box, stored_again=twice_in_topic
-    )
+    explanation = explain(events, ledger, black_box=lane.runtime.black_box)
     unexplained = explanation.failure(verdict.duplicates)
     result = VariantResult(
         runtime=config.runtime,
@@ -479,11 +495,12 @@ def _wrote_nothing(lane: _Lane, supervisor: RuntimeSupervisor) -> None:
     )
 
 
-def _verify_stored(bootstrap: str, topic: str, ledger_path: Path) -> int:
-    """BrokerLostData if the topic lacks an acknowledged record; else how many records it holds
-    twice."""
+def _verify_stored(bootstrap: str, topic: str, ledger_path: Path) -> list[StoredTwice]:
+    """BrokerLostData if the topic lacks an acknowledged record; else the records it holds more
+    than once."""
     stored = topic_event_ids(bootstrap, topic)
-    missing = missing_from_topic(read_ledger(ledger_path), stored)
+    rows = list(read_ledger(ledger_path))  # read twice: for what is missing, and what twice
+    missing = missing_from_topic(rows, stored)
     if missing:
         examples = "; ".join(
             f"{m.row.event_id} acked at partition {m.row.partition} offset {m.row.offset}"
@@ -495,7 +512,7 @@ def _verify_stored(bootstrap: str, topic: str, ledger_path: Path) -> int:
             f"(e.g. {examples}); this is a defect of the environment (see "
             "harness/workload/verify.py), so no verdict is given"
         )
-    return stored_again(stored)
+    return stored_twice(rows, stored)
 
 
 def _throughput(history: list[HistoryEvent], records: int) -> float:

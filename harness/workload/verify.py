@@ -8,7 +8,7 @@ would). A loss like that is the environment's, not a variant's; this finds it be
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -30,11 +30,37 @@ def topic_event_ids(bootstrap: str, topic: str) -> dict[tuple[int, int], str]:
     }
 
 
-def stored_again(stored: Mapping[tuple[int, int], str]) -> int:
-    """Records beyond the first of each event id the topic holds: a producer's retry that the
-    broker stored again (each is a copy every consumer is handed, whatever it does)."""
-    ids = Counter(event_id for event_id in stored.values() if event_id)
-    return sum(n - 1 for n in ids.values())
+@dataclass(frozen=True)
+class StoredTwice:
+    """An acknowledged record the topic holds more than once (a producer's retry the broker
+    stored again): each copy is one every consumer is handed, whatever it does."""
+
+    row: LedgerRow  # its acknowledgement
+    at: tuple[tuple[int, int], ...]  # (partition, offset) of every copy, in order
+
+    @property
+    def extra(self) -> int:
+        return len(self.at) - 1
+
+    def describe(self) -> str:
+        where = ", ".join(f"p{p}@{o}" for p, o in self.at)
+        return f"{self.row.event_id} stored {len(self.at)} times ({where})"
+
+
+def stored_twice(
+    rows: Iterable[LedgerRow], stored: Mapping[tuple[int, int], str]
+) -> list[StoredTwice]:
+    """The acknowledged records ``stored`` holds more than once (by event id), in ack order."""
+    copies: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for where, event_id in sorted(stored.items()):
+        if event_id:
+            copies[event_id].append(where)
+    found: dict[str, StoredTwice] = {}
+    for row in rows:
+        at = copies.get(row.event_id, ())
+        if len(at) > 1 and row.event_id not in found:
+            found[row.event_id] = StoredTwice(row, tuple(at))
+    return list(found.values())
 
 
 def missing_from_topic(

@@ -33,7 +33,7 @@ from harness.faults.base import (
 from harness.history.events import EventKind, HistoryEvent
 from harness.history.windows import fault_windows
 from harness.kafka.protocol import FAILABLE_APIS, ErrorCode
-from harness.pipeline.runtimes import CommitFailureVia
+from harness.pipeline.runtimes import CommitFailureVia, Runtime
 from harness.records import Problem
 
 # The APIs a scenario names, by Kafka's names of them (``OffsetCommit``).
@@ -122,6 +122,16 @@ class CommitFailure(Timed):
 
     def aim(self) -> str:
         return "the group's " + ", ".join(self.apis)
+
+    @classmethod
+    def injects(cls, runtime: Runtime) -> frozenset[EventKind]:
+        # The proxy's error code, as the client reports it; Spark's failed checkpoint write is
+        # Spark's own (the lab only made the directory unwritable).
+        if runtime.commit_failure is not CommitFailureVia.PROXY:
+            return frozenset()
+        return frozenset({
+            EventKind.KAFKA_ERROR, EventKind.COMMIT_FAILED, EventKind.CONSUMER_LOG,
+        })  # fmt: skip
 
     def actor(self, context: Context) -> Actor:
         rule = LinkRule(

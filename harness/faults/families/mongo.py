@@ -10,7 +10,9 @@ from pymongo import MongoClient
 
 from harness.environment.base import BackendAbilities
 from harness.faults.base import Actor, Context, Setting, Space, Step, Timed, positive
+from harness.history.events import EventKind
 from harness.pipeline.runtime import CONSUMER_APP
+from harness.pipeline.runtimes import Runtime
 from harness.records import Problem
 
 ON, OFF = "failpoint-on", "failpoint-off"
@@ -83,6 +85,11 @@ class MongoFailCommand(Timed):
 
     def steps(self, seed: int) -> tuple[Step, ...]:
         return self.window(seed, ON, OFF, self.duration)
+
+    @classmethod
+    def injects(cls, runtime: Runtime) -> frozenset[EventKind]:
+        # The failpoint's error code: MongoDB answers it because the lab told it to.
+        return frozenset({EventKind.WRITE_FAILED, EventKind.CONSUMER_LOG})
 
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
         if backend.test_commands:
