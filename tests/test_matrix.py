@@ -20,6 +20,7 @@ from harness.scenario import Scenario, load_scenario
 # Their faults act on a server or a link of the environment: they run alone.
 ALONE = {
     "mongo-partition",  # the consumers' link to MongoDB is cut
+    "mongo-stepdown",  # MongoDB refuses every writer
     "msk-rolling-upgrade",  # brokers restart
     "msk-rolling-upgrade-java",  # brokers restart
     "outbox-history-lost",  # the oplog shrinks: every run's writes would roll it faster

@@ -9,8 +9,8 @@ from typing import Any
 from harness.faults.kinds import injects
 from harness.history.events import KILLED, EventKind, HistoryEvent
 from harness.history.origin import Origin, origins
-from harness.report.story import variant_sentences
-from harness.report.timeline import timeline_row
+from harness.report.story import anomaly_sentences, variant_sentences
+from harness.report.timeline import Mark, timeline_row
 from tests.test_report import in_memory_run
 
 
@@ -81,3 +81,19 @@ def test_the_timeline_and_the_story_keep_injected_errors_apart_from_the_brokers(
     assert "1 coordinator errors (1 COORDINATOR_LOAD_IN_PROGRESS)" in said
     assert "1 errors its consumers reported were the lab's, not a server's" in said
     assert "emulated: 1 kafka-error" in said
+
+
+def test_a_copy_written_after_a_window_ended_says_how_long_after() -> None:
+    # A message retaken once its claim expired (dedup-log after a step-down): outside the
+    # window, and the story says which window it followed, not that there was none.
+    run = in_memory_run()
+    row = timeline_row(run.variants[0], run.started_at)
+    late = replace(
+        row, deaths=(), anomalies=(Mark("duplicate", 14.2, None),), counts={"duplicate": 1}
+    )
+    assert anomaly_sentences(late, "duplicate") == [
+        "listener/naive: 1 of 1 duplicates were written at +14.2 s, outside any fault window, "
+        "2.2 s after broker-rolling-restart#1 ended."
+    ]
+    early = replace(late, anomalies=(Mark("duplicate", 1.0, None),))
+    assert "with no fault window before them" in anomaly_sentences(early, "duplicate")[0]

@@ -262,11 +262,19 @@ def anomaly_sentences(row: TimelineRow, kind: str) -> list[str]:
         for death, ms in after.items():
             times = [m.t for m in ms]
             if death is None:
-                before = " or consumer death" if row.deaths else ""
-                lines.append(
-                    f"{label}: {len(ms)} of {total} {noun} {verb} {during(times)}, with no fault "
-                    f"window{before} before them."
-                )
+                ended = [w for w in row.windows if w.end <= min(times)]
+                if ended:  # outside its window: e.g. a message retaken after its claim expired
+                    last = max(ended, key=lambda w: w.end)
+                    lines.append(
+                        f"{label}: {len(ms)} of {total} {noun} {verb} {during(times)}, outside any "
+                        f"fault window, {min(times) - last.end:.1f} s after {last.name} ended."
+                    )
+                else:
+                    before = " or consumer death" if row.deaths else ""
+                    lines.append(
+                        f"{label}: {len(ms)} of {total} {noun} {verb} {during(times)}, with no "
+                        f"fault window{before} before them."
+                    )
             else:
                 lines.append(
                     f"{label}: {len(ms)} of {total} {noun} {verb} within "
