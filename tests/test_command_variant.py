@@ -3,11 +3,14 @@ what the lab refuses to do to a black box, and how its history is drawn."""
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from bson import ObjectId
 
 from harness.environment.base import BackendAbilities
 from harness.explore.coverage import Condition, exercised
@@ -17,6 +20,7 @@ from harness.pipeline.command import VARIABLES, environment, with_app_name
 from harness.pipeline.observer import MAX_LOG_LINES, Observer
 from harness.pipeline.runtime import CONSUMER_APP, RuntimeConfig
 from harness.pipeline.runtimes import COMMAND
+from harness.pipeline.sink import written_at
 from harness.pipeline.variants import make_variant
 from harness.pipeline.variants.base import Landing
 from harness.pipeline.variants.command import Command
@@ -183,3 +187,12 @@ def test_a_black_boxs_first_starts_are_not_restarts_for_explores_coverage() -> N
     first = [start(1, "command-0 pid 7"), start(1, "command-1 pid 8")]
     assert Condition.RESTARTED not in exercised(first, LANE).conditions
     assert Condition.RESTARTED in exercised([*first, start(5, "command-0 pid 9")], LANE).conditions
+
+
+def test_a_copy_is_placed_in_time_by_the_labs_stamp_else_by_the_drivers_object_id() -> None:
+    # Seed 002's Java listener stamps nothing, but its driver minted each _id at the insert: the
+    # copies of a redelivery are drawn at that second, not left out of the timeline.
+    minted = datetime(2026, 11, 25, 10, 43, 7, tzinfo=UTC)
+    assert written_at({"_id": ObjectId.from_datetime(minted)}) == minted.timestamp()
+    assert written_at({"_id": ObjectId(), "_lab": {"written_at": 12.5}}) == 12.5
+    assert math.isnan(written_at({"_id": "e-0001"}))  # keyed by the event id: no time known

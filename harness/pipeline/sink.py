@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bson import ObjectId
 from pymongo import MongoClient
 from pymongo.database import Database
 
@@ -93,7 +94,7 @@ def _changes(
     """(order_id, version, written_at) of every document in the landing collection."""
     fields = (landing.event_id,) if landing.event_id else (landing.order_id, landing.version)
     found = db[landing.collection].find(
-        {}, {"_id": 0, **dict.fromkeys(fields, 1), "_lab.written_at": 1}, batch_size=CURSOR_BATCH
+        {}, {"_id": 1, **dict.fromkeys(fields, 1), "_lab.written_at": 1}, batch_size=CURSOR_BATCH
     )
     order_ids, versions, written = [], [], []
     for doc in found:
@@ -103,14 +104,25 @@ def _changes(
             order_id, version = doc[landing.order_id], doc[landing.version]
         order_ids.append(order_id)
         versions.append(version)
-        # A user's Spark job or program does not stamp its documents: when each copy was
-        # written is unknown (NaN), and the report places no mark for it.
-        written.append(doc.get("_lab", {}).get("written_at", math.nan))
+        written.append(written_at(doc))
     return (
         np.array(order_ids, dtype=np.int64),
         np.array(versions, dtype=np.int64),
         np.array(written, dtype=np.float64),
     )
+
+
+def written_at(doc: Mapping[str, Any]) -> float:
+    """When a document was written: the lab's stamp; else, for a document whose _id the driver
+    minted at the insert (an ObjectId: seed 002's listener), that id's second; else unknown
+    (NaN: a user's program or Spark job that stamps nothing, keyed by its own id) - the report
+    places no mark for it."""
+    stamped = doc.get("_lab", {}).get("written_at")
+    if stamped is not None:
+        return float(stamped)
+    if isinstance(doc.get("_id"), ObjectId):
+        return float(doc["_id"].generation_time.timestamp())
+    return math.nan
 
 
 def _current(db: Database[dict[str, Any]], landing: Landing) -> tuple[np.ndarray, np.ndarray]:

@@ -100,10 +100,10 @@ def fault_sentences(run: ScenarioResult, rows: Sequence[TimelineRow]) -> list[st
     if not windows:
         return configured or ["No faults were applied."]
 
-    bounces: dict[str, dict[int, tuple[float, str]]] = defaultdict(dict)
+    bounces: dict[str, dict[tuple[int, str], tuple[float, str]]] = defaultdict(dict)
     for row in rows:
         for step in row.steps:
-            bounces[step.fault].setdefault(step.number, (step.t, step.what))
+            bounces[step.fault].setdefault((step.number, step.what), (step.t, step.what))
     everywhere = {row.label for row in rows}
     by_kind: dict[str, list[tuple[str, float]]] = defaultdict(list)
     for key, w in windows.items():
@@ -125,12 +125,14 @@ def fault_sentences(run: ScenarioResult, rows: Sequence[TimelineRow]) -> list[st
                 on = (
                     " on every variant" if set(labels) == everywhere else f" on {', '.join(labels)}"
                 )
-            down = sorted(bounces.get(w.name, {}).values())
+            steps = sorted(bounces.get(w.name, {}).values())
+            down = [(t, what) for t, what in steps if " SIG" in what or not what]
             went = "; went down: " + ", ".join(
                 f"{what.split(' SIG')[0] or 'a node'} at {at(t)}" for t, what in down
             )
             went = went if down else ""
-            lines.append(f"Fault {_describe(w)}{on}{went}.")
+            also = "".join(f"; {what} at {at(t)}" for t, what in steps if (t, what) not in down)
+            lines.append(f"Fault {_describe(w)}{on}{went}{also}.")
     return lines + configured
 
 

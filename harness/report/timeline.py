@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -282,6 +283,8 @@ def drawn(v: VariantResult) -> Verdict:
 def anomaly_marks(v: VariantResult, windows: Sequence[FaultWindow], t0: float) -> tuple[Mark, ...]:
     marks = []
     for a in drawn(v).anomalies:
+        if math.isnan(a.at):  # a copy whose writing time no one recorded: no place to draw it
+            continue
         t = a.at - t0
         window = a.window or next((w.name for w in windows if w.contains(t)), None)
         marks.append(Mark(a.kind, t, window))

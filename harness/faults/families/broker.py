@@ -254,6 +254,18 @@ class _NodeActor(Actor):
                 case Do.AWAIT_STOPPED if self.node is not None:
                     return env.broker_stopped(self.node)
                 case Do.AWAIT_READY if self.node is not None:
+                    if env.broker_stopped(self.node):
+                        # It exited while starting: a node SIGKILLed and started at once can be
+                        # refused by the controller (DUPLICATE_BROKER_REGISTRATION, until its old
+                        # session is fenced) and Kafka then exits. Started again, as an operator
+                        # or an orchestrator would.
+                        self.context.record(
+                            EventKind.FAULT_STEP,
+                            self.fault,
+                            detail=f"node {self.node} exited while starting: started again",
+                        )
+                        env.begin_start_broker(self.node)
+                        return False
                     return env.broker_ready(self.node)
                 case Do.AWAIT_REPLICATED:
                     view = env.cluster_view()
