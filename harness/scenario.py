@@ -550,8 +550,20 @@ def runnable(scenario: Scenario, abilities: BackendAbilities) -> tuple[str, ...]
     for i, spec in enumerate(scenario.variants):
         variant = make_variant(spec.name, spec.options)
         if variant.own_runtime() is not None:  # it runs on the one it brings
-            if problem := program_problem(variant.program(), scenario.folder):
+            # A program in a user's image is the image's: not looked for on this machine.
+            problem = (
+                ""
+                if variant.container_image()
+                else program_problem(variant.program(), scenario.folder)
+            )
+            if problem:
                 pr.add(f"variants[{i}]", problem)
+            if variant.container_image() and not abilities.containers:
+                pr.add(
+                    f"variants[{i}].image",
+                    f"runs the command in the image {variant.container_image()}: the "
+                    f"containers backend only, and this is the {abilities.name} backend",
+                )
             continue
         if others := [r for r in scenario.runtimes if not variant.runs_on(get_runtime(r))]:
             pr.add(

@@ -13,6 +13,7 @@ import pytest
 from bson import ObjectId
 
 from harness.environment.base import BackendAbilities
+from harness.environment.options import CONTAINERS_ABILITIES
 from harness.explore.coverage import Condition, exercised
 from harness.faults.kinds import injects
 from harness.history.events import EventKind, HistoryEvent
@@ -196,3 +197,25 @@ def test_a_copy_is_placed_in_time_by_the_labs_stamp_else_by_the_drivers_object_i
     assert written_at({"_id": ObjectId.from_datetime(minted)}) == minted.timestamp()
     assert written_at({"_id": ObjectId(), "_lab": {"written_at": 12.5}}) == 12.5
     assert math.isnan(written_at({"_id": "e-0001"}))  # keyed by the event id: no time known
+
+
+def test_a_users_image_is_for_the_containers_backend_and_its_program_is_the_images(
+    tmp_path: Path,
+) -> None:
+    own = (
+        "{name: command, command: /opt/listener/bin/run, image: registry.local/listener:1.4, "
+        "sink: {collection: c, event_id: e}}"
+    )
+    scenario = load_scenario(scenario_file(tmp_path, f"[{own}]", "[]"))
+    with pytest.raises(ScenarioError) as caught:
+        runnable(scenario, LOCAL)
+    text = str(caught.value)
+    assert (
+        "variants[0].image: runs the command in the image registry.local/listener:1.4: the " in text
+    )
+    assert "containers backend only, and this is the local backend" in text
+    # Its program is in the image, not on this machine: not looked for here.
+    assert "no program" not in text
+    assert runnable(scenario, CONTAINERS_ABILITIES) == ()
+    [spec] = scenario.variants
+    assert make_variant(spec.name, spec.options).container_image() == "registry.local/listener:1.4"

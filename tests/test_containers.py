@@ -5,6 +5,7 @@ everything it labelled is gone after ``down`` - and after a SIGKILLed harness, a
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import subprocess
@@ -245,35 +246,67 @@ def test_library_scenarios_hold_their_expectations_on_containers(
 
 @pytest.mark.servers
 @needs_engine
-def test_a_command_consumer_runs_in_the_labs_image_with_the_same_variables(
+def test_a_command_consumer_runs_in_the_labs_image_or_a_users_with_the_same_variables(
     containers_env: ContainersEnvironment, tmp_path: Path
 ) -> None:
     listener = project_root() / "examples" / "python-listener" / "listener.py"
-    own = {"name": "command", "label": "mine", "instances": 2,
-           # A killed instance's partitions are handed over after 6 s, not 45 s.
-           "command": f"{sys.executable} {listener} upsert session.timeout.ms=6000",
-           "sink": {"collection": "landed", "event_id": "event_id"}}  # fmt: skip
-    scenario = tmp_path / "own.yaml"
-    scenario.write_text(
-        yaml.safe_dump(
-            {
-                "name": "own-consumer",
-                "seed": 5,
-                "workload": {"events": 600, "keys": 50, "partitions": 3, "rate": 200},
-                "variants": [own],
-                "faults": [{"kind": "consumer-kill", "at_event": 200}],
-                "expect": {"*": {"duplicates": 0, "lost": 0}},
-            }
-        )
+    # A user's image: the lab's with a file of its own, which the command looks for.
+    theirs = "localhost/chaoslab-test-users-image:1"
+    client = docker.DockerClient(base_url=containers_env.engine.base_url)
+    base = images.lab_ref().tag
+    client.images.build(
+        fileobj=io.BytesIO(f"FROM {base}\nRUN touch /theirs\n".encode()), tag=theirs, rm=True
     )
-    result, report = run_on(containers_env, tmp_path / "run", "run", str(scenario))
+    try:
+        check_users_image(containers_env, tmp_path, listener, theirs)
+    finally:
+        client.images.remove(theirs, force=True)
+        client.close()
+
+
+def check_users_image(
+    containers_env: ContainersEnvironment, tmp_path: Path, listener: Path, theirs: str
+) -> None:
+    sink = {"collection": "landed", "event_id": "event_id"}
+    # A killed instance's partitions are handed over after 6 s, not 45 s.
+    args = f"{listener} upsert session.timeout.ms=6000"
+    mine = {"name": "command", "label": "mine", "instances": 2, "sink": sink,
+            "command": f"{sys.executable} {args}"}  # fmt: skip
+    in_theirs = f"sh -c 'test -f /theirs && exec {images.IMAGE_PYTHON} \"$@\"' sh {args}"
+    users = {"name": "command", "label": "theirs", "instances": 2, "sink": sink, "image": theirs,
+             "command": in_theirs}  # fmt: skip
+
+    def scenario(*variants: dict[str, Any]) -> Path:
+        path = tmp_path / "own.yaml"
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "name": "own-consumer",
+                    "seed": 5,
+                    "workload": {"events": 600, "keys": 50, "partitions": 3, "rate": 200},
+                    "variants": list(variants),
+                    "faults": [{"kind": "consumer-kill", "at_event": 200}],
+                    "expect": {"*": {"duplicates": 0, "lost": 0}},
+                }
+            )
+        )
+        return path
+
+    result, report = run_on(containers_env, tmp_path / "run", "run", str(scenario(mine, users)))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    (row,) = report["results"]
-    assert (row["runtime"], row["acked"], row["crashes"]) == ("command", 600, 2)
-    # Started by the engine in a container of the lab's image (the local backend writes a
-    # header line into a process's log before it starts it; a container's log has none).
-    for log in (Path(row["directory"]) / "logs").glob("command-*.log"):
-        assert "==== chaoslab: starting" not in log.read_text(), log
+    rows = {r["variant"]: r for r in report["results"]}
+    for row in rows.values():
+        assert (row["runtime"], row["acked"], row["crashes"]) == ("command", 600, 2)
+        # Started by the engine in a container (the local backend writes a header line into a
+        # process's log before it starts it; a container's log has none).
+        for log in (Path(row["directory"]) / "logs").glob("command-*.log"):
+            assert "==== chaoslab: starting" not in log.read_text(), log
+
+    # An image the engine does not have is named; the lab never pulls one.
+    missing = {**users, "image": "localhost/chaoslab-no-such-image:1"}
+    result, _ = run_on(containers_env, tmp_path / "missing", "run", str(scenario(missing)))
+    assert result.returncode != 0
+    assert "the engine has no image 'localhost/chaoslab-no-such-image:1'" in result.stderr
 
 
 @pytest.mark.servers

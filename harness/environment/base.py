@@ -439,9 +439,13 @@ class Environment(ABC):
         log_path: Path,
         extra_env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        image: str = "",
     ) -> ProcessHandle:
         """Start a client process (a consumer runtime) in its own session, tied to this
-        environment: ``stop()``, and the orphan reaping of a later ``up``, stop it too."""
+        environment: ``stop()``, and the orphan reaping of a later ``up``, stop it too. An
+        ``image`` is for a backend of containers (``runnable`` refuses it elsewhere)."""
+        if image:
+            raise BadInput(f"the {self.backend} backend runs no container image ({image})")
         return process.spawn(
             argv, env_id=self.env_id, server=name, log_path=log_path, extra_env=extra_env, cwd=cwd
         )

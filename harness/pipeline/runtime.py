@@ -54,9 +54,11 @@ class RuntimeConfig:
     # Where the harness imported a user's module from (a variant or Spark job named
     # module:callable): the runtime imports it from there too, whatever its working directory.
     import_path: tuple[str, ...] = ()
-    # A command consumer's program and the folder it runs in (the scenario's).
+    # A command consumer's program, the folder it runs in (the scenario's), and the container
+    # image it asks for (containers backend; '': the lab's).
     command: tuple[str, ...] = ()
     cwd: str = ""
+    image: str = ""
 
     @property
     def history_dir(self) -> Path:

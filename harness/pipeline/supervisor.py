@@ -135,6 +135,7 @@ class RuntimeSupervisor:
                 log_path=consumer.log,
                 extra_env=environment(config, consumer.index) if black_box else None,
                 cwd=Path(config.cwd) if config.cwd else None,
+                image=config.image,
             )
         except OSError as exc:  # a command that is not there, or not a program
             raise RuntimeFailed(

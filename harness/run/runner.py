@@ -190,6 +190,7 @@ def _lane(
         command=variant.program(),
         # A command runs from its scenario's folder (paths in it are the file's neighbours).
         cwd=str(scenario.folder) if runtime.black_box else "",
+        image=variant.container_image(),
     )
     config_path = run_dir / "runtime.json"
     config_path.write_text(config.to_json())

@@ -391,14 +391,19 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
         log_path: Path,
         extra_env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        image: str = "",
     ) -> process.ProcessHandle:
-        """The consumer in a container of its own on the network. Its processes carry the
-        environment's marker like the local backend's, so ``signal_client`` reaches them from
-        this machine (a rootful engine's containers are processes of this machine). The
+        """The consumer in a container of its own on the network, of the lab's image or the
+        ``image`` a command consumer names (one the engine has: it is never pulled; it needs
+        ``sh`` and ``setsid``). Its processes carry the environment's marker like the local
+        backend's, so ``signal_client`` reaches them from this machine (a rootful engine's
+        containers are processes of this machine). The
         folders its arguments name (``cwd``, relative ones under it) are mounted at their own
         paths."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        command = [images.IMAGE_PYTHON if a == sys.executable else a for a in argv]
+        # This machine's Python is the lab's image's; a user's image has its own programs.
+        ours = images.IMAGE_PYTHON if not image else sys.executable
+        command = [ours if a == sys.executable else a for a in argv]
         folders = {str(self.directory), str(log_path.parent)}
         named = [cwd / a if cwd is not None else Path(a) for a in argv[1:]]
         folders |= {str(p.resolve().parent) for p in named if p.is_absolute() and p.exists()}
@@ -407,13 +412,19 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
         spec = ContainerSpec(
             name,
             "consumer",
-            self._topology().image,
+            image or self._topology().image,
             supervised(command, log_path, cwd),
             env={**(extra_env or {}), process.ENV_ID_VAR: self.env_id, process.SERVER_VAR: name},
             mounts=tuple(Mount(f, f) for f in sorted(folders)),
         )
         self._remove_container(name)  # the same consumer's last container, exited
-        container = self._container(spec).start()
+        try:
+            container = self._container(spec).start()
+        except docker.errors.ImageNotFound:
+            raise ServerStartError(
+                f"consumer {name}: the engine has no image {spec.image!r} (the lab never pulls "
+                "one: build or load it into the engine first)"
+            ) from None
         wrapped = container.get_wrapped_container()
         wrapped.reload()
         pid = int(wrapped.attrs["State"]["Pid"])

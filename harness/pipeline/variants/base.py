@@ -133,6 +133,10 @@ class Variant(ABC):
         """The program a command consumer runs (() for a variant the lab's runtimes run)."""
         return ()
 
+    def container_image(self) -> str:
+        """The image a command consumer asks to run in ('': the lab's own)."""
+        return ""
+
     @property
     def promise(self) -> Promise:
         """What it guarantees, whatever the faults (``chaoslab explore`` holds it to this):

@@ -7,6 +7,7 @@ pauses and counts from outside - the service a team runs in production, unchange
         command: "java -jar listener.jar"     # run from the scenario's folder
         instances: 2                          # processes in one consumer group
         sink: {collection: landed, event_id: event_id}   # or business_key: [order_id, version]
+        image: registry.local/listener:1.4    # optional, containers backend: run it in this image
 
 Each instance gets only environment variables (``harness.pipeline.command``); what it stored
 is read from ``sink.collection``: a document per change it stored, naming the change by the
@@ -65,6 +66,9 @@ class Command(Variant):
     sink: Mapping[str, Any] = field(default_factory=dict)
     label: str = "command"  # a lane's own name, not derived from the options
     promised: str = "exactly-once"
+    # A container image the engine has (the containers backend): the command runs in it instead
+    # of the lab's image, with the same variables and mounts.
+    image: str = ""
 
     def __post_init__(self) -> None:
         problems = []
@@ -74,6 +78,8 @@ class Command(Variant):
             problems.append(f"instances: a whole number, got {self.instances!r}")
         elif self.instances < 1:
             problems.append(f"instances: at least 1, got {self.instances}")
+        if not isinstance(self.image, str):
+            problems.append(f"image: an image name, got {self.image!r}")
         if self.promised not in PROMISES:
             problems.append(f"promised: one of {', '.join(PROMISES)}, got {self.promised!r}")
         try:
@@ -88,6 +94,9 @@ class Command(Variant):
 
     def own_runtime(self) -> Runtime:
         return COMMAND
+
+    def container_image(self) -> str:
+        return self.image
 
     def runs_on(self, runtime: Runtime) -> bool:
         return runtime is COMMAND
