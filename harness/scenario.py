@@ -37,6 +37,7 @@ from harness.faults.base import Fault, Setting
 from harness.faults.kinds import parse_fault
 from harness.outbox.relays import make_relay
 from harness.outbox.workload import OutboxSpec
+from harness.pipeline import mongo_options
 from harness.pipeline.command import program_problem
 from harness.pipeline.crash import CrashPlan
 from harness.pipeline.runtimes import DEFAULT as DEFAULT_RUNTIME
@@ -146,9 +147,13 @@ class PipelineSpec:
     # listener: librdkafka settings over the lab's (harness.kafka.clients.consumer_config), e.g.
     # {session.timeout.ms: 45000} - a production consumer's, not the lab's quick ones
     kafka: dict[str, Any] = field(default_factory=dict)
+    # Every consumer's MongoDB client settings over the drivers' defaults (retryWrites, w,
+    # wtimeoutMS, socketTimeoutMS, serverSelectionTimeoutMS, connectTimeoutMS, maxCommitTimeMS):
+    # harness.pipeline.mongo_options
+    mongo: dict[str, Any] = field(default_factory=dict)
 
     def problems(self) -> list[tuple[str, str]]:
-        found = []
+        found = mongo_options.problems(self.mongo)
         if self.spark_cluster not in set(SparkCluster):
             found.append(
                 (

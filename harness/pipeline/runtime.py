@@ -25,6 +25,7 @@ from pymongo.errors import PyMongoError
 from harness.history.events import EventKind, HistoryWriter
 from harness.pipeline.batch import Batch, DeadLetters, Poison, RawRecord, split
 from harness.pipeline.crash import Crasher, CrashPlan, CrashPoint
+from harness.pipeline.mongo_options import max_commit_time_ms
 from harness.pipeline.variants import Variant, WriteContext, make_variant
 
 # The consumers' MongoDB appName: failCommand failpoints are scoped to it, so a fault hits the
@@ -51,6 +52,8 @@ class RuntimeConfig:
     trigger_ms: int = 200  # spark only
     commit: str = "sync"  # listener only: commit and wait, or commit and go on (async)
     kafka: dict[str, Any] = field(default_factory=dict)  # listener: consumer settings over ours
+    # MongoDB client settings (harness.pipeline.mongo_options): the URI's are in mongo_uri already.
+    mongo: dict[str, Any] = field(default_factory=dict)
     # Where the harness imported a user's module from (a variant or Spark job named
     # module:callable): the runtime imports it from there too, whatever its working directory.
     import_path: tuple[str, ...] = ()
@@ -121,7 +124,14 @@ class SinkWriter:
         deadline = time.monotonic() + self.config.write_retry_s
         delay = 0.2
         while True:
-            ctx = WriteContext(self.client, self.db, batch_no, self.crasher, batch.batch_id)
+            ctx = WriteContext(
+                self.client,
+                self.db,
+                batch_no,
+                self.crasher,
+                batch.batch_id,
+                max_commit_time_ms(self.config.mongo),
+            )
             try:
                 self.variant.write(batch, ctx)
                 return

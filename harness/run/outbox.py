@@ -37,6 +37,7 @@ from harness.outbox.stages import published_snapshot, written_ledger
 from harness.outbox.workload import OutboxSpec, generate_writes
 from harness.outbox.writer import SOURCE, WrittenEntry, read_written, write_all
 from harness.pipeline.batch import RawRecord, split
+from harness.pipeline.mongo_options import uri_with
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.runtimes import RELAY
 from harness.pipeline.sink import database_for, prepare_sink, read_sink, slug
@@ -167,7 +168,8 @@ def _lane(
     config = RuntimeConfig(
         runtime=RELAY.name,
         bootstrap=env.kafka_bootstrap_for(Link.CONSUMER_KAFKA),
-        mongo_uri=env.mongo_uri_for(Link.CONSUMER_MONGO),
+        mongo_uri=uri_with(env.mongo_uri_for(Link.CONSUMER_MONGO), scenario.pipeline.mongo),
+        mongo=scenario.pipeline.mongo,
         topic=group,
         group=group,
         database=app_db,

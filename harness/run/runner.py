@@ -30,6 +30,7 @@ from harness.history.windows import fault_windows
 from harness.kafka.clients import create_topic, delete_topics
 from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.kafka_log import harvest
+from harness.pipeline.mongo_options import uri_with
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.runtimes import Runtime, get_runtime
 from harness.pipeline.sink import database_for, prepare_sink, read_sink, slug
@@ -171,7 +172,7 @@ def _lane(
     config = RuntimeConfig(
         runtime=runtime.name,
         bootstrap=env.kafka_bootstrap_for(Link.CONSUMER_KAFKA),
-        mongo_uri=env.mongo_uri_for(Link.CONSUMER_MONGO),
+        mongo_uri=uri_with(env.mongo_uri_for(Link.CONSUMER_MONGO), scenario.pipeline.mongo),
         topic=topic,
         group=group,
         database=database,
@@ -186,6 +187,7 @@ def _lane(
         trigger_ms=scenario.pipeline.trigger_ms,
         commit=scenario.pipeline.commit,
         kafka=scenario.pipeline.kafka,
+        mongo=scenario.pipeline.mongo,
         import_path=import_path(spec.name, spec.options),
         command=variant.program(),
         # A command runs from its scenario's folder (paths in it are the file's neighbours).

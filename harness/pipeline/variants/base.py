@@ -83,6 +83,7 @@ class WriteContext:
     batch_no: int  # this consumer process's batch counter, for crash plans
     crasher: Crasher | None = None
     batch_id: int | None = None  # the runtime's id of the batch, for the history
+    max_commit_time_ms: int | None = None  # a transaction's commit deadline (pipeline.mongo)
 
     def chunks(self, docs: Sequence[dict[str, Any]]) -> Iterator[Sequence[dict[str, Any]]]:
         """The documents in the chunks a variant should write them in, stopping at the

@@ -84,4 +84,5 @@ class ProcessedLogTxn(Variant):
                 body,
                 read_concern=ReadConcern("majority"),
                 write_concern=WriteConcern("majority"),
+                max_commit_time_ms=ctx.max_commit_time_ms,
             )

@@ -78,6 +78,7 @@ class Transactional(Variant):
                 body,
                 read_concern=ReadConcern("majority"),
                 write_concern=WriteConcern("majority"),
+                max_commit_time_ms=ctx.max_commit_time_ms,
             )
 
     def stored_offsets(
