@@ -43,7 +43,7 @@ class Link(StrEnum):
 
 
 KAFKA_LINKS = frozenset({Link.PRODUCER_KAFKA, Link.CONSUMER_KAFKA})
-LINK_ACTIONS = ("cut", "reset", "delay", "kafka-error")
+LINK_ACTIONS = ("cut", "reset", "delay", "kafka-error", "ack-lost")
 
 
 class LinkRuleRefused(BadInput):
@@ -61,6 +61,9 @@ class LinkRule:
       ``error_code`` (e.g. 16 NOT_COORDINATOR) instead of reaching the broker; with
       ``group_prefix``, only requests for consumer groups whose ids start with it (one run's
       groups, while another scenario's run beside it).
+    * ``ack-lost`` (the MongoDB link only): the commands named in ``commands`` reach MongoDB,
+      and their replies are dropped and the connections reset - one write in ``every`` of each
+      database's, ``times`` in all (0: no limit); a retry of such a write gets its answer.
 
     ``broker`` (Kafka links only) narrows the rule to the link's connections to that node.
     """
@@ -72,6 +75,9 @@ class LinkRule:
     error_code: int = 0
     broker: int | None = None
     group_prefix: str = ""
+    commands: tuple[str, ...] = ()
+    every: int = 1
+    times: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.link, Link):
@@ -86,6 +92,16 @@ class LinkRule:
             raise LinkRuleRefused(f"a delay needs delay_ms > 0, got {self.delay_ms}")
         if self.action != "delay" and self.delay_ms:
             raise LinkRuleRefused(f"delay_ms is for delays only, not {self.action}")
+        if self.action == "ack-lost":
+            if self.link in KAFKA_LINKS:
+                raise LinkRuleRefused(f"ack-lost drops MongoDB's replies; {self.link} is Kafka's")
+            if not self.commands or self.every < 1 or self.times < 0:
+                raise LinkRuleRefused(
+                    f"ack-lost needs commands, every >= 1 and times >= 0, got {self.commands}, "
+                    f"{self.every}, {self.times}"
+                )
+        elif self.commands or self.every != 1 or self.times:
+            raise LinkRuleRefused(f"commands, every and times are for ack-lost, not {self.action}")
         if self.action != "kafka-error":
             if self.api_keys or self.error_code or self.group_prefix:
                 raise LinkRuleRefused(

@@ -228,26 +228,38 @@ class ContainersActor(Actor):
 
 @dataclass
 class LinkRuleActor(Actor):
-    """Puts a link rule in force between the steps ``on`` and ``off``."""
+    """Puts a link rule in force between the steps ``on`` and ``off``. With ``tally`` (what
+    the rule's acts are, e.g. "replies dropped"), the step ``off`` records how often it acted
+    (a FAULT_STEP with that count): what a fault did that no client's history shows."""
 
     context: Context
     rule: LinkRule
     on: str
     off: str
     rule_id: str | None = None
+    fault: Fault | None = None
+    tally: str = ""
 
     def take(self, step: Step) -> None:
         if step.action == self.on:
             self.rule_id = self.context.env.add_link_rule(self.rule)
         elif step.action == self.off:
-            self.undo()
+            acted = self.undo_rule()
+            if self.tally and self.fault is not None and acted is not None:
+                detail = f"{self.tally}: {acted}"
+                self.context.record(EventKind.FAULT_STEP, self.fault, count=acted, detail=detail)
         else:
             super().take(step)
 
     def undo(self) -> None:
-        if self.rule_id is not None:
-            self.context.env.remove_link_rule(self.rule_id)
-            self.rule_id = None
+        self.undo_rule()
+
+    def undo_rule(self) -> int | None:
+        """Lift the rule if it is in force; how often it acted (None if it was not)."""
+        if self.rule_id is None:
+            return None
+        rule_id, self.rule_id = self.rule_id, None
+        return self.context.env.remove_link_rule(rule_id)
 
 
 @dataclass(frozen=True)

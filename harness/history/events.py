@@ -30,6 +30,11 @@ class EventKind(StrEnum):
     # in it - with BATCH's first offsets, the records a consumer handled)
     WRITTEN = "written"
     WRITE_FAILED = "write-failed"  # the variant's write raised; it will be tried again
+    # What the MongoDB driver saw of the variant's commands (harness.pipeline.driver_watch): a
+    # command that failed (detail: "insert: the error"), whether or not the driver retries it,
+    # and an operation the driver retried that was then answered (detail: its command).
+    MONGO_ERROR = "mongo-error"
+    MONGO_RETRIED = "mongo-retried"
     POLL_ERROR = "poll-error"  # the consumer reported an error instead of a record
     ASSIGNED = "assigned"  # partitions assigned to a consumer (offsets: start positions)
     COMMIT = "commit"  # consumer positions committed (offsets: partition -> next offset)

@@ -55,8 +55,13 @@ def uri_with(uri: str, options: Mapping[str, Any]) -> str:
     parts = urlsplit(uri)
     lowered = {k.lower() for k in settings}
     query = [(k, v) for k, v in parse_qsl(parts.query) if k.lower() not in lowered]
-    query += [(k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in settings.items()]
+    query += [(k, text(v)) for k, v in settings.items()]
     return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def text(value: Any) -> str:
+    """A setting as a connection string writes it (true, not True)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def max_commit_time_ms(options: Mapping[str, Any]) -> int | None:

@@ -25,6 +25,7 @@ from pymongo.errors import PyMongoError
 from harness.history.events import EventKind, HistoryWriter
 from harness.pipeline.batch import Batch, DeadLetters, Poison, RawRecord, split
 from harness.pipeline.crash import Crasher, CrashPlan, CrashPoint
+from harness.pipeline.driver_watch import DriverWatch
 from harness.pipeline.mongo_options import max_commit_time_ms
 from harness.pipeline.variants import Variant, WriteContext, make_variant
 
@@ -109,7 +110,10 @@ class SinkWriter:
         self.crasher = crasher
         self.variant = make_variant(config.variant, config.variant_options)
         self.client: MongoClient[dict[str, Any]] = MongoClient(
-            config.mongo_uri, heartbeatFrequencyMS=500, appname=CONSUMER_APP
+            config.mongo_uri,
+            heartbeatFrequencyMS=500,
+            appname=CONSUMER_APP,
+            event_listeners=[DriverWatch(history)],
         )
         self.db = self.client[config.database]
         self._dead_letters = DeadLetters(config.bootstrap, config.group)

@@ -46,6 +46,8 @@ LOGGED_COLOR = "#8D6E63"  # a command consumer's own error line: its words, not 
 # An error the lab made a server answer with: hollow, so it never reads as a broker's own.
 INJECTED_COLOR = "#E65100"
 HISTORY_LOST_COLOR = "#C44E52"  # a relay's lost resume point: a loss, in the losses' red family
+MONGO_ERROR_COLOR = "#00838F"  # a MongoDB server's own error, as the driver saw it
+RETRIED_COLOR = "#2E7D32"  # the driver's retry, answered
 WINDOW_COLORS = ("#4C72B0", "#55A868", "#8172B2", "#CCB974", "#64B5CD", "#DD8452")
 # Each anomaly kind has its own lane in a variant's row: a burst of duplicates stays visible
 # next to a loss at the same moment.
@@ -184,6 +186,16 @@ def _timeline_panel(ax: Axes, rows: Sequence[TimelineRow], colors: dict[str, str
             ts = [e.t for e in row.injected]
             ax.scatter(ts, [y - 0.3] * len(ts), marker="v", s=20, facecolors="none",
                        edgecolors=INJECTED_COLOR, lw=0.8, alpha=0.8, zorder=3)  # fmt: skip
+            times += ts
+        if row.mongo_errors:
+            ts = [e.t for e in row.mongo_errors]
+            ax.scatter(ts, [y - 0.3] * len(ts), marker="v", s=18, color=MONGO_ERROR_COLOR,
+                       lw=0, alpha=0.7, zorder=3)  # fmt: skip
+            times += ts
+        if row.retried:
+            ts = list(row.retried)
+            ax.scatter(ts, [y - 0.38] * len(ts), marker="P", s=22, color=RETRIED_COLOR,
+                       lw=0, alpha=0.8, zorder=3)  # fmt: skip
             times += ts
         if row.logged:
             ts = [line.t for line in row.logged]
@@ -361,6 +373,14 @@ def _timeline_legend(rows: Sequence[TimelineRow]) -> list[Line2D | Patch]:
                 markeredgecolor=INJECTED_COLOR,
                 label="an error the lab injected (emulated)",
             ),
+        ),
+        (
+            any(r.mongo_errors for r in rows),
+            mark("v", MONGO_ERROR_COLOR, "an error from MongoDB (as the driver saw it)", 6),
+        ),
+        (
+            any(r.retried for r in rows),
+            mark("P", RETRIED_COLOR, "the driver retried a write: answered", 6),
         ),
         (
             any(r.commit_failures for r in rows),

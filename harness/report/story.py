@@ -176,6 +176,22 @@ def variant_sentences(v: VariantResult, row: TimelineRow) -> list[str]:
             f"server's - answers a fault made up in a server's place (emulated: {which}), from "
             f"{at(row.injected[0].t)} to {at(row.injected[-1].t)}."
         )
+    if row.mongo_errors:
+        counts = Counter(e.error.split(":")[0] for e in row.mongo_errors)
+        which = ", ".join(f"{n} {command}" for command, n in counts.most_common())
+        lines.append(
+            f"{label}: MongoDB failed {len(row.mongo_errors)} of its commands ({which}), from "
+            f"{at(row.mongo_errors[0].t)} to {at(row.mongo_errors[-1].t)}; first: "
+            f"{row.mongo_errors[0].error}."
+        )
+    if row.retried:
+        lines.append(
+            f"{label}: the MongoDB driver retried {len(row.retried)} operations whose command "
+            "had failed, and each retry was answered (a retryable write or commit goes again "
+            "with its session and transaction number: a server that had applied it answers "
+            "from that record instead of applying it twice), from "
+            f"{at(row.retried[0])} to {at(row.retried[-1])}."
+        )
     anomalies = [s for kind in _NOUNS for s in anomaly_sentences(row, kind)]
     if anomalies:
         lines += anomalies

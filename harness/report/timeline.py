@@ -125,6 +125,10 @@ class TimelineRow:
     # Errors the lab made a server answer with, as the clients reported them (emulated): not in
     # broker_errors, commit_failures or logged, which are the systems' own.
     injected: tuple[BrokerError, ...] = ()
+    # What the MongoDB driver saw: commands a server failed (its own answers, not the lab's),
+    # and operations it retried and got answered.
+    mongo_errors: tuple[BrokerError, ...] = ()
+    retried: tuple[float, ...] = ()
 
     def times(self, kind: str) -> list[float]:
         return [m.t for m in self.anomalies if m.kind == kind]
@@ -317,6 +321,12 @@ def timeline_row(v: VariantResult, t0: float) -> TimelineRow:
         logged=tuple(
             LogLine(e.t - t0, e.detail) for e in events if e.kind is EventKind.CONSUMER_LOG
         ),
+        mongo_errors=tuple(
+            BrokerError(e.t - t0, e.source, e.detail)
+            for e in events
+            if e.kind is EventKind.MONGO_ERROR
+        ),
+        retried=tuple(e.t - t0 for e in events if e.kind is EventKind.MONGO_RETRIED),
         counts={
             "duplicate": drawn(v).duplicates,
             "lost": drawn(v).lost,

@@ -164,6 +164,7 @@ def _lane(
     run_id = topic.rsplit(".", 1)[-1]
     group = f"{topic}.{lane_name}"
     database = database_for(run_id, lane_name)
+    mongo = {**scenario.pipeline.mongo, **variant.mongo}  # the variant's settings over the run's
     # The scenario's Spark cluster (started now if it is the standalone one and not running).
     cluster = SparkCluster(scenario.pipeline.spark_cluster)
     spark = env.spark_on(cluster, out_dir) if runtime.spark else None
@@ -172,7 +173,7 @@ def _lane(
     config = RuntimeConfig(
         runtime=runtime.name,
         bootstrap=env.kafka_bootstrap_for(Link.CONSUMER_KAFKA),
-        mongo_uri=uri_with(env.mongo_uri_for(Link.CONSUMER_MONGO), scenario.pipeline.mongo),
+        mongo_uri=uri_with(env.mongo_uri_for(Link.CONSUMER_MONGO), mongo),
         topic=topic,
         group=group,
         database=database,
@@ -187,7 +188,7 @@ def _lane(
         trigger_ms=scenario.pipeline.trigger_ms,
         commit=scenario.pipeline.commit,
         kafka=scenario.pipeline.kafka,
-        mongo=scenario.pipeline.mongo,
+        mongo=mongo,
         import_path=import_path(spec.name, spec.options),
         command=variant.program(),
         # A command runs from its scenario's folder (paths in it are the file's neighbours).

@@ -224,7 +224,7 @@ class Topology:
             node = self.ip(f"kafka-{n}")
             listeners += [f"kafka/{n},kafka,{host_port},{node}:{HOST}",
                           f"kafka/{n}/net,kafka,{PROXY_NET_BASE + n},{node}:{NET}"]  # fmt: skip
-        listeners.append(f"mongo,tcp,{PROXY_MONGO},{self.ip('mongo')}:{self.ports['mongo']}")
+        listeners.append(f"mongo,mongo,{PROXY_MONGO},{self.ip('mongo')}:{self.ports['mongo']}")
         control = self.ports["proxy-control"]
         argv = [IMAGE_PYTHON, "-m", "harness.environment.proxy", "--bind", ANY,
                 "--control", str(control),

@@ -25,7 +25,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="append",
         type=ListenerSpec.parse,
         required=True,
-        help="name,mode,port,host:port (mode: kafka or tcp); repeat for each listener",
+        help="name,mode,port,host:port (mode: kafka, tcp or mongo); repeat for each listener",
     )
     parser.add_argument(
         "--rewrite-addresses",

@@ -60,6 +60,9 @@ class ProxyControl:
         api_keys: Sequence[int] = (),
         error_code: int = 0,
         group_prefix: str = "",
+        commands: Sequence[str] = (),
+        every: int = 1,
+        times: int = 0,
     ) -> str:
         """Put a rule in force; returns its id."""
         rule: dict[str, Any] = {"listener": listener, "action": action, "clients": clients}
@@ -71,6 +74,12 @@ class ProxyControl:
             rule["error_code"] = error_code
         if group_prefix:
             rule["group_prefix"] = group_prefix
+        if commands:
+            rule["commands"] = list(commands)
+        if every != 1:
+            rule["every"] = every
+        if times:
+            rule["times"] = times
         status, payload = self._call("POST", "/rules", rule)
         if status != 201:
             raise RuleRejected(f"the fault proxy refused the rule {rule}: {payload['error']}")

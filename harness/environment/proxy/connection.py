@@ -14,6 +14,10 @@ without an ``await`` in between, so the order in the outbox is the order on the 
 Rewriting broker addresses (opt-in), the connection notes the correlation ids of the forwarded
 requests whose responses name brokers, and rewrites those responses as they arrive, before
 they join the outbox (``addresses``); the counting above is the same either way.
+
+MongoDB: whole messages each way. A request an ack-lost rule takes is forwarded and its
+requestID noted (``doomed``); the server's reply to it is not forwarded: a reset takes its place
+in the client's outbox, so the replies queued before it still go out first.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ import struct
 from collections import deque
 
 from harness.environment.proxy import kafka_messages as km
+from harness.environment.proxy import mongo_messages as mm
 from harness.environment.proxy.addresses import AddressBook, ResponseAddresses
 from harness.environment.proxy.listener import ListenerSpec, ListenerStats
-from harness.environment.proxy.rules import KAFKA, RuleTable
+from harness.environment.proxy.rules import KAFKA, MONGO, RuleTable
 from harness.kafka.protocol import api_name
 from harness.kafka.wire import Malformed
 
@@ -39,6 +44,7 @@ CHUNK = 64 * 1024
 MAX_FRAME = 256 * 1024 * 1024  # larger than any request or response a lab client makes
 OUTBOX_LIMIT = 8 * 1024 * 1024  # a reader waits while its outbox holds more than this
 CONNECT_TIMEOUT_S = 5.0
+RESET = b""  # in a client's outbox: reset the connection here instead of writing
 
 
 class Outbox:
@@ -120,6 +126,8 @@ class Connection:
         self.expected = 0
         self.answered = 0
         self.held: deque[tuple[int, bytes]] = deque()
+        # MongoDB: the requestIDs of the requests whose replies an ack-lost rule takes.
+        self.doomed: dict[int, str] = {}
         # Rewriting broker addresses (``--rewrite-addresses``): the responses that name brokers.
         self.addresses = ResponseAddresses(addresses)
         self.to_upstream = Outbox()
@@ -144,16 +152,16 @@ class Connection:
                 return
             if self._reset:  # reset while connecting
                 return
-            kafka = self.spec.mode == KAFKA
             assert self._upstream_writer is not None  # connected above
-            readers = {
-                asyncio.create_task(
-                    self._read_requests() if kafka else self._read_chunks(self.client_reader)
-                ),
-                asyncio.create_task(
-                    self._read_responses(up_reader) if kafka else self._read_chunks(up_reader)
-                ),
-            }
+            if self.spec.mode == KAFKA:
+                requests, responses = self._read_requests(), self._read_responses(up_reader)
+            elif self.spec.mode == MONGO:
+                requests = self._read_mongo_requests()
+                responses = self._read_mongo_replies(up_reader)
+            else:
+                requests = self._read_chunks(self.client_reader)
+                responses = self._read_chunks(up_reader)
+            readers = {asyncio.create_task(requests), asyncio.create_task(responses)}
             drains = {
                 asyncio.create_task(self._drain(self.to_upstream, self._upstream_writer)),
                 asyncio.create_task(self._drain(self.to_client, self.client_writer)),
@@ -184,8 +192,8 @@ class Connection:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     def _log_end(self, exc: BaseException) -> None:
-        if isinstance(exc, Malformed | km.Unsupported):
-            log.warning("%s: closing, malformed Kafka frame: %s", self.label, exc)
+        if isinstance(exc, Malformed | km.Unsupported | mm.MalformedMessage):
+            log.warning("%s: closing, malformed message: %s", self.label, exc)
         elif isinstance(exc, _Ended | ConnectionError):
             log.debug("%s: %s", self.label, exc)
         else:
@@ -298,6 +306,40 @@ class Connection:
             while self.held and self.held[0][0] <= self.answered:
                 self.to_client.push(self.held.popleft()[1], self._due())
 
+    async def _read_mongo_requests(self) -> None:
+        while True:
+            await self.to_upstream.room()
+            message = await mm.read_message(self.client_reader)
+            if message is None:
+                self._end_of(self.to_upstream)
+                return
+            # Read a command only while an ack-lost rule may want it.
+            command = mm.command(message) if self.rules.has("ack-lost", self.spec.name) else None
+            rule = None if command is None else self.rules.ack_lost(self.spec.name, command)
+            if rule is not None:
+                assert command is not None  # a rule takes only a command's reply
+                self.doomed[mm.header(message).request_id] = rule.id
+                log.info("%s: %s goes to the server; rule %s takes its reply",
+                         self.label, command.name, rule.id)  # fmt: skip
+            self.to_upstream.push(message, self._due())
+
+    async def _read_mongo_replies(self, reader: asyncio.StreamReader) -> None:
+        while True:
+            await self.to_client.room()
+            message = await mm.read_message(reader)
+            if message is None:
+                self._end_of(self.to_client)
+                return
+            rule_id = self.doomed.pop(mm.header(message).response_to, None)
+            if rule_id is None:
+                self.to_client.push(message, self._due())
+                continue
+            # The server applied the write and answered; the client gets a reset instead.
+            self.rules.affected[rule_id] += 1
+            log.info("%s: reply dropped and connection reset (rule %s)", self.label, rule_id)
+            self.to_client.push(RESET, self._due())
+            return
+
     def _answer(self, response: bytes) -> None:
         """Queue a made-up response behind the broker's answers to earlier requests."""
         if not self.held and self.answered >= self.expected:
@@ -314,6 +356,9 @@ class Connection:
             if (wait := due - loop.time()) > 0:
                 await asyncio.sleep(wait)
             await self._through_cuts()
+            if not data:  # RESET: nothing else is ever queued empty
+                self.reset()
+                return
             writer.write(data)
             await writer.drain()
 

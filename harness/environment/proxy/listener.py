@@ -15,7 +15,7 @@ log = logging.getLogger("chaoslab.proxy")
 @dataclass(frozen=True)
 class ListenerSpec:
     name: str
-    mode: str  # kafka | tcp
+    mode: str  # kafka | tcp | mongo
     port: int  # on 127.0.0.1
     upstream_host: str
     upstream_port: int

@@ -13,6 +13,15 @@ and an action:
 * ``delay`` - add ``delay_ms`` to every chunk (Kafka: every frame) forwarded, both directions.
 * ``kafka-error`` - answer requests of ``api_keys`` with ``error_code`` instead of forwarding;
   with ``group_prefix``, only requests whose consumer group ids all start with it.
+* ``ack-lost`` (MongoDB listeners) - forward a command named in ``commands`` to the server, then
+  drop the server's reply and reset the connection: the write is applied, and the client sees a
+  network error instead of its acknowledgement. Counted per database (each variant of a run
+  writes into its own, so each loses the same share whatever its pace): one matching write in
+  ``every`` loses its reply, ``times`` in all (0: no limit). A transaction's commit names the
+  admin database: it counts for the database its session wrote into. A retry of a write whose
+  reply was dropped - the same command, session and transaction number, as the driver's
+  retryable writes send it - is forwarded and answered: each write loses its acknowledgement
+  once, as a network blip would take it.
 """
 
 from __future__ import annotations
@@ -24,12 +33,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from harness.environment.proxy.kafka_messages import ERROR_VERSIONS, INT16
+from harness.environment.proxy.mongo_messages import Command
 from harness.kafka.protocol import api_name
 
-ACTIONS = ("cut", "reset", "delay", "kafka-error")
-KAFKA, TCP = "kafka", "tcp"
-MODES = (KAFKA, TCP)
+ACTIONS = ("cut", "reset", "delay", "kafka-error", "ack-lost")
+KAFKA, TCP, MONGO = "kafka", "tcp", "mongo"
+MODES = (KAFKA, TCP, MONGO)
 MAX_DELAY_MS = 10 * 60 * 1000
+_SESSIONS = 10_000  # sessions whose database ack-lost remembers (a consumer reuses a few)
 
 
 class RuleError(ValueError):
@@ -46,19 +57,23 @@ class Rule:
     api_keys: tuple[int, ...] = ()
     error_code: int = 0
     group_prefix: str = ""
+    commands: tuple[str, ...] = ()
+    every: int = 1
+    times: int = 0
 
     def matches(self, listener: str, client: str) -> bool:
         return in_group(listener, self.listener) and client.startswith(self.clients)
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "api_keys": list(self.api_keys)}
+        return {**asdict(self), "api_keys": list(self.api_keys), "commands": list(self.commands)}
 
 
 def parse_rule(raw: object, rule_id: str, modes: Mapping[str, str]) -> Rule:
     """Validate a rule as posted to the control API; ``modes`` maps listener -> mode."""
     if not isinstance(raw, dict):
         raise RuleError("a rule is a JSON object")
-    fields = {"listener", "clients", "action", "delay_ms", "api_keys", "error_code", "group_prefix"}
+    fields = {"listener", "clients", "action", "delay_ms", "api_keys", "error_code",
+              "group_prefix", "commands", "every", "times"}  # fmt: skip
     unknown = set(raw) - fields
     if unknown:
         raise RuleError(f"unknown fields: {', '.join(sorted(unknown))}")
@@ -78,9 +93,14 @@ def parse_rule(raw: object, rule_id: str, modes: Mapping[str, str]) -> Rule:
     delay_ms = _typed(raw, "delay_ms", int, 0)
     error_code = _typed(raw, "error_code", int, 0)
     group_prefix = _typed(raw, "group_prefix", str, "")
+    every = _typed(raw, "every", int, 1)
+    times = _typed(raw, "times", int, 0)
     api_keys = raw.get("api_keys", [])
     if not isinstance(api_keys, list) or not all(_is_int(k) for k in api_keys):
         raise RuleError("api_keys: must be a list of integers")
+    commands = raw.get("commands", [])
+    if not isinstance(commands, list) or not all(isinstance(c, str) and c for c in commands):
+        raise RuleError("commands: must be a list of command names")
     if clients and mode != KAFKA:
         raise RuleError(f"clients: listener {listener} is {mode}: it cannot tell clients apart")
     if action == "delay" and not 0 < delay_ms <= MAX_DELAY_MS:
@@ -102,8 +122,29 @@ def parse_rule(raw: object, rule_id: str, modes: Mapping[str, str]) -> Rule:
         raise RuleError(
             f"api_keys, error_code, group_prefix: only kafka-error has them (action {action})"
         )
+    if action == "ack-lost":
+        if mode != MONGO:
+            raise RuleError(f"action: ack-lost needs a MongoDB listener; {listener} is {mode}")
+        if not commands:
+            raise RuleError("commands: name at least one command for ack-lost, e.g. insert")
+        if every < 1:
+            raise RuleError(f"every: must be >= 1, got {every}")
+        if times < 0:
+            raise RuleError(f"times: must be >= 0 (0: no limit), got {times}")
+    elif commands or every != 1 or times:
+        raise RuleError(f"commands, every, times: only ack-lost has them (action {action})")
     return Rule(
-        rule_id, listener, clients, action, delay_ms, tuple(api_keys), error_code, group_prefix
+        rule_id,
+        listener,
+        clients,
+        action,
+        delay_ms,
+        tuple(api_keys),
+        error_code,
+        group_prefix,
+        tuple(commands),
+        every,
+        times,
     )
 
 
@@ -131,6 +172,12 @@ class RuleTable:
         self._serial = 0
         self.affected: Counter[str] = Counter()  # rule id -> requests / chunks / connections
         self._changed = asyncio.Event()
+        # ack-lost: per rule and database, the matching writes it saw and took; the writes
+        # whose reply it took; the database each session last wrote into.
+        self._seen: Counter[tuple[str, str]] = Counter()
+        self._taken: Counter[tuple[str, str]] = Counter()
+        self._lost: dict[str, set[tuple[str, bytes, int]]] = {}
+        self._databases: dict[bytes, str] = {}
 
     def next_id(self) -> str:
         self._serial += 1
@@ -142,6 +189,7 @@ class RuleTable:
 
     def remove(self, rule_id: str) -> bool:
         found = self._rules.pop(rule_id, None) is not None
+        self._lost.pop(rule_id, None)
         if found:
             self._notify()
         return found
@@ -149,6 +197,7 @@ class RuleTable:
     def clear(self) -> int:
         count = len(self._rules)
         self._rules.clear()
+        self._lost.clear()
         self._notify()
         return count
 
@@ -184,6 +233,45 @@ class RuleTable:
             if ids and all(g.startswith(rule.group_prefix) for g in ids):
                 return rule
         return None
+
+    def ack_lost(self, listener: str, command: Command) -> Rule | None:
+        """The ack-lost rule that takes the reply to ``command``, if one does (it is counted
+        as it acted once the reply is dropped)."""
+        database = self._database(command)
+        for rule in self.matching("ack-lost", listener, ""):
+            if command.name not in rule.commands:
+                continue
+            lost = self._lost.setdefault(rule.id, set())
+            write = command.write
+            if write in lost:
+                continue  # a retry of a write whose reply this rule took: it gets its answer
+            key = (rule.id, database)
+            self._seen[key] += 1
+            if (self._seen[key] - 1) % rule.every or (
+                rule.times and self._taken[key] >= rule.times
+            ):
+                continue
+            self._taken[key] += 1
+            if write is not None:
+                lost.add(write)
+            return rule
+        return None
+
+    def _database(self, command: Command) -> str:
+        """The database a command writes into: its own, or for a command on ``admin`` (a
+        transaction's commit) the one its session last named."""
+        if command.database != "admin" or command.session is None:
+            if command.session is not None:
+                if len(self._databases) >= _SESSIONS:  # forget the oldest session
+                    self._databases.pop(next(iter(self._databases)))
+                self._databases[command.session] = command.database
+            return command.database
+        return self._databases.get(command.session, command.database)
+
+    def has(self, action: str, listener: str) -> bool:
+        """Whether a rule of ``action`` is in force on ``listener`` for any client."""
+        rules = self._rules.values()
+        return any(r.action == action and in_group(listener, r.listener) for r in rules)
 
     async def changed(self) -> None:
         """Returns after the next change to the rules."""

@@ -7,7 +7,8 @@ CLIENT listener, so the connections a client makes after bootstrap come back thr
 too; a rule on ``kafka`` covers all three. The producer and consumer links share those
 addresses and are told apart by client.id (``harness.kafka.clients``'s ``PRODUCER_CLIENT``,
 ``CONSUMER_CLIENT``; the harness's own ``HARNESS_CLIENT`` is never a target). The consumers'
-MongoDB link is a plain TCP listener in front of SecantusDB. In front of servers the lab did not
+MongoDB link is a listener in front of SecantusDB that reads MongoDB's messages (to drop a
+write's reply: ``ack-lost``). In front of servers the lab did not
 start (the external backend), the proxy rewrites the brokers' addresses in Kafka's responses
 instead (``rewrite_addresses``; ``harness.environment.proxy.addresses``).
 """
@@ -82,7 +83,7 @@ class FaultProxy(LocalServer):
             f"{KAFKA_LISTENER}/{n},kafka,{ports[f'kafka-{n}-proxy']},{address}"
             for n, address in self.kafka.items()
         ]
-        mongo = f"{MONGO_LISTENER},tcp,{ports['mongo-proxy']},{self.mongo}"
+        mongo = f"{MONGO_LISTENER},mongo,{ports['mongo-proxy']},{self.mongo}"
         listeners = [arg for spec in [*kafka, mongo] for arg in ("--listener", spec)]
         rewrite = ["--rewrite-addresses"] if self.rewrite_addresses else []
         return [sys.executable, "-m", "harness.environment.proxy",
@@ -103,4 +104,7 @@ class FaultProxy(LocalServer):
             api_keys=rule.api_keys,
             error_code=rule.error_code,
             group_prefix=rule.group_prefix,
+            commands=rule.commands,
+            every=rule.every,
+            times=rule.times,
         )

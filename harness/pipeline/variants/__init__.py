@@ -5,9 +5,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-from harness.pipeline.variants.base import Key, Variant, WriteContext, make_plugin
+from harness.errors import BadInput
+from harness.pipeline import mongo_options
+from harness.pipeline.variants.base import MONGO_OPTION, Key, Variant, WriteContext, make_plugin
 from harness.pipeline.variants.check_then_insert import CheckThenInsert
 from harness.pipeline.variants.command import Command
 from harness.pipeline.variants.dedup_log import DedupLog
@@ -38,9 +41,22 @@ __all__ = ["BUILT_IN", "Key", "Variant", "WriteContext", "import_path", "make_va
 
 def make_variant(name: str, options: Mapping[str, Any] | None = None) -> Variant:
     """A built-in variant by name, or a user's own as ``module:callable`` (called with the
-    options as keyword arguments; it must return a ``Variant``)."""
+    options as keyword arguments; it must return a ``Variant``). The option ``mongo`` is every
+    variant's, not its class's: its consumers' MongoDB client settings over the pipeline's
+    (``harness.pipeline.mongo_options``)."""
+    rest = dict(options or {})
+    mongo = rest.pop(MONGO_OPTION, {})
+    if not isinstance(mongo, Mapping):
+        raise BadInput(f"variant {name}: mongo must be a mapping of client settings, got {mongo!r}")
+    wrong = mongo_options.problems(mongo)
+    if wrong:
+        raise BadInput(f"variant {name}: " + "; ".join(f"{at}: {why}" for at, why in wrong))
     # Variant is abstract: it is only the isinstance check of a user's factory's product.
-    return make_plugin(name, options, BUILT_IN, Variant, "variant")  # type: ignore[type-abstract]
+    made = make_plugin(name, rest, BUILT_IN, Variant, "variant")  # type: ignore[type-abstract]
+    if mongo:
+        # Set on the instance whatever its class (a user's may be a frozen dataclass).
+        object.__setattr__(made, "mongo", MappingProxyType(dict(mongo)))
+    return made
 
 
 def import_path(name: str, options: Mapping[str, Any]) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, ClassVar, TypeVar, cast
 
 from pymongo import ASCENDING, MongoClient, ReplaceOne, UpdateOne
@@ -30,6 +31,7 @@ from pymongo.errors import BulkWriteError
 
 from harness.checker.promise import EXACTLY_ONCE, Promise
 from harness.errors import BadInput
+from harness.pipeline import mongo_options
 from harness.pipeline.batch import Batch, Record
 from harness.pipeline.crash import Crasher, CrashPoint
 from harness.pipeline.runtimes import Runtime
@@ -105,10 +107,17 @@ class WriteContext:
             self.crasher.reached(CrashPoint.MID_WRITE, self.batch_no, count, batch_id=self.batch_id)
 
 
+MONGO_OPTION = "mongo"  # every variant's option: its MongoDB client settings
+
+
 class Variant(ABC):
     """A sink strategy. Subclasses are dataclasses whose fields are the variant's options."""
 
     name: ClassVar[str]
+    # Its consumers' MongoDB client settings over the pipeline's (``make_variant`` sets them
+    # from the option ``mongo``): e.g. retryWrites false beside the same variant with the
+    # drivers' default, in one run.
+    mongo: Mapping[str, Any] = MappingProxyType({})
     # Its collections: the landing zone and the projection, and whatever its own bookkeeping needs.
     collections: ClassVar[tuple[str, ...]] = ("events", "orders")
 
@@ -152,6 +161,7 @@ class Variant(ABC):
             for f in fields(self)  # type: ignore[arg-type]  # every subclass is a dataclass
             if getattr(self, f.name) != f.default
         ]
+        changed += [f"{k}={mongo_options.text(v)}" for k, v in self.mongo.items()]
         return f"{self.name}[{','.join(changed)}]" if changed else self.name
 
     def prepare(self, db: Database[dict[str, Any]]) -> None:
