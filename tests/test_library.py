@@ -258,6 +258,23 @@ def test_a_library_scenario_holds_its_expectations(
         fixed = rows[("command", "java-fixed")]
         assert (fixed["duplicates"], fixed["lost"]) == (0, 0)
         assert not [r for r in rows.values() if r["unfired"]]
+    if name == "mongo-ack-lost":
+
+        def seen(variant: str, kind: EventKind) -> list[str]:
+            events = read_history(Path(rows[(runtime, variant)]["directory"]) / "history")
+            return [e.detail for e in events if e.kind is kind]
+
+        # Retryable writes: the driver sent each write whose reply was dropped again, and the
+        # server answered from its record - no copy, the consumer told nothing.
+        assert seen("naive", EventKind.MONGO_RETRIED) and not seen("naive", EventKind.WRITE_FAILED)
+        # Without them the consumer heard of a failure of a write that was applied, and wrote
+        # it again: the copies are records it wrote more than once (else the run fails).
+        assert seen("naive[retryWrites=false]", EventKind.WRITE_FAILED)
+        # A commit whose reply was dropped: retried by the driver, not the batch again.
+        for variant in ("transactional", "transactional[retryWrites=false]"):
+            retried = seen(variant, EventKind.MONGO_RETRIED)
+            assert any(d.startswith("commitTransaction") for d in retried), (variant, retried)
+        assert not [r for r in rows.values() if r["unfired"]]
     if name == "commit-failure-window" and runtime == "spark":
         # Spark's commit is its checkpoint: its own write of the commit log failed (the lab made
         # the directory unwritable, it raised nothing), and the restarted query replayed the
