@@ -248,3 +248,32 @@ def test_coverage_reads_a_coordinator_move_from_the_clients_not_from_the_proxys_
     start = _event(1, EventKind.FAULT_START, detail="commit-failure", fault="storm")
     end = _event(3, EventKind.FAULT_END, detail="commit-failure", fault="storm")
     assert Condition.COORDINATOR_MOVED not in exercised([start, moved, end], LANE).conditions
+
+
+def test_explore_varies_the_consumers_mongodb_settings_and_shrinks_them_back_to_defaults() -> None:
+    trials = [draw_trial(LISTENER, 7, n) for n in range(1, 40)]
+    drawn = {name for t in trials for name, _ in t.shape.mongo}
+    assert drawn == {"retryWrites", "socketTimeoutMS", "connectTimeoutMS",
+                     "serverSelectionTimeoutMS", "maxCommitTimeMS"}  # fmt: skip
+    assert any(not t.shape.mongo for t in trials)  # often the drivers' defaults
+    varied = next(t for t in trials if len(t.shape.mongo) > 1)
+    # A scenario the run takes as any other (pipeline.mongo), and a finding replays.
+    assert varied.scenario().pipeline.mongo == dict(varied.shape.mongo)
+
+    def needs_no_retries(t: Trial) -> bool:  # fails only without retryable writes
+        return ("retryWrites", False) in t.shape.mongo
+
+    crash = {"kind": "consumer-kill", "name": "consumer-kill#1", "at": 3.0}
+    settings = (("retryWrites", False), ("socketTimeoutMS", 2000))
+    trial = _trial(crash)
+    trial = replace(trial, shape=replace(trial.shape, mongo=settings))
+    minimal, trail = shrink(trial, ("naive",), needs_no_retries, valid=lambda t: True,
+                            out_of_time=lambda: False, clock=lambda: 0.0)  # fmt: skip
+    assert minimal.shape.mongo == (("retryWrites", False),)
+    # All back to defaults first: one replay where no setting matters.
+    tries = [t.what for t in trail if t.what.startswith("mongo")]
+    assert tries[0] == "mongo retryWrites=false socketTimeoutMS=2000 -> defaults"
+    independent, trail = shrink(trial, ("naive",), lambda t: True, valid=lambda t: True,
+                                out_of_time=lambda: False, clock=lambda: 0.0)  # fmt: skip
+    assert independent.shape.mongo == ()
+    assert len([t for t in trail if t.what.startswith("mongo")]) == 1

@@ -281,7 +281,9 @@ def _aimed(trial: Trial, result: ScenarioResult) -> tuple[Aimed, ...]:
 
 def _summary(record: RunRecord) -> str:
     s = record.trial.shape
-    workload = f"{s.events} events/{s.partitions}p/{s.consumers}c"
+    workload = f"{s.events} events/{s.partitions}p/{s.consumers}c" + (
+        f", {s.settings}" if s.mongo else ""
+    )
     return f"[{workload}] {record.trial.schedule()} -> {record.verdict} ({record.seconds:.0f} s)"
 
 

@@ -102,5 +102,7 @@ def _finding(f: Finding, out: Path) -> str:
 
 def _run(r: RunRecord) -> str:
     s = r.trial.shape
-    workload = f"{s.events} ev, {s.partitions} p, {s.consumers} c, batch {s.batch_size}"
+    workload = f"{s.events} ev, {s.partitions} p, {s.consumers} c, batch {s.batch_size}" + (
+        f", {s.settings}" if s.mongo else ""
+    )
     return f"| {r.number} | {workload} | {r.trial.schedule()} | {r.verdict} | {r.seconds:.0f} |"

@@ -3,7 +3,8 @@ that delete and simplify, each candidate replayed with the same seeds and kept o
 still fails.
 
 The passes, in order: keep only the variants that broke their promise; drop faults; simplify
-each fault's fields (shorter, fewer, earlier, softer); shrink the workload. A pass that made
+each fault's fields (shorter, fewer, earlier, softer); put the MongoDB client settings back to
+the driver's defaults; shrink the workload. A pass that made
 progress runs again on what it made; the round repeats until none does, or time is up. The
 candidates are pure functions of the trial; only ``fails`` runs anything.
 """
@@ -88,17 +89,36 @@ def shrink_workload(trial: Trial, violators: tuple[str, ...]) -> Iterator[Candid
     if s.events > SMALLEST_EVENTS:
         events = max(SMALLEST_EVENTS, s.events // 2)
         yield _shape(trial, replace(s, events=events), f"events {s.events} -> {events}")
-    for name, smallest in (("consumers", 1), ("partitions", 1)):
-        value = getattr(s, name)
-        if value > smallest:
-            yield _shape(trial, replace(s, **{name: smallest}), f"{name} {value} -> {smallest}")
+    if s.consumers > 1:
+        yield _shape(trial, replace(s, consumers=1), f"consumers {s.consumers} -> 1")
+    if s.partitions > 1:
+        yield _shape(trial, replace(s, partitions=1), f"partitions {s.partitions} -> 1")
     if s.keys > 10:
         yield _shape(
             trial, replace(s, keys=max(10, s.keys // 2)), f"keys {s.keys} -> {s.keys // 2}"
         )
 
 
-PASSES: tuple[Pass, ...] = (keep_violators, drop_faults, simplify_faults, shrink_workload)
+def default_settings(trial: Trial, violators: tuple[str, ...]) -> Iterator[Candidate]:
+    """The MongoDB client settings back to the driver's defaults: all at once first (one
+    replay where none matters), then each."""
+    settings = trial.shape.mongo
+    if len(settings) > 1:
+        yield _shape(
+            trial, replace(trial.shape, mongo=()), f"mongo {trial.shape.settings} -> defaults"
+        )
+    for i, (name, value) in enumerate(settings):
+        rest = trial.shape.mongo[:i] + trial.shape.mongo[i + 1 :]
+        yield _shape(trial, replace(trial.shape, mongo=rest), f"mongo {name} {value} -> default")
+
+
+PASSES: tuple[Pass, ...] = (
+    keep_violators,
+    drop_faults,
+    simplify_faults,
+    default_settings,
+    shrink_workload,
+)
 
 
 def shrink(

@@ -15,6 +15,7 @@ from typing import Any
 from harness.environment.base import BackendAbilities
 from harness.faults.base import Fault, Space
 from harness.faults.kinds import KINDS
+from harness.pipeline import mongo_options
 from harness.pipeline.runtimes import get_runtime
 from harness.scenario import Scenario, ScenarioError, parse_scenario, runnable
 
@@ -34,6 +35,14 @@ class Shape:
     rate: float  # events per second: the work lasts events / rate seconds, and faults fall in it
     batch_size: int
     consumers: int
+    # The consumers' MongoDB client settings (pipeline.mongo), as (name, value) pairs: the
+    # drivers' defaults where it names none.
+    mongo: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def settings(self) -> str:
+        """The client settings in a few words ('' for the drivers' defaults)."""
+        return " ".join(f"{k}={mongo_options.text(v)}" for k, v in self.mongo)
 
     @property
     def horizon_s(self) -> float:
@@ -52,6 +61,21 @@ class Shape:
             batch_size=rng.randrange(20, 201, 10),
             consumers=consumers,
         )
+
+    def with_mongo(self, rng: random.Random) -> Shape:
+        """This shape with client settings drawn from ``rng``: a production consumer's
+        timeouts and retry policy, often none of them (the drivers' defaults)."""
+        drawn: dict[str, Any] = {}
+        if rng.random() < 0.3:
+            drawn["retryWrites"] = False
+        if rng.random() < 0.4:
+            drawn["socketTimeoutMS"] = rng.choice((1000, 2000, 5000, 10000))
+            drawn["connectTimeoutMS"] = rng.choice((1000, 2000, 5000))
+        if rng.random() < 0.3:
+            drawn["serverSelectionTimeoutMS"] = rng.choice((2000, 5000, 10000))
+        if rng.random() < 0.2:
+            drawn["maxCommitTimeMS"] = rng.choice((1000, 5000))
+        return replace(self, mongo=tuple(drawn.items()))
 
 
 @dataclass(frozen=True)
@@ -81,7 +105,12 @@ class Trial:
                 "rate": s.rate,
             },
             "runtimes": [self.runtime],
-            "pipeline": {"batch_size": s.batch_size, "consumers": s.consumers, "timeout_s": 180},
+            "pipeline": {
+                "batch_size": s.batch_size,
+                "consumers": s.consumers,
+                "timeout_s": 180,
+                **({"mongo": dict(s.mongo)} if s.mongo else {}),
+            },
             "variants": [v if isinstance(v, str) else dict(v) for v in self.variants],
             "faults": [dict(f) for f in self.faults],
         }
@@ -129,7 +158,11 @@ def drawable(kinds: Sequence[str] | None = None) -> tuple[str, ...]:
 def draw_trial(explored: Explored, seed: int, number: int) -> Trial:
     """Run ``number`` of the exploration with ``seed``: a pure function of the two."""
     rng = random.Random(f"explore:{seed}:{number}")
-    shape = Shape.draw(rng, explored.runtime)
+    # The client settings from a stream of their own: the rest of a run's draw stays what it
+    # was before they were drawn (the seeds a test or a finding names still mean that run).
+    shape = Shape.draw(rng, explored.runtime).with_mongo(
+        random.Random(f"explore:{seed}:{number}:mongo")
+    )
     trial = Trial(
         name=f"explore-{seed}-{number}",
         seed=rng.randrange(1, 1_000_000),
