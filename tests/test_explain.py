@@ -52,6 +52,25 @@ def test_spark_batches_replayed_or_with_a_lost_executor_count_their_records_agai
     assert handed_out_again(users_job) is None  # it does not say what it wrote
 
 
+def test_a_write_task_spark_ran_again_counts_its_records_again_once() -> None:
+    # A worker lost with its executor (the engine killed its container): no crash point of the
+    # lab's fired, and the task's second attempt says so itself.
+    events = [
+        ev(1, EventKind.BATCH, "spark", batch=5),
+        ev(2, EventKind.TASK_RETRIED, "spark", batch=5, count=106, detail="task 1 attempt 1"),
+        ev(3, EventKind.WRITTEN, "spark", batch=5, count=300, offsets={0: 99, 1: 99, 2: 99}),
+    ]
+    assert handed_out_again(events) == 106
+    # A crash point's executor loss is the same task's rerun: counted once, not twice.
+    lost = [
+        ev(1, EventKind.BATCH, "spark", batch=4),
+        ev(2, EventKind.EXECUTOR_LOST, "spark", batch=4, detail="mid_write"),
+        ev(3, EventKind.TASK_RETRIED, "spark", batch=4, count=30, detail="task 0 attempt 1"),
+        ev(4, EventKind.WRITTEN, "spark", batch=4, count=30, offsets={0: 69}),
+    ]
+    assert handed_out_again(lost) == 30
+
+
 def test_duplicates_beyond_redeliveries_and_resends_fail_the_run() -> None:
     explained = Explanation(handed_out_again=40, resends=5)
     assert explained.failure(45) is None and explained.unexplained(45) == 0

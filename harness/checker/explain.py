@@ -3,7 +3,8 @@
 A copy of a change in the sink is explained by a record the history shows handed out or written
 more than once (a redelivery after a crash, a failed commit, a rebalance, a zombie consumer
 waking; a write that failed and was tried again; a Spark micro-batch replayed, a task rerun
-after its executor was lost) or by the change sent again upstream (the ledger's resends). (A
+after its executor was lost - by a crash point's kill or, as Spark itself says in the task's
+attempt number, for any reason) or by the change sent again upstream (the ledger's resends). (A
 record the topic itself holds twice makes copies that are the topic's, not counted as the
 variant's duplicates at all: checker.check's ``stored_twice``.) A run
 with more duplicates than that counted something nothing delivered twice - a defect of the sink
@@ -120,16 +121,24 @@ def _overlap(spans: Iterable[tuple[int, int]]) -> int:
 
 def _batches_again(events: Sequence[HistoryEvent]) -> int | None:
     """Spark's micro-batches (ids, records written): a batch id handed out again (replayed from
-    the checkpoint) or with a lost executor counts its records once more per repeat."""
+    the checkpoint) or with a lost executor counts its records once more per repeat; a batch
+    whose write tasks Spark ran again, at least the records of those tasks."""
     written: dict[int, int] = {}
+    rerun: dict[int, int] = defaultdict(int)
     for e in events:
         if e.kind is EventKind.WRITTEN and e.batch is not None:
             if e.count is None:
                 return None  # a user's job: what it wrote is its own
             written[e.batch] = max(written.get(e.batch, 0), e.count)
+        elif e.kind is EventKind.TASK_RETRIED and e.batch is not None:
+            rerun[e.batch] += e.count or 0
     starts: dict[int, int] = defaultdict(int)
     for e in events:
         again = (EventKind.BATCH, EventKind.EXECUTOR_LOST, EventKind.WRITE_FAILED)
         if e.kind in again and e.batch is not None:
             starts[e.batch] += 1
-    return sum((n - 1) * written.get(b, 0) for b, n in starts.items() if n > 1)
+    # A lost executor's task is both an EXECUTOR_LOST and its rerun: the larger, not the sum.
+    return sum(
+        max((starts.get(b, 1) - 1) * written.get(b, 0), rerun.get(b, 0))
+        for b in set(starts) | set(rerun)
+    )

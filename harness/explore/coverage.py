@@ -77,6 +77,8 @@ def exercised(events: Sequence[HistoryEvent], injects: Injects) -> Exercised:
                 found.add(Condition.WRITE_RETRIED)
             case EventKind.EXECUTOR_LOST:
                 found.add(Condition.EXECUTOR_LOST)
+            case EventKind.TASK_RETRIED:  # Spark ran a write task again: its records again
+                found.add(Condition.REDELIVERED)
             case EventKind.CRASH if e.detail == "mid_write":
                 found.add(Condition.KILLED_MID_WRITE)
             case EventKind.RUNTIME_EXIT if open_batches.get(e.consumer, 0) and KILLED in e.detail:

@@ -47,6 +47,10 @@ class EventKind(StrEnum):
     # A crash point killed the Spark executor running the task (detail: the point, the
     # executor's PID and worker; fault: its name): the driver lives on and retries the task.
     EXECUTOR_LOST = "executor-lost"
+    # Spark ran a write task again after an earlier attempt failed (its executor lost with its
+    # worker, a write that gave up): its records were handed out again (batch; count: its
+    # records; detail: the task and attempt). Written by the attempt itself, on the executor.
+    TASK_RETRIED = "task-retried"
     PAUSED = "paused"  # a consumer froze itself at a point (detail: the point; fault: its name)
     RESUMED = "resumed"  # the supervisor thawed a paused consumer
     SCHEDULE_START = "schedule-start"  # the nemesis's clock starts: fault times count from here

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyspark import TaskContext
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
@@ -200,6 +201,17 @@ def write_partition(
         writer = _WRITERS[config_json] = SinkWriter(config, history, crasher)
     config = writer.config
     batch, poison = split(batch_id, config.topic, config.group, raw)
+    task = TaskContext.get()
+    if task is not None and task.attemptNumber():
+        # An earlier attempt may have written these records before it failed (a worker lost
+        # after the write, before its result reached the driver): they come again. (The write
+        # job has one stage, a result stage: a lost task is retried in it, never the stage.)
+        writer.history.record(
+            EventKind.TASK_RETRIED,
+            batch=batch_id,
+            count=len(batch.records),
+            detail=f"task {task.partitionId()} attempt {task.attemptNumber()}",
+        )
     writer.dead_letter(batch_id, poison)
     writer.write(batch, batch_no)
     yield Written(len(batch.records), batch.last_offsets)
