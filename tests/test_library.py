@@ -258,6 +258,12 @@ def test_a_library_scenario_holds_its_expectations(
         fixed = rows[("command", "java-fixed")]
         assert (fixed["duplicates"], fixed["lost"]) == (0, 0)
         assert not [r for r in rows.values() if r["unfired"]]
+    if name == "mongo-partition" and runtime == "listener":
+        # A production consumer's timeouts: the cut reached every lane as a timeout it saw.
+        for (_, variant), r in rows.items():
+            events = read_history(Path(r["directory"]) / "history")
+            saw = [e.detail for e in events if e.kind is EventKind.MONGO_ERROR]
+            assert any("timed out" in d for d in saw), (variant, saw)
     if name == "mongo-ack-lost":
 
         def seen(variant: str, kind: EventKind) -> list[str]:

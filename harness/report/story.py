@@ -180,9 +180,9 @@ def variant_sentences(v: VariantResult, row: TimelineRow) -> list[str]:
         counts = Counter(e.error.split(":")[0] for e in row.mongo_errors)
         which = ", ".join(f"{n} {command}" for command, n in counts.most_common())
         lines.append(
-            f"{label}: MongoDB failed {len(row.mongo_errors)} of its commands ({which}), from "
-            f"{at(row.mongo_errors[0].t)} to {at(row.mongo_errors[-1].t)}; first: "
-            f"{row.mongo_errors[0].error}."
+            f"{label}: {len(row.mongo_errors)} of its MongoDB commands failed as the driver saw "
+            f"them ({which}), from {at(row.mongo_errors[0].t)} to "
+            f"{at(row.mongo_errors[-1].t)}; first: {row.mongo_errors[0].error}."
         )
     if row.retried:
         lines.append(
