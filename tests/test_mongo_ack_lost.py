@@ -77,6 +77,12 @@ def test_bytes_that_are_no_command_are_refused_by_name() -> None:
     no_command = struct.pack("<iiiiI", 20, 1, 0, mm.OP_MSG, 0)
     with pytest.raises(mm.MalformedMessage, match="without its command"):
         mm.command(no_command)
+    garbage = struct.pack("<iiii", 16, 1, 0, mm.OP_MSG)  # no room for its flags
+    with pytest.raises(mm.MalformedMessage, match="cannot be read"):
+        mm.command(garbage)
+    not_bson = no_command + b"\x00" + struct.pack("<i", 9) + b"\x07" * 5
+    with pytest.raises(mm.MalformedMessage, match="cannot be read"):
+        mm.command(struct.pack("<i", len(not_bson)) + not_bson[4:])
 
 
 MODES = {"mongo": "mongo", "kafka/1": "kafka", "plain": "tcp"}

@@ -17,6 +17,7 @@ import struct
 from dataclasses import dataclass
 
 import bson
+from bson.errors import InvalidBSON
 
 HEADER = struct.Struct("<iiii")
 OP_MSG = 2013
@@ -76,6 +77,13 @@ def command(frame: bytes) -> Command | None:
     message)."""
     if header(frame).op_code != OP_MSG:
         return None
+    try:
+        return _sections(frame)
+    except (struct.error, InvalidBSON) as exc:
+        raise MalformedMessage(f"an OP_MSG that cannot be read: {exc}") from None
+
+
+def _sections(frame: bytes) -> Command:
     (flags,) = struct.unpack_from("<I", frame, HEADER.size)
     end = len(frame) - (4 if flags & _CHECKSUM_PRESENT else 0)
     at = HEADER.size + 4
