@@ -51,6 +51,12 @@ def test_a_failpoints_error_is_the_labs_and_a_restarted_servers_is_mongodbs() ->
     assert origins([*window("mongo-restart", 1, 9), failed], injects("listener"))[-1] == (
         Origin.SYSTEM
     )
+    # What the driver saw: the failpoint's code, the proxy's reset of an ack-lost - the lab's;
+    # a timeout during a cut - the client's own (the lab only held the bytes).
+    seen = ev(5, EventKind.MONGO_ERROR, detail="insert: connection reset")
+    for kind in ("mongo-failcommand", "mongo-ack-lost"):
+        assert origins([*window(kind, 1, 9), seen], injects("spark"))[-1] is Origin.INJECTED
+    assert origins([*window("network", 1, 9), seen], injects("listener"))[-1] is Origin.SYSTEM
 
 
 def test_a_kill_is_the_labs_and_a_consumer_that_exits_by_itself_is_not() -> None:

@@ -89,7 +89,7 @@ class MongoFailCommand(Timed):
     @classmethod
     def injects(cls, runtime: Runtime) -> frozenset[EventKind]:
         # The failpoint's error code: MongoDB answers it because the lab told it to.
-        return frozenset({EventKind.WRITE_FAILED, EventKind.CONSUMER_LOG})
+        return frozenset({EventKind.WRITE_FAILED, EventKind.MONGO_ERROR, EventKind.CONSUMER_LOG})
 
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
         if backend.test_commands:
