@@ -192,8 +192,10 @@ class Connection:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     def _log_end(self, exc: BaseException) -> None:
-        if isinstance(exc, Malformed | km.Unsupported | mm.MalformedMessage):
-            log.warning("%s: closing, malformed message: %s", self.label, exc)
+        if isinstance(exc, Malformed | km.Unsupported):
+            log.warning("%s: closing, malformed Kafka frame: %s", self.label, exc)
+        elif isinstance(exc, mm.MalformedMessage):
+            log.warning("%s: closing, malformed MongoDB message: %s", self.label, exc)
         elif isinstance(exc, _Ended | ConnectionError):
             log.debug("%s: %s", self.label, exc)
         else:
