@@ -31,6 +31,7 @@ from harness.errors import BadInput, LabError
 from harness.explore import inputs as explore_inputs
 from harness.explore import report as explore_report
 from harness.explore.explorer import explore
+from harness.explore.model import REPLAYS
 from harness.notebooks import execute
 from harness.repair import add_repair_parser
 from harness.report import (
@@ -389,6 +390,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
         seed=args.seed,
         out=out,
         findings=args.findings,
+        replays=args.replays,
     )
     explored, budget = plan.explored, plan.budget_s
     say(
@@ -621,6 +623,12 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--faults", help="comma-separated fault kinds to draw from (default: all)")
     ex.add_argument(
         "--findings", type=int, help="stop after this many findings (default: use the budget)"
+    )
+    ex.add_argument(
+        "--replays",
+        type=int,
+        default=REPLAYS,
+        help=f"runs of a finding's minimal schedule: how often it reproduces (default: {REPLAYS})",
     )
     ex.add_argument("--out", type=Path, help="where runs and findings go (default: runs/)")
     ex.add_argument("--env", type=Path, help="use the environment running in this directory")

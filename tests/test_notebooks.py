@@ -28,8 +28,9 @@ from tests.support import SPARK, chaoslab, processes_started_in
 NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("[0-9]*.ipynb"))
 # Cheaper parameters where a notebook's own are a user's: exploring the crash points alone finds
-# and shrinks the planted bug in fewer runs (the CLI's explore test draws from three kinds).
-SMALLER = {"07-explore": ["-p", "faults", "consumer-crash"]}
+# and shrinks the planted bug in fewer runs (the CLI's explore test draws from three kinds), and
+# two replays of the finding say it reproduces as well as five.
+SMALLER = {"07-explore": ["-p", "faults", "consumer-crash", "-p", "replays", "2"]}
 
 
 def outputs(notebook: Path) -> str:

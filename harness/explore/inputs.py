@@ -13,7 +13,7 @@ import yaml
 from harness.checker.promise import NOTHING
 from harness.environment.base import BackendAbilities
 from harness.errors import BadInput
-from harness.explore.model import Plan
+from harness.explore.model import REPLAYS, Plan
 from harness.explore.trial import Explored, drawable
 from harness.pipeline.runtimes import get_runtime, names
 from harness.pipeline.variants import BUILT_IN, make_variant
@@ -58,12 +58,15 @@ def plan(
     seed: int,
     out: Path,
     findings: int | None = None,
+    replays: int = REPLAYS,
 ) -> Plan:
     """The exploration the command line asks for; BadInput naming every problem."""
     problems: list[str] = []
     budget_s = parse_budget(budget, problems)
     if findings is not None and findings < 1:
         problems.append(f"--findings: must be >= 1, got {findings}")
+    if replays < 1:
+        problems.append(f"--replays: must be >= 1, got {replays}")
     if runtime not in names():
         problems.append(f"--runtime: unknown {runtime!r} (choose from {', '.join(names())})")
     entries: list[str | Mapping[str, Any]] = []
@@ -92,7 +95,7 @@ def plan(
         kinds=drawable(kinds),
         backend=backend,
     )
-    return Plan(explored, seed, budget_s, out, findings=findings)
+    return Plan(explored, seed, budget_s, out, replays=replays, findings=findings)
 
 
 def _variant_entry(text: str, problems: list[str]) -> str | Mapping[str, Any] | None:
