@@ -322,7 +322,10 @@ def test_a_partition_of_the_consumers_containers_shows_on_the_timeline(
     containers_env: ContainersEnvironment, tmp_path: Path
 ) -> None:
     scenario = project_root() / "scenarios" / "containers" / "consumer-partition.yaml"
-    result, report = run_on(containers_env, tmp_path / "run", "run", str(scenario))
+    # Two variants' consumers off the network (the engine's part; the others' are the same).
+    result, report = run_on(
+        containers_env, tmp_path / "run", "run", str(scenario), "--variants", "naive,idempotent"
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     for r in report["results"]:
         events = read_history(Path(r["directory"]) / "history")
