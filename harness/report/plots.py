@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -172,36 +173,26 @@ def _timeline_panel(ax: Axes, rows: Sequence[TimelineRow], colors: dict[str, str
             labelled.setdefault((w.name, round(w.start, 1)), w)
             times += [w.start, w.end]
         _draw_steps(ax, row, colors, y - 0.5, y + 0.5)
-        if row.broker_errors:
-            ts = [e.t for e in row.broker_errors]
-            ax.scatter(ts, [y - 0.3] * len(ts), marker="v", s=18, color=BROKER_ERROR_COLOR,
-                       lw=0, alpha=0.7, zorder=3)  # fmt: skip
-            times += ts
-        if row.commit_failures:
-            ts = list(row.commit_failures)
-            ax.scatter(ts, [y + 0.38] * len(ts), marker="x", s=14, color=COMMIT_FAILED_COLOR,
-                       lw=0.9, alpha=0.7, zorder=3)  # fmt: skip
-            times += ts
-        if row.injected:
-            ts = [e.t for e in row.injected]
-            ax.scatter(ts, [y - 0.3] * len(ts), marker="v", s=20, facecolors="none",
-                       edgecolors=INJECTED_COLOR, lw=0.8, alpha=0.8, zorder=3)  # fmt: skip
-            times += ts
-        if row.mongo_errors:
-            ts = [e.t for e in row.mongo_errors]
-            ax.scatter(ts, [y - 0.3] * len(ts), marker="v", s=18, color=MONGO_ERROR_COLOR,
-                       lw=0, alpha=0.7, zorder=3)  # fmt: skip
-            times += ts
-        if row.retried:
-            ts = list(row.retried)
-            ax.scatter(ts, [y - 0.38] * len(ts), marker="P", s=22, color=RETRIED_COLOR,
-                       lw=0, alpha=0.8, zorder=3)  # fmt: skip
-            times += ts
-        if row.logged:
-            ts = [line.t for line in row.logged]
-            ax.scatter(ts, [y - 0.3] * len(ts), marker="*", s=26, color=LOGGED_COLOR,
-                       lw=0, alpha=0.7, zorder=3)  # fmt: skip
-            times += ts
+        # What the clients and servers said, and what the lab did in their place, as marks.
+        said: list[tuple[list[float], float, dict[str, Any]]] = [
+            ([e.t for e in row.broker_errors], -0.3,
+             {"marker": "v", "s": 18, "color": BROKER_ERROR_COLOR, "lw": 0, "alpha": 0.7}),
+            (list(row.commit_failures), 0.38,
+             {"marker": "x", "s": 14, "color": COMMIT_FAILED_COLOR, "lw": 0.9, "alpha": 0.7}),
+            ([e.t for e in row.injected], -0.3,
+             {"marker": "v", "s": 20, "facecolors": "none", "edgecolors": INJECTED_COLOR,
+              "lw": 0.8, "alpha": 0.8}),
+            ([e.t for e in row.mongo_errors], -0.3,
+             {"marker": "v", "s": 18, "color": MONGO_ERROR_COLOR, "lw": 0, "alpha": 0.7}),
+            (list(row.retried), -0.38,
+             {"marker": "P", "s": 22, "color": RETRIED_COLOR, "lw": 0, "alpha": 0.8}),
+            ([line.t for line in row.logged], -0.3,
+             {"marker": "*", "s": 26, "color": LOGGED_COLOR, "lw": 0, "alpha": 0.7}),
+        ]  # fmt: skip
+        for ts, dy, style in said:
+            if ts:
+                ax.scatter(ts, [y + dy] * len(ts), zorder=3, **style)
+                times += ts
         if row.history_lost:
             ts = list(row.history_lost)
             ax.scatter(ts, [y] * len(ts), marker="D", s=46, color=HISTORY_LOST_COLOR,
