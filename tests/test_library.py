@@ -263,7 +263,9 @@ def test_a_library_scenario_holds_its_expectations(
         assert (fixed["duplicates"], fixed["lost"]) == (0, 0)
         assert not [r for r in rows.values() if r["unfired"]]
     if name == "mongo-partition":
-        # A production consumer's timeouts: the cut reached every listener as a timeout it saw.
+        # A production consumer's timeouts: the cut reached every listener as a timeout its driver
+        # saw - a command's own, or the monitor's heartbeat (which then cancels the commands in
+        # flight: "operation cancelled").
         for (runtime, variant), r in rows.items():
             if runtime != "listener":
                 continue

@@ -22,7 +22,7 @@ from harness.environment.proxy.rules import RuleError, RuleTable, parse_rule
 from harness.errors import BadInput
 from harness.faults.kinds import parse_fault
 from harness.history.events import EventKind, HistoryWriter, read_history
-from harness.pipeline.driver_watch import DriverWatch
+from harness.pipeline.driver_watch import driver_watch
 from harness.pipeline.mongo_options import uri_with
 from harness.pipeline.variants import make_variant
 from harness.records import FieldErrors
@@ -160,7 +160,7 @@ def through_ack_lost(env: LocalEnvironment, history: HistoryWriter, retry: bool)
     """An insert_many, then a transaction, each with its reply dropped once; what the client
     heard, how often the proxy dropped a reply, and what the server stored."""
     uri = uri_with(env.mongo_uri_for(Link.CONSUMER_MONGO), {"retryWrites": retry})
-    client: MongoClient[dict[str, Any]] = MongoClient(uri, event_listeners=[DriverWatch(history)])
+    client: MongoClient[dict[str, Any]] = MongoClient(uri, event_listeners=driver_watch(history))
     name = unique("acklost")
     found: dict[str, Any] = {}
     with client:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -120,6 +121,8 @@ class HistoryWriter:
         self.variant = variant
         path = directory / f"{source}-{os.getpid()}.jsonl"
         self._file: IO[str] = path.open("a", buffering=1)
+        # The driver's monitor thread writes beside the consumer's: one line at a time.
+        self._lock = threading.Lock()
 
     def record(self, kind: EventKind, **fields: Any) -> HistoryEvent:
         """An event that happens now."""
@@ -128,7 +131,9 @@ class HistoryWriter:
     def append(self, kind: EventKind, *, t: float, **fields: Any) -> HistoryEvent:
         """An event that happened at ``t`` (unix seconds), e.g. read from a log afterwards."""
         event = HistoryEvent(t=t, kind=kind, source=self.source, variant=self.variant, **fields)
-        self._file.write(event.to_json() + "\n")
+        line = event.to_json() + "\n"
+        with self._lock:
+            self._file.write(line)
         return event
 
     def close(self) -> None:

@@ -2,17 +2,29 @@
 that failed (a reset connection, a step-down's NotWritablePrimary, a failpoint's error) and the
 operations it retried and got answered - a retryable write the server recognised as one it had
 applied. The application sees neither: only an error the driver gives up on reaches the
-variant (WRITE_FAILED).
+variant (WRITE_FAILED). And the driver's monitor losing the server: a heartbeat that timed out
+makes the driver cancel the commands in flight on that server ("operation cancelled"), so a
+command can fail because of a timeout that only the monitor saw.
 
-Through pymongo's command monitoring (``event_listeners``); only failures and the answers to
-retried operations are written, so a run without faults writes nothing here.
+Through pymongo's command and heartbeat monitoring (``event_listeners``); only failures, the
+answers to retried operations and the first heartbeat failure after a success are written, so a
+run without faults writes nothing here.
 """
 
 from __future__ import annotations
 
 from pymongo import monitoring
+from pymongo.errors import _OperationCancelled
 
 from harness.history.events import EventKind, HistoryWriter
+
+
+def driver_watch(
+    history: HistoryWriter,
+) -> list[monitoring.CommandListener | monitoring.ServerHeartbeatListener]:
+    """The listeners to pass as a MongoClient's ``event_listeners``."""
+    return [DriverWatch(history), MonitorWatch(history)]
+
 
 # Operations whose failed command is remembered until they end, at most this many (an
 # operation the driver gave up on never ends in a success).
@@ -49,3 +61,25 @@ class DriverWatch(monitoring.CommandListener):
         if len(self._failed) >= _REMEMBERED:
             self._failed.pop(next(iter(self._failed)))
         self._failed[event.operation_id] = event.command_name
+
+
+class MonitorWatch(monitoring.ServerHeartbeatListener):
+    def __init__(self, history: HistoryWriter) -> None:
+        self.history = history
+        self._unreachable: set[tuple[str, int | None]] = set()  # servers whose last check failed
+
+    def started(self, event: monitoring.ServerHeartbeatStartedEvent) -> None:
+        pass
+
+    def succeeded(self, event: monitoring.ServerHeartbeatSucceededEvent) -> None:
+        self._unreachable.discard(event.connection_id)
+
+    # One event per outage, not one per check: the monitor checks every half second while the
+    # server does not answer.
+    def failed(self, event: monitoring.ServerHeartbeatFailedEvent) -> None:
+        # A check the driver cancelled because a command had already failed on that server
+        # (pymongo's own internal error class) is not a second failure.
+        if event.connection_id in self._unreachable or isinstance(event.reply, _OperationCancelled):
+            return
+        self._unreachable.add(event.connection_id)
+        self.history.record(EventKind.MONGO_ERROR, detail=f"heartbeat: {event.reply}")

@@ -25,7 +25,7 @@ from pymongo.errors import PyMongoError
 from harness.history.events import EventKind, HistoryWriter
 from harness.pipeline.batch import Batch, DeadLetters, Poison, RawRecord, split
 from harness.pipeline.crash import Crasher, CrashPlan, CrashPoint
-from harness.pipeline.driver_watch import DriverWatch
+from harness.pipeline.driver_watch import driver_watch
 from harness.pipeline.mongo_options import max_commit_time_ms
 from harness.pipeline.variants import Variant, WriteContext, make_variant
 
@@ -113,7 +113,7 @@ class SinkWriter:
             config.mongo_uri,
             heartbeatFrequencyMS=500,
             appname=CONSUMER_APP,
-            event_listeners=[DriverWatch(history)],
+            event_listeners=driver_watch(history),
         )
         self.db = self.client[config.database]
         self._dead_letters = DeadLetters(config.bootstrap, config.group)
