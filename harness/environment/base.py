@@ -22,7 +22,6 @@ from harness.environment.process import ProcessHandle
 from harness.environment.signals import stop_on_termination
 from harness.environment.spark import SparkCluster, SparkSettings
 from harness.errors import BadInput, LabError
-from harness.kafka.clients import HARNESS_CLIENT
 from harness.kafka.cluster import ClusterView, cluster_view
 from harness.kafka.protocol import FAILABLE_APIS
 
@@ -426,7 +425,7 @@ class Environment(ABC):
 
     def cluster_view(self) -> ClusterView:
         """Brokers, the active controller, leaders and ISRs, as the harness's client sees."""
-        return cluster_view(self.kafka_bootstrap, HARNESS_CLIENT)
+        return cluster_view(self.kafka_bootstrap)
 
     def restart_mongo(self, *, hard: bool = False) -> None:
         self.restart(Component.MONGO, hard=hard)

@@ -25,6 +25,11 @@ CONSUMER_CLIENT = "chaoslab-consumer"
 HARNESS_CLIENT = "chaoslab-harness"  # the lab's own bookkeeping: never a fault target
 
 QUIET = 3  # librdkafka's syslog levels: 3 errors only (7 debug)
+# The lab's own bookkeeping clients log critical errors only: they ask the cluster while a fault
+# has nodes down, and librdkafka logs each refused connection as an error - dozens of
+# "%3|...|FAIL|... Connection refused" lines among a run's progress. A real problem is the
+# question's timeout or exception, which names it.
+HARNESS_SETTINGS: dict[str, str | int] = {"client.id": HARNESS_CLIENT, "log_level": 2}
 _COMMON: dict[str, Any] = {
     "reconnect.backoff.ms": 50,
     "reconnect.backoff.max.ms": 1000,
@@ -66,8 +71,7 @@ def consumer_config(bootstrap: str, group: str, **overrides: Any) -> dict[str, A
 
 
 def admin(bootstrap: str) -> AdminClient:
-    settings: dict[str, str | int] = {"client.id": HARNESS_CLIENT, "log_level": QUIET}
-    return AdminClient({**_COMMON, "bootstrap.servers": bootstrap, **settings})
+    return AdminClient({**_COMMON, "bootstrap.servers": bootstrap, **HARNESS_SETTINGS})
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, *, timeout: float = 30.0) -> None:
@@ -104,11 +108,9 @@ class Watermarks:
         topic: str,
         *,
         group: str = "chaoslab-watermarks",
-        client_id: str = HARNESS_CLIENT,
     ) -> None:
         self.topic = topic
-        settings = {"client.id": client_id, "log_level": QUIET}
-        self._consumer = Consumer(consumer_config(bootstrap, group, **settings))
+        self._consumer = Consumer(consumer_config(bootstrap, group, **HARNESS_SETTINGS))
         self._last: dict[int, int] = {}
 
     def read(self, timeout: float = 30.0) -> dict[int, int]:
@@ -163,8 +165,7 @@ def await_group_coordinator(bootstrap: str, *, timeout: float = 120.0) -> None:
     """Until the cluster answers a consumer group's request, and every broker lists its groups.
     The first request makes Kafka create ``__consumer_offsets`` (slow on a small machine:
     docs/performance.md), which an environment does at start, not in its first run's consumers."""
-    settings = {"client.id": HARNESS_CLIENT, "log_level": QUIET}
-    consumer = Consumer(consumer_config(bootstrap, "chaoslab-warm-up", **settings))
+    consumer = Consumer(consumer_config(bootstrap, "chaoslab-warm-up", **HARNESS_SETTINGS))
 
     def answers() -> None:
         try:
@@ -222,8 +223,7 @@ def read_topic(
     if sum(ends.values()) == 0:
         return records
     settings = {
-        "client.id": HARNESS_CLIENT,
-        "log_level": QUIET,
+        **HARNESS_SETTINGS,
         "enable.partition.eof": True,
         # A partition's end shows as a fetch that returns nothing, which the broker holds for
         # fetch.wait.max.ms (500 ms by default); 10 ms makes reading a topic to every end many

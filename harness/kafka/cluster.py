@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from confluent_kafka.admin import AdminClient
 
+from harness.kafka.clients import HARNESS_CLIENT, HARNESS_SETTINGS
 from harness.kafka.protocol import ApiKey
 from harness.kafka.wire import Malformed, Reader, Writer
 
@@ -80,13 +81,10 @@ class ClusterView:
         return self.leader_of(OFFSETS_TOPIC, offsets_partition(group, count))
 
 
-def cluster_view(bootstrap: str, client_id: str, *, timeout: float = 10.0) -> ClusterView:
-    settings: dict[str, str | int] = {
-        "client.id": client_id,
-        "socket.timeout.ms": 5000,
-        "log_level": 3,
-    }
-    admin = AdminClient({"bootstrap.servers": bootstrap, **settings})
+def cluster_view(bootstrap: str, *, timeout: float = 10.0) -> ClusterView:
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap, "socket.timeout.ms": 5000, **HARNESS_SETTINGS}
+    )
     metadata = admin.list_topics(timeout=timeout)
     partitions = {
         (name, number): PartitionView(p.leader, tuple(p.replicas), tuple(p.isrs))
@@ -98,7 +96,7 @@ def cluster_view(bootstrap: str, client_id: str, *, timeout: float = 10.0) -> Cl
         try:
             # confluent_kafka's BrokerMetadata sets `host = None` unannotated, so mypy infers
             # None for what is always the broker's host name.
-            controller = quorum_leader(broker.host, broker.port, client_id, timeout=timeout)  # type: ignore[arg-type]
+            controller = quorum_leader(broker.host, broker.port, HARNESS_CLIENT, timeout=timeout)  # type: ignore[arg-type]
             break
         except (OSError, Malformed):
             continue  # that broker is going away: ask the next

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, ConsumerGroupState, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from harness.kafka.clients import HARNESS_CLIENT, QUIET, admin, consumer_config
+from harness.kafka.clients import HARNESS_SETTINGS, admin, consumer_config
 
 # librdkafka's "no committed offset" (OFFSET_INVALID).
 NO_OFFSET = -1001
@@ -51,8 +51,7 @@ class GroupWatch:
     def _connected(self) -> tuple[AdminClient, Consumer]:
         if self._clients is None:
             # Never subscribes: a consumer of the group's id only reads its committed offsets.
-            settings = {"client.id": HARNESS_CLIENT, "log_level": QUIET}
-            offsets = Consumer(consumer_config(self.bootstrap, self.group, **settings))
+            offsets = Consumer(consumer_config(self.bootstrap, self.group, **HARNESS_SETTINGS))
             self._clients = (admin(self.bootstrap), offsets)
         return self._clients
 

@@ -29,7 +29,7 @@ from harness.environment.base import ServerStartError
 from harness.environment.jvm import LIGHT_JVM
 from harness.environment.ports import LOOPBACK
 from harness.environment.servers.base import LocalServer, ServerContext
-from harness.kafka.clients import HARNESS_CLIENT
+from harness.kafka.clients import HARNESS_SETTINGS
 from harness.readiness import NotReady, accepts_connections
 
 NODE_IDS = (1, 2, 3)
@@ -179,16 +179,11 @@ class KafkaNode(LocalServer):
 def broker_registered(node: int, bootstrap: str) -> None:
     """Probe: raises unless ``node`` is a registered, unfenced broker in the metadata that
     ``bootstrap`` serves (registering needs a quorum leader, so that holds too)."""
-    settings: dict[str, str | int] = {
-        "client.id": HARNESS_CLIENT,
-        "socket.timeout.ms": 2000,
-        # Critical only: while the nodes start, the metadata names peers not listening yet, and
-        # librdkafka logged each refused connection as an error - dozens of "%3|...|FAIL|...
-        # Connection refused" lines on the console of `up` (seen on the containers backend).
-        # The probe's answer is the metadata; its timeout names what did not come up.
-        "log_level": 2,
-    }
-    admin = AdminClient({"bootstrap.servers": bootstrap, **settings})
+    # While the nodes start, the metadata names peers not listening yet (HARNESS_SETTINGS: critical
+    # errors only); the probe's answer is the metadata, its timeout names what did not come up.
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000, **HARNESS_SETTINGS}
+    )
     brokers = admin.list_topics(timeout=2).brokers
     if node not in brokers:
         raise NotReady(f"node {node} is not a registered broker yet ({sorted(brokers)})")
