@@ -216,15 +216,19 @@ def wait_until_consumed(
                 )
             )
         if now - reported > 10:
-            progress((report or _committed_of)(watches, targets))
+            progress(
+                report(watches, targets) if report else _committed(watches, targets, producer.acked)
+            )
             reported = now
         time.sleep(POLL_S)
 
 
-def _committed_of(watches: Sequence[Watch], targets: dict[int, int] | None) -> str:
-    goal = sum(targets.values()) if targets else "?"
+def _committed(watches: Sequence[Watch], targets: dict[int, int] | None, acked: int) -> str:
+    """What each lane committed, of the topic's end once the producer is done, else of what it
+    has had acknowledged so far."""
+    goal = f"of {sum(targets.values())}" if targets else f"({acked} produced so far)"
     done = ", ".join(f"{w.label} {sum(w.committed.values())}" for w in watches)
-    return f"    committed of {goal}: {done}"
+    return f"    committed {goal}: {done}"
 
 
 class ProducerThread:
