@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -20,6 +21,22 @@ ON, OFF = "failpoint-on", "failpoint-off"
 # with (NotWritablePrimary, PrimarySteppedDown, ShutdownInProgress, InterruptedAtShutdown).
 WRITE_COMMANDS = ("insert", "update", "commitTransaction")
 RETRYABLE_CODES = (10107, 189, 91, 11600)
+
+
+def draw_on_writes(
+    rng: random.Random,
+    space: Space,
+    writes: Sequence[str],
+    own: Callable[[random.Random], dict[str, Any]],
+) -> dict[str, Any]:
+    """A fault on MongoDB's write commands, drawn: which of ``writes``, when, for how long, the
+    family's own fields (``own``), and now and then how many times."""
+    commands = [c for c in writes if rng.random() < 0.6] or ["insert"]
+    entry = {**space.when(rng), "duration": space.seconds(rng, 1, 10), "commands": commands,
+             **own(rng)}  # fmt: skip
+    if rng.random() < 0.3:
+        entry["times"] = rng.randint(1, 5)
+    return entry
 
 
 @dataclass
@@ -105,12 +122,9 @@ class MongoFailCommand(Timed):
 
     @classmethod
     def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
-        commands = [c for c in WRITE_COMMANDS if rng.random() < 0.6] or ["insert"]
-        entry = {**space.when(rng), "duration": space.seconds(rng, 1, 10), "commands": commands,
-                 "error_code": rng.choice(RETRYABLE_CODES)}  # fmt: skip
-        if rng.random() < 0.3:
-            entry["times"] = rng.randint(1, 5)
-        return entry
+        return draw_on_writes(
+            rng, space, WRITE_COMMANDS, lambda r: {"error_code": r.choice(RETRYABLE_CODES)}
+        )
 
     @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:

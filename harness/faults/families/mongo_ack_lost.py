@@ -34,6 +34,7 @@ from harness.faults.base import (
     needs_link_proxies,
     positive,
 )
+from harness.faults.families.mongo import draw_on_writes
 from harness.history.events import EventKind
 from harness.pipeline.runtimes import Runtime
 from harness.records import Problem
@@ -104,12 +105,7 @@ class MongoAckLost(Timed):
 
     @classmethod
     def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
-        commands = [c for c in WRITE_COMMANDS if rng.random() < 0.6] or ["insert"]
-        entry = {**space.when(rng), "duration": space.seconds(rng, 1, 10),
-                 "commands": commands, "every": rng.randint(1, 5)}  # fmt: skip
-        if rng.random() < 0.3:
-            entry["times"] = rng.randint(1, 5)
-        return entry
+        return draw_on_writes(rng, space, WRITE_COMMANDS, lambda r: {"every": r.randint(1, 5)})
 
     @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
