@@ -250,6 +250,13 @@ def test_coverage_reads_a_coordinator_move_from_the_clients_not_from_the_proxys_
     assert Condition.COORDINATOR_MOVED not in exercised([start, moved, end], LANE).conditions
 
 
+def test_coverage_reads_a_write_the_driver_retried_and_the_server_answered() -> None:
+    failed = _event(1, EventKind.MONGO_ERROR, detail="insert: connection reset")
+    answered = _event(2, EventKind.MONGO_RETRIED, detail="insert answered on a retry")
+    assert Condition.DRIVER_RETRIED in exercised([failed, answered], LANE).conditions
+    assert Condition.DRIVER_RETRIED not in exercised([failed], LANE).conditions
+
+
 def test_explore_varies_the_consumers_mongodb_settings_and_shrinks_them_back_to_defaults() -> None:
     trials = [draw_trial(LISTENER, 7, n) for n in range(1, 40)]
     drawn = {name for t in trials for name, _ in t.shape.mongo}

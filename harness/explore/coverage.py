@@ -21,6 +21,9 @@ class Condition(StrEnum):
     KILLED_MID_WRITE = "a consumer killed mid-write"
     EXECUTOR_LOST = "an executor lost mid-task"
     WRITE_RETRIED = "a write failed and was tried again"
+    # A write or commit whose reply was lost, sent again by the MongoDB driver with its session
+    # and transaction number, and answered from the server's record (retryable writes at work).
+    DRIVER_RETRIED = "a write answered on the driver's retry"
     MOVED_IN_FLIGHT = "partitions moved with a batch in flight"
     RESTARTED = "a consumer restarted"
     # A broker answered a group request that it is no longer (or not yet) the coordinator - in
@@ -75,6 +78,8 @@ def exercised(events: Sequence[HistoryEvent], injects: Injects) -> Exercised:
                 found.add(Condition.COMMIT_FAILED)
             case EventKind.WRITE_FAILED:
                 found.add(Condition.WRITE_RETRIED)
+            case EventKind.MONGO_RETRIED:
+                found.add(Condition.DRIVER_RETRIED)
             case EventKind.EXECUTOR_LOST:
                 found.add(Condition.EXECUTOR_LOST)
             case EventKind.TASK_RETRIED:  # Spark ran a write task again: its records again
