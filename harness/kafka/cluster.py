@@ -96,14 +96,14 @@ def cluster_view(bootstrap: str, *, timeout: float = 10.0) -> ClusterView:
         try:
             # confluent_kafka's BrokerMetadata sets `host = None` unannotated, so mypy infers
             # None for what is always the broker's host name.
-            controller = quorum_leader(broker.host, broker.port, HARNESS_CLIENT, timeout=timeout)  # type: ignore[arg-type]
+            controller = quorum_leader(broker.host, broker.port, timeout=timeout)  # type: ignore[arg-type]
             break
         except (OSError, Malformed):
             continue  # that broker is going away: ask the next
     return ClusterView(tuple(sorted(metadata.brokers)), controller, partitions)
 
 
-def quorum_leader(host: str, port: int, client_id: str, *, timeout: float = 10.0) -> int | None:
+def quorum_leader(host: str, port: int, *, timeout: float = 10.0) -> int | None:
     """The node leading the KRaft quorum, by DescribeQuorum (v0) to any broker (brokers
     forward it to the controllers); None while there is no leader."""
     correlation = next(_correlation) & 0x7FFFFFFF
@@ -112,7 +112,7 @@ def quorum_leader(host: str, port: int, client_id: str, *, timeout: float = 10.0
         .int16(ApiKey.DESCRIBE_QUORUM)
         .int16(0)
         .int32(correlation)
-        .nullable_string(client_id, compact=False)  # header v2: never compact
+        .nullable_string(HARNESS_CLIENT, compact=False)  # header v2: never compact
         .uvarint(0)  # header tagged fields
         .uvarint(2)  # one topic (compact arrays carry count + 1)
         .nullable_string(METADATA_TOPIC, compact=True)

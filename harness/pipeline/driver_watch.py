@@ -13,8 +13,7 @@ run without faults writes nothing here.
 
 from __future__ import annotations
 
-from pymongo import monitoring
-from pymongo.errors import _OperationCancelled
+from pymongo import errors, monitoring
 
 from harness.history.events import EventKind, HistoryWriter
 
@@ -25,6 +24,10 @@ def driver_watch(
     """The listeners to pass as a MongoClient's ``event_listeners``."""
     return [DriverWatch(history), MonitorWatch(history)]
 
+
+# A check the driver cancelled itself because a command had already failed on that server: not a
+# second failure. pymongo's own internal class, absent from older 4.x (then nothing is skipped).
+_CANCELLED: type[BaseException] | tuple[()] = getattr(errors, "_OperationCancelled", ())
 
 # Operations whose failed command is remembered until they end, at most this many (an
 # operation the driver gave up on never ends in a success).
@@ -77,9 +80,7 @@ class MonitorWatch(monitoring.ServerHeartbeatListener):
     # One event per outage, not one per check: the monitor checks every half second while the
     # server does not answer.
     def failed(self, event: monitoring.ServerHeartbeatFailedEvent) -> None:
-        # A check the driver cancelled because a command had already failed on that server
-        # (pymongo's own internal error class) is not a second failure.
-        if event.connection_id in self._unreachable or isinstance(event.reply, _OperationCancelled):
+        if event.connection_id in self._unreachable or isinstance(event.reply, _CANCELLED):
             return
         self._unreachable.add(event.connection_id)
         self.history.record(EventKind.MONGO_ERROR, detail=f"heartbeat: {event.reply}")
