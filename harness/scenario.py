@@ -33,7 +33,7 @@ from harness.environment.backends import names as backend_names
 from harness.environment.base import BackendAbilities
 from harness.environment.spark import SparkCluster
 from harness.errors import BadInput
-from harness.faults.base import Fault, Setting
+from harness.faults.base import Fault, Setting, Timed
 from harness.faults.kinds import parse_fault
 from harness.outbox.relays import make_relay
 from harness.outbox.workload import OutboxSpec
@@ -408,6 +408,7 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
         if fault is not None and fault.name in seen:
             pr.add(f"faults[{i}].name", f"{fault.name!r} is used twice")
         seen |= {fault.name} if fault is not None else set()
+    _sequence_problems(pr, faults)
     expect = {
         str(label): tuple(_expectations(pr, f"expect.{label}", spec))
         for label, spec in (_mapping(pr, "expect", top.get("expect", {})) or {}).items()
@@ -541,6 +542,28 @@ def _fault(pr: Problems, index: int, raw: Any) -> Fault | None:
         for field_name, problem in exc.problems:
             pr.add(f"{where}.{field_name}" if field_name else where, problem)
         return None
+
+
+def _sequence_problems(pr: Problems, faults: list[Fault | None]) -> None:
+    """A fault that starts ``after`` another must name one with a window (steps the nemesis
+    takes), and the chain must end: one waiting on itself through others would never start."""
+    windows = {f.name: f for f in faults if f is not None and f.steps(0)}
+    for i, fault in enumerate(faults):
+        first = fault.after if isinstance(fault, Timed) else None
+        if fault is None or first is None or first == fault.name:
+            continue  # no sequence, or the family's own problems said so
+        if first not in windows:
+            have = sorted(n for n in windows if n != fault.name)
+            pr.add(f"faults[{i}].after", f"no fault {first!r} with a window here (have: {have})")
+            continue
+        chain: list[str] = [fault.name]
+        following: str | None = first
+        while following is not None and following not in chain:
+            chain.append(following)
+            before = windows.get(following)
+            following = before.after if isinstance(before, Timed) else None
+        if following is not None:
+            pr.add(f"faults[{i}].after", f"{' -> '.join([*chain, following])}: a cycle")
 
 
 def _bursts(faults: list[Fault]) -> tuple[Burst, ...]:

@@ -3,6 +3,7 @@ into the steps the nemesis will take."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import cast
 
@@ -24,7 +25,7 @@ from harness.history.windows import fault_windows
 from harness.pipeline.crash import Crasher, CrashPlan, CrashPoint
 from harness.pipeline.runtimes import LISTENER
 from harness.records import FieldErrors
-from harness.scenario import Scenario, parse_scenario
+from harness.scenario import Scenario, ScenarioError, parse_scenario
 
 
 def scenario(seed: int, faults: list[dict]) -> Scenario:
@@ -220,3 +221,45 @@ def test_a_mid_write_plan_whose_batch_is_too_small_fires_in_the_next_big_enough_
     # Once means once; a plan for every 2nd batch from the 2nd carries each miss forward.
     every = CrashPlan(CrashPoint.MID_WRITE, at_batch=2, every=2, times=3, after_docs=5)
     assert firing_batches(every, [9, 3, 9, 9, 9, 4, 2, 9], tmp_path / "every") == [3, 4, 8]
+
+
+def test_a_fault_after_another_starts_its_clock_when_that_one_ends() -> None:
+    faults = scenario(1, [
+        {"kind": "consumer-freeze", "name": "pause", "at": 0, "duration": 0.5},
+        {"kind": "consumer-kill", "name": "kill", "after": "pause", "at": 0.3},
+    ]).faults  # fmt: skip
+    schedule = plan(faults, 1)
+    assert "kill (consumer-kill): at the end of pause +0.30s start" in describe(schedule)
+    # No consumers to act on: what is under test is only when each step is due.
+    nemesis = Nemesis(env=None, schedule=schedule, targets=[])  # type: ignore[arg-type]
+    nemesis.tick(1000.0, 0)  # long past both faults' ``at`` on the schedule's clock
+    assert "pause" in nemesis.under_way() and not nemesis.done  # the kill waits for the thaw
+    pause_ended = None
+    deadline = time.monotonic() + 10
+    while not nemesis.done and time.monotonic() < deadline:
+        nemesis.tick(1000.0, 0)
+        if pause_ended is None and "pause" not in nemesis.under_way():
+            pause_ended = time.monotonic()
+            assert not nemesis.done  # the kill is not due the moment the pause ends
+    assert nemesis.done and pause_ended is not None
+    assert time.monotonic() - pause_ended >= 0.3
+
+
+@pytest.mark.parametrize(
+    ("faults", "problem"),
+    [
+        ([{"kind": "consumer-kill", "after": "nothing", "at": 1}], "no fault 'nothing'"),
+        ([{"kind": "consumer-kill", "name": "k", "after": "k", "at": 1}], "names this fault"),
+        ([{"kind": "consumer-kill", "name": "a", "after": "b", "at": 1},
+          {"kind": "consumer-kill", "name": "b", "after": "a", "at": 1}], "a -> b -> a: a cycle"),
+        ([{"kind": "consumer-kill", "name": "a", "at": 1},
+          {"kind": "consumer-kill", "after": "a", "at_event": 5}], "give 'at'"),
+        ([{"kind": "consumer-crash", "name": "c", "point": "before-write", "at_batch": 2},
+          {"kind": "consumer-kill", "after": "c", "at": 1}], "with a window"),
+    ],
+)  # fmt: skip
+def test_a_fault_after_another_must_name_one_it_can_follow(
+    faults: list[dict], problem: str
+) -> None:
+    with pytest.raises(ScenarioError, match=problem):
+        scenario(1, faults)

@@ -33,7 +33,12 @@ LIBRARY = sorted(Path("scenarios").glob("*.yaml"))
 
 def run_cli(env: LocalEnvironment, out: Path, *args: str) -> tuple[Any, dict[str, Any]]:
     result = chaoslab(*args, "--env", str(env.directory), "--out", str(out), timeout=1500)
-    report = json.loads((out / "results.json").read_text())
+    written = out / "results.json"
+    assert written.exists(), (
+        f"chaoslab {' '.join(args)} exited {result.returncode} and wrote no {written.name};"
+        f" its last output:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    )
+    report = json.loads(written.read_text())
     return result, report
 
 

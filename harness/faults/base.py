@@ -110,6 +110,9 @@ class Step:
 
     action: str
     at: float | None = None  # seconds after the run started (first step only)
+    # The fault whose window's end starts ``at``'s clock instead (first step only): a
+    # scenario's faults one after the other however long each took on a loaded machine.
+    following: str = ""
     at_event: int | None = None  # acknowledged records (first step, or a producer burst's end)
     after: float = 0.0  # seconds after the previous step of the same fault (at least)
     rotation: int = 0  # which rotation of a rolling restart
@@ -118,7 +121,9 @@ class Step:
 
     def describe(self) -> str:
         when = (
-            f"at {self.at:.2f}s"
+            f"at the end of {self.following} +{self.at:.2f}s"
+            if self.at is not None and self.following
+            else f"at {self.at:.2f}s"
             if self.at is not None
             else f"at event {self.at_event}"
             if self.at_event is not None
@@ -416,9 +421,18 @@ class Fault(ABC):
         """A scenario entry for one such fault (without ``kind``)."""
 
 
-class Timed(Fault):
-    """A fault that starts ``at`` seconds into the run, or once ``at_event`` records were
-    acknowledged, plus a seeded ``jitter``."""
+@dataclass(frozen=True)
+class _Following:
+    # Another fault of the scenario: a timed fault's ``at`` counts from the end of its window
+    # (Jepsen's generators compose phases so), not from the schedule's clock. Keyword-only, and
+    # in a base of its own, so that each family's record keeps its fields in its own order.
+    after: str | None = field(default=None, kw_only=True)
+
+
+class Timed(_Following, Fault):
+    """A fault that starts ``at`` seconds into the run - or, with ``after``, ``at`` seconds
+    after the named fault's window ended - or once ``at_event`` records were acknowledged,
+    plus a seeded ``jitter``."""
 
     at: float | None
     at_event: int | None
@@ -428,6 +442,10 @@ class Timed(Fault):
         if (self.at is None) == (self.at_event is None):
             return [("at", "give exactly one of 'at' (seconds) or 'at_event' (records)")]
         found = []
+        if self.after is not None and self.at is None:
+            found.append(("after", "counts 'at' seconds from that fault's end: give 'at'"))
+        if self.after == self.name:
+            found.append(("after", "names this fault itself"))
         if self.at is not None and self.at < 0:
             found.append(("at", f"must be >= 0, got {self.at}"))
         if self.at_event is not None and self.at_event < 0:
@@ -445,7 +463,7 @@ class Timed(Fault):
         if self.at_event is not None:
             return Step(START, at_event=self.at_event, after=offset)
         assert self.at is not None  # a parsed fault has exactly one of at and at_event
-        return Step(START, at=self.at + offset)
+        return Step(START, at=self.at + offset, following=self.after or "")
 
     def window(self, seed: int, on: str, off: str, duration: float) -> tuple[Step, ...]:
         """Start; ``on``; ``off`` ``duration`` seconds later; end."""

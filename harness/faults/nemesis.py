@@ -47,6 +47,7 @@ class Nemesis:
     _progress: list[_Progress] = field(init=False)
     _opened: set[str] = field(default_factory=set, init=False)  # windows not ended yet
     _clock_started: bool = field(default=False, init=False)
+    _ended: dict[str, float] = field(default_factory=dict, init=False)  # monotonic, by fault
 
     def __post_init__(self) -> None:
         self._context = Context(self.env, self.targets, self.topic)
@@ -102,6 +103,9 @@ class Nemesis:
         produced_all: bool,
     ) -> bool:
         now = time.monotonic()
+        if step.at is not None and step.following:
+            ended = self._ended.get(step.following)
+            return ended is not None and now - ended >= step.at
         if step.at is not None:
             return elapsed is not None and elapsed >= step.at
         if step.at_event is not None:
@@ -140,6 +144,7 @@ class Nemesis:
             self._context.record(EventKind.FAULT_START, fault)
         elif step.action == END:
             self._opened.discard(fault.name)
+            self._ended[fault.name] = time.monotonic()
             self._context.record(EventKind.FAULT_END, fault)
         else:
             progress.actor.take(step)
