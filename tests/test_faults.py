@@ -234,12 +234,13 @@ def test_a_fault_after_another_starts_its_clock_when_that_one_ends() -> None:
     nemesis = Nemesis(env=None, schedule=schedule, targets=[])  # type: ignore[arg-type]
     nemesis.tick(1000.0, 0)  # long past both faults' ``at`` on the schedule's clock
     assert "pause" in nemesis.under_way() and not nemesis.done  # the kill waits for the thaw
-    pause_ended = None
+    pause_ended = None  # no later than the pause's end: taken before the tick that ended it
     deadline = time.monotonic() + 10
     while not nemesis.done and time.monotonic() < deadline:
+        before = time.monotonic()
         nemesis.tick(1000.0, 0)
         if pause_ended is None and "pause" not in nemesis.under_way():
-            pause_ended = time.monotonic()
+            pause_ended = before
             assert not nemesis.done  # the kill is not due the moment the pause ends
     assert nemesis.done and pause_ended is not None
     assert time.monotonic() - pause_ended >= 0.3

@@ -20,7 +20,7 @@ from harness.outbox.relay import target
 from harness.outbox.writer import read_written
 from harness.pipeline.runtime import RuntimeConfig
 from harness.report.table import BESIDE_NOTE, beside
-from harness.results.model import load
+from harness.results.model import RESULTS, load
 from harness.scenario import load_scenario
 from harness.workload.ledger import read_ledger
 from harness.workload.producer import aborted_ledger
@@ -33,7 +33,7 @@ LIBRARY = sorted(Path("scenarios").glob("*.yaml"))
 
 def run_cli(env: LocalEnvironment, out: Path, *args: str) -> tuple[Any, dict[str, Any]]:
     result = chaoslab(*args, "--env", str(env.directory), "--out", str(out), timeout=1500)
-    written = out / "results.json"
+    written = out / RESULTS
     assert written.exists(), (
         f"chaoslab {' '.join(args)} exited {result.returncode} and wrote no {written.name};"
         f" its last output:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
