@@ -26,7 +26,7 @@ from harness.environment.backends import (
 )
 from harness.environment.base import BackendAbilities, Environment, EnvironmentStatus, NoEnvironment
 from harness.environment.doctor import component_versions
-from harness.environment.signals import stop_on_termination
+from harness.environment.signals import ctrl_c_unwrapped, stop_on_termination
 from harness.errors import BadInput, LabError
 from harness.explore import inputs as explore_inputs
 from harness.explore import report as explore_report
@@ -660,7 +660,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(format="chaoslab: %(message)s", level=logging.WARNING)
     handler: Callable[[argparse.Namespace], int] = args.handler  # set by each subcommand
     try:
-        return handler(args)
+        with ctrl_c_unwrapped():
+            return handler(args)
     except LabError as exc:
         # Bad input is one problem per line (FILE: FIELD: problem), each worth its prefix; a
         # server's error carries the tail of its log, which is left as it is.

@@ -1,7 +1,8 @@
 """Turn SIGTERM and SIGHUP into an exception, so ``with`` blocks unwind and stop their servers.
 
 SIGINT already raises KeyboardInterrupt; a harness killed by SIGTERM (CI cancelling a job, a
-container stopping) would otherwise die without running any cleanup.
+container stopping) would otherwise die without running any cleanup. Ctrl-C that lands inside
+confluent-kafka's C code comes out disguised; ``ctrl_c_unwrapped`` gives it back its name.
 """
 
 from __future__ import annotations
@@ -39,3 +40,19 @@ def stop_on_termination() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@contextmanager
+def ctrl_c_unwrapped() -> Iterator[None]:
+    """Ctrl-C raised inside confluent-kafka's C code leaves as KeyboardInterrupt.
+
+    When SIGINT arrives while the extension calls back into Python (creating a topic's future,
+    logging), the KeyboardInterrupt is raised in that call and the extension returns with it
+    still set, so Python raises ``SystemError`` caused by it (confluent-kafka-python#1708): the
+    code that stops a run on Ctrl-C would take it for a crash."""
+    try:
+        yield
+    except SystemError as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):
+            raise KeyboardInterrupt from exc
+        raise

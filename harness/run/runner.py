@@ -20,6 +20,7 @@ from pathlib import Path
 from harness.checker import LedgerArrays, check, load_ledger
 from harness.checker.explain import explain
 from harness.environment.base import Environment, Link, tail
+from harness.environment.signals import ctrl_c_unwrapped
 from harness.environment.spark import SparkCluster
 from harness.errors import LabError
 from harness.faults.base import Target
@@ -94,29 +95,31 @@ def run_scenario(
             out_dir,
         )
 
-    try:
-        if scenario.outbox is not None:  # seed 003: the relays side by side, then the sink
-            results.extend(run_outbox(env, scenario, out_dir, progress, keep_topics, stop))
-            so_far().write(out_dir / RESULTS)
+    # Ctrl-C inside the Kafka client's C code is still Ctrl-C to the caller.
+    with ctrl_c_unwrapped():
+        try:
+            if scenario.outbox is not None:  # seed 003: the relays side by side, then the sink
+                results.extend(run_outbox(env, scenario, out_dir, progress, keep_topics, stop))
+                so_far().write(out_dir / RESULTS)
+                return so_far()
+            # Side by side, every runtime's variants share one topic and one broker's weather
+            # (as seed 002's three channels did), under one fault schedule; one at a time, each
+            # variant has the machine to itself (throughput).
+            groups = [list(scenario.lanes)]
+            if not scenario.pipeline.parallel:
+                groups = [[lane] for lane in scenario.lanes]
+            for group in groups:
+                progress(f"[{len(results) + len(group)}/{total}] {_labels(group)}")
+                results.extend(
+                    run_side_by_side(env, scenario, group, out_dir, progress, keep_topics, stop)
+                )
+                so_far().write(out_dir / RESULTS)  # a later failure keeps what was measured
             return so_far()
-        # Side by side, every runtime's variants share one topic and one broker's weather (as
-        # seed 002's three channels did), under one fault schedule; one at a time, each variant
-        # has the machine to itself (throughput).
-        groups = [list(scenario.lanes)]
-        if not scenario.pipeline.parallel:
-            groups = [[lane] for lane in scenario.lanes]
-        for group in groups:
-            progress(f"[{len(results) + len(group)}/{total}] {_labels(group)}")
-            results.extend(
-                run_side_by_side(env, scenario, group, out_dir, progress, keep_topics, stop)
-            )
-            so_far().write(out_dir / RESULTS)  # a later failure keeps what was measured
-        return so_far()
-    except Stopped:
-        raise
-    except LabError as exc:  # its results.json says why, with what was measured before
-        replace(so_far(), error=str(exc)).write(out_dir / RESULTS)
-        raise
+        except Stopped:
+            raise
+        except LabError as exc:  # its results.json says why, with what was measured before
+            replace(so_far(), error=str(exc)).write(out_dir / RESULTS)
+            raise
 
 
 def _labels(group: list[tuple[str, VariantSpec]]) -> str:

@@ -1,0 +1,76 @@
+"""Ctrl-C is Ctrl-C wherever it lands: inside confluent-kafka's C code it arrives as a
+``SystemError`` caused by the KeyboardInterrupt, which ``ctrl_c_unwrapped`` turns back. Found
+by the explore Ctrl-C test: SIGINT during a topic's creation made the CLI exit 1 with a
+traceback instead of 130 with its findings."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from tests.support import sigint_as_in_a_terminal
+
+# A child interrupts itself every 2 ms while its main thread creates topics (no broker needed:
+# the admin client returns the futures at once), once bare and once unwrapped, and counts what
+# each interrupt came out as.
+CHILD = textwrap.dedent(
+    """
+    import contextlib, json, os, signal, threading, time
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from harness.environment.signals import ctrl_c_unwrapped
+
+    client = AdminClient({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    firing, stopped = threading.Event(), threading.Event()
+
+    def interrupter():
+        firing.wait()
+        while not stopped.is_set():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.002)
+
+    def count(wrapper, wanted=50, deadline_s=60.0):
+        seen = {"KeyboardInterrupt": 0, "SystemError": 0}
+        stopped.clear()
+        thread = threading.Thread(target=interrupter)
+        thread.start()
+        firing.set()
+        end = time.monotonic() + deadline_s
+        n = 0
+        try:
+            while sum(seen.values()) < wanted and time.monotonic() < end:
+                try:
+                    with wrapper():
+                        n += 1
+                        client.create_topics([NewTopic(f"t{n}", num_partitions=1)])
+                except (KeyboardInterrupt, SystemError) as exc:
+                    seen[type(exc).__name__] += 1
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # the interrupter's last ones
+            stopped.set()
+            thread.join()
+            firing.clear()
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        return seen
+
+    print(json.dumps({"bare": count(contextlib.nullcontext), "unwrapped": count(ctrl_c_unwrapped)}))
+    """
+)
+
+
+def test_ctrl_c_inside_the_kafka_clients_c_code_comes_out_as_keyboard_interrupt() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        preexec_fn=sigint_as_in_a_terminal,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = json.loads(done.stdout)
+    bare, unwrapped = seen["bare"], seen["unwrapped"]
+    # Bare, the C code's disguise shows (else this test would prove nothing) ...
+    assert bare["SystemError"] > 0, done.stdout
+    # ... unwrapped, every interrupt is a KeyboardInterrupt.
+    assert unwrapped == {"KeyboardInterrupt": 50, "SystemError": 0}, done.stdout
