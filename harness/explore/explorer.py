@@ -31,7 +31,7 @@ from harness.explore.model import (
     promises,
     violations,
 )
-from harness.explore.shrink import shrink
+from harness.explore.shrink import PASSED, STILL_FAILS, Replay, Verdict, shrink
 from harness.explore.trial import Trial, draw_trial, refused
 from harness.faults.kinds import injects, parse_fault
 from harness.history.events import read_history
@@ -127,16 +127,22 @@ def _shrink(
     last_failing: list[RunRecord] = [record]
     progress(f"  found: {'; '.join(map(str, record.violations))}; shrinking")
 
-    def fails(trial: Trial) -> bool:
+    def replay(trial: Trial) -> Replay:
         try:
             attempt = run_one(env, trial, folder / "shrink" / f"try-{next(tries):03d}", 0, stop)
         except KeyboardInterrupt:  # Ctrl-C while shrinking keeps the smallest failing so far
             state.interrupted = CTRL_C
-            return False
+            return Replay(Verdict.UNJUDGED, CTRL_C)
         if any(v.variant in broken for v in attempt.violations):
             last_failing.append(attempt)
-            return True
-        return False
+            return STILL_FAILS
+        if attempt.error:
+            return Replay(Verdict.UNJUDGED, attempt.verdict)
+        # A fault that never fired for a lane that broke: the run tried less than the candidate.
+        silent = sorted({a.name for a in attempt.aimed if a.variant in broken and not a.fired})
+        if silent:
+            return Replay(Verdict.UNJUDGED, f"{', '.join(silent)} never fired")
+        return PASSED
 
     def out_of_time() -> bool:
         replays = plan.replays * statistics.median(r.seconds for r in last_failing[-3:])
@@ -145,7 +151,7 @@ def _shrink(
     minimal, trail = shrink(
         record.trial,
         violators,
-        fails,
+        replay,
         valid=lambda t: not refused(t, plan.explored.backend),
         out_of_time=out_of_time,
         clock=time.monotonic,
@@ -269,6 +275,7 @@ def _exercised(result: ScenarioResult) -> tuple[tuple[str, Exercised], ...]:
 def _aimed(trial: Trial, result: ScenarioResult) -> tuple[Aimed, ...]:
     return tuple(
         Aimed(
+            str(entry["name"]),
             str(entry["kind"]),
             parse_fault(entry, str(entry["name"])).aim(),
             v.label,

@@ -41,6 +41,7 @@ class Aimed:
     """A fault of a run as the coverage counts it: its kind, what it aimed at, the variant,
     and whether it fired for that variant."""
 
+    name: str  # the fault's, in its trial
     kind: str
     target: str
     variant: str

@@ -6,7 +6,12 @@ The passes, in order: keep only the variants that broke their promise; drop faul
 each fault's fields (shorter, fewer, earlier, softer); put the MongoDB client settings back to
 the driver's defaults; shrink the workload. A pass that made
 progress runs again on what it made; the round repeats until none does, or time is up. The
-candidates are pure functions of the trial; only ``fails`` runs anything.
+candidates are pure functions of the trial; only ``replay`` runs anything.
+
+A replay can say nothing about its candidate: one of its faults never fired (a crash waiting for
+a batch of 67 documents when every batch held fewer), or the run did not finish. Such a candidate
+is neither kept nor remembered as passing, and the next simplification kept starts the round
+again, so it is tried on the changed trial (often one whose fault now fires).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from enum import Enum
 from typing import Any
 
 from harness.explore.trial import Shape, Trial, describe
@@ -45,13 +51,37 @@ class Candidate:
     what: str  # "drop commit-failure#2", "events 800 -> 400"
 
 
+class Verdict(Enum):
+    """What a candidate's replay showed."""
+
+    FAILS = "still fails, kept"
+    PASSES = "passes"
+    UNJUDGED = "not judged"  # a fault of it never fired, or the run did not finish
+
+
+@dataclass(frozen=True)
+class Replay:
+    verdict: Verdict
+    why: str = ""  # for UNJUDGED: what left the run saying nothing
+
+    def __str__(self) -> str:
+        return f"{self.verdict.value} ({self.why})" if self.why else self.verdict.value
+
+
+STILL_FAILS, PASSED = Replay(Verdict.FAILS), Replay(Verdict.PASSES)
+
+
 @dataclass(frozen=True)
 class Tried:
-    """One step of the shrink trail: a candidate and whether it still failed."""
+    """One step of the shrink trail: a candidate and what its replay showed."""
 
     what: str
-    kept: bool
+    replay: Replay
     seconds: float
+
+    @property
+    def kept(self) -> bool:
+        return self.replay.verdict is Verdict.FAILS
 
 
 Pass = Callable[[Trial, tuple[str, ...]], Iterator[Candidate]]
@@ -124,19 +154,20 @@ PASSES: tuple[Pass, ...] = (
 def shrink(
     trial: Trial,
     violators: tuple[str, ...],
-    fails: Callable[[Trial], bool],
+    replay: Callable[[Trial], Replay],
     *,
     valid: Callable[[Trial], bool],
     out_of_time: Callable[[], bool],
     clock: Callable[[], float],
     said: Callable[[str], None] = lambda _line: None,
 ) -> tuple[Trial, tuple[Tried, ...]]:
-    """The smallest trial the passes reach that still ``fails``, and the trail of tries."""
+    """The smallest trial the passes reach whose ``replay`` still fails, and the trail of
+    tries."""
     current, trail = trial, []
     passed: set[str] = set()  # candidates replayed that did not fail: not replayed again
     progress = True
     while progress and not out_of_time():
-        progress = False
+        progress, unjudged, again = False, False, False
         for shrink_pass in PASSES:
             while not out_of_time():
                 accepted = None
@@ -147,17 +178,24 @@ def shrink(
                     if candidate.trial == current or key in passed or not valid(candidate.trial):
                         continue
                     started = clock()
-                    kept = fails(candidate.trial)
-                    if not kept:
+                    shown = replay(candidate.trial)
+                    trail.append(Tried(candidate.what, shown, clock() - started))
+                    said(f"  shrink: {candidate.what}: {shown}")
+                    if shown.verdict is Verdict.PASSES:
                         passed.add(key)
-                    trail.append(Tried(candidate.what, kept, clock() - started))
-                    said(f"  shrink: {candidate.what}: {'still fails, kept' if kept else 'passes'}")
-                    if kept:
+                    unjudged |= shown.verdict is Verdict.UNJUDGED
+                    if shown.verdict is Verdict.FAILS:
                         accepted = candidate.trial
                         break
                 if accepted is None:
                     break
                 current, progress = accepted, True
+                # The round again: what said nothing is tried on the changed trial.
+                again = unjudged
+                if again:
+                    break
+            if again:
+                break
     return current, tuple(trail)
 
 
