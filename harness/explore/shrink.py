@@ -43,6 +43,7 @@ SIMPLEST: dict[str, float] = {
     "fraction": 0.05,
 }
 SMALLEST_EVENTS = 50
+FEWEST_KEYS = 10
 
 
 @dataclass(frozen=True)
@@ -115,18 +116,17 @@ def simplify_faults(trial: Trial, violators: tuple[str, ...]) -> Iterator[Candid
 
 
 def shrink_workload(trial: Trial, violators: tuple[str, ...]) -> Iterator[Candidate]:
+    """The smallest workload first, then halfway (as a fault's fields): a failure that needs no
+    volume is at its smallest in one replay."""
     s = trial.shape
-    if s.events > SMALLEST_EVENTS:
-        events = max(SMALLEST_EVENTS, s.events // 2)
+    for events in _smaller(s.events, SMALLEST_EVENTS):
         yield _shape(trial, replace(s, events=events), f"events {s.events} -> {events}")
     if s.consumers > 1:
         yield _shape(trial, replace(s, consumers=1), f"consumers {s.consumers} -> 1")
     if s.partitions > 1:
         yield _shape(trial, replace(s, partitions=1), f"partitions {s.partitions} -> 1")
-    if s.keys > 10:
-        yield _shape(
-            trial, replace(s, keys=max(10, s.keys // 2)), f"keys {s.keys} -> {s.keys // 2}"
-        )
+    for keys in _smaller(s.keys, FEWEST_KEYS):
+        yield _shape(trial, replace(s, keys=keys), f"keys {s.keys} -> {keys}")
 
 
 def default_settings(trial: Trial, violators: tuple[str, ...]) -> Iterator[Candidate]:
@@ -214,6 +214,11 @@ def _simpler(key: str, value: Any) -> list[Any]:
     else:
         halfway = round(halfway, 1)
     return [v for v in dict.fromkeys([simplest, halfway]) if v < value]
+
+
+def _smaller(value: int, smallest: int) -> list[int]:
+    """``smallest``, then halfway to it, of those below ``value``."""
+    return [v for v in dict.fromkeys([smallest, (value + smallest) // 2]) if v < value]
 
 
 def _shape(trial: Trial, shape: Shape, what: str) -> Candidate:
