@@ -16,8 +16,8 @@ from harness.errors import BadInput
 from harness.explore import report
 from harness.explore.coverage import Condition, exercised, unreached
 from harness.explore.inputs import default_variants, plan
-from harness.explore.model import Aim, Aimed, RunRecord, aims
-from harness.explore.shrink import PASSED, STILL_FAILS, Replay, Verdict, shrink
+from harness.explore.model import Aim, Aimed, Exploration, Finding, RunRecord, aims
+from harness.explore.shrink import PASSED, STILL_FAILS, Replay, Tried, Verdict, shrink
 from harness.explore.trial import Explored, Shape, Trial, draw_trial, drawable, refused
 from harness.faults.base import Space
 from harness.faults.kinds import KINDS, injects, parse_fault
@@ -320,3 +320,19 @@ def test_explore_varies_the_consumers_mongodb_settings_and_shrinks_them_back_to_
                                 out_of_time=lambda: False, clock=lambda: 0.0)  # fmt: skip
     assert independent.shape.mongo == ()
     assert len([t for t in trail if t.what.startswith("mongo")]) == 1
+
+
+def test_the_report_counts_the_shrink_tries_that_said_nothing(tmp_path: Path) -> None:
+    planned = plan(runtime="listener", variants=["naive"], kinds=["consumer-crash"],
+                   backend=LOCAL, budget="60", seed=3, out=tmp_path)  # fmt: skip
+    trial = draw_trial(planned.explored, 3, 1)
+    silent = Replay(Verdict.UNJUDGED, "consumer-crash#1 never fired")
+    trail = (
+        Tried("drop consumer-crash#1", PASSED, 1.0),
+        Tried("drop consumer-crash#2", silent, 1.0),
+        Tried("consumer-crash#1: after_docs 67 -> 1", STILL_FAILS, 1.0),
+    )
+    found = Finding(1, 1, (), trial, trail, reproduced=1, replays=1, directory=tmp_path / "f")
+    page = report.write(Exploration(planned, findings=[found])).read_text()
+    assert "Shrunk in 3 tries (1 kept, 1 not judged)" in page
+    assert str(trail[1].replay) == "not judged (consumer-crash#1 never fired)"

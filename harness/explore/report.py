@@ -11,6 +11,7 @@ from pathlib import Path
 
 from harness.explore.coverage import Condition, Exercised, unreached
 from harness.explore.model import Exploration, Finding, RunRecord, aims
+from harness.explore.shrink import Tried, Verdict
 
 PAGE = "explore.md"
 
@@ -94,7 +95,7 @@ def _finding(f: Finding, out: Path) -> str:
     shown = f" Its timeline: [report]({os.path.relpath(f.report, out)})." if f.report else ""
     return (
         f"* **found-{f.number}** (run {f.run}): {'; '.join(map(str, f.violations))}. Shrunk in "
-        f"{len(f.trail)} tries ({sum(t.kept for t in f.trail)} kept) to "
+        f"{len(f.trail)} tries ({_kept(f.trail)}) to "
         f"`{f.minimal.schedule()}` over {f.minimal.shape.events} events; reproduced in "
         f"{f.reproduced} of {f.replays} replays. Re-run: `chaoslab run {where}`.{shown}"
     )
@@ -106,3 +107,9 @@ def _run(r: RunRecord) -> str:
         f", {s.settings}" if s.mongo else ""
     )
     return f"| {r.number} | {workload} | {r.trial.schedule()} | {r.verdict} | {r.seconds:.0f} |"
+
+
+def _kept(trail: tuple[Tried, ...]) -> str:
+    """``3 kept``, and how many said nothing (``1 not judged``) where some did."""
+    unjudged = sum(t.replay.verdict is Verdict.UNJUDGED for t in trail)
+    return f"{sum(t.kept for t in trail)} kept" + (f", {unjudged} not judged" if unjudged else "")

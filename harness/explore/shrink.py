@@ -49,7 +49,7 @@ FEWEST_KEYS = 10
 @dataclass(frozen=True)
 class Candidate:
     trial: Trial
-    what: str  # "drop commit-failure#2", "events 800 -> 400"
+    what: str  # "drop commit-failure#2", "events 800 -> 50"
 
 
 class Verdict(Enum):
