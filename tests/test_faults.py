@@ -12,6 +12,7 @@ import pytest
 from harness.environment.base import Environment
 from harness.faults.base import END, START, Context, Step, Target
 from harness.faults.families.broker import Do
+from harness.faults.families.consumer import ConsumerFreeze
 from harness.faults.families.mongo import OFF as FAILPOINT_OFF
 from harness.faults.families.mongo import ON as FAILPOINT_ON
 from harness.faults.families.mongo_restart import AWAIT_MONGO, START_MONGO, STOP_MONGO
@@ -244,6 +245,28 @@ def test_a_fault_after_another_starts_its_clock_when_that_one_ends() -> None:
             assert not nemesis.done  # the kill is not due the moment the pause ends
     assert nemesis.done and pause_ended is not None
     assert time.monotonic() - pause_ended >= 0.3
+
+
+def test_a_thawed_consumer_has_its_aftermath_before_the_run_may_end() -> None:
+    # A run stopped at the thaw cut off what the program did next (its stale write, its own
+    # "session timed out" line): the run goes on for the freeze's aftermath; a kill has none.
+    faults = scenario(1, [
+        {"kind": "consumer-freeze", "name": "pause", "at": 0, "duration": 0.2},
+        {"kind": "consumer-kill", "name": "kill", "at": 0},
+    ]).faults  # fmt: skip
+    nemesis = Nemesis(env=None, schedule=plan(faults, 1), targets=[])  # type: ignore[arg-type]
+    assert not nemesis.settling
+    deadline = time.monotonic() + 20
+    while not nemesis.done and time.monotonic() < deadline:
+        nemesis.tick(1000.0, 0)
+        time.sleep(0.01)
+    thawed = time.monotonic()
+    assert nemesis.done and not nemesis.busy
+    assert nemesis.settling  # the freeze ended under its 5 s aftermath ago
+    while nemesis.settling and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not nemesis.settling
+    assert time.monotonic() - thawed >= ConsumerFreeze.aftermath_s - 0.5
 
 
 @pytest.mark.parametrize(

@@ -354,6 +354,9 @@ class Fault(ABC):
     # scenario may run beside it unharmed (``harness.schedule_runs``). One that acts on a server
     # or a link of the environment (every run's) needs the environment to itself.
     own_run_only: ClassVar[bool] = False
+    # Seconds the run goes on after the fault's window ended, however soon the work was done:
+    # what the fault set off may still be under way then.
+    aftermath_s: ClassVar[float] = 0.0
     name: str
 
     def problems(self) -> list[Problem]:

@@ -64,6 +64,16 @@ class Nemesis:
         """A fault has started and has steps left to take."""
         return any(0 < p.next_step < len(p.plan.steps) for p in self._progress)
 
+    @property
+    def settling(self) -> bool:
+        """A fault's window ended less than its ``aftermath_s`` ago."""
+        now = time.monotonic()
+        return any(
+            now - self._ended[p.name] < p.fault.aftermath_s
+            for p in self.schedule
+            if p.name in self._ended
+        )
+
     def under_way(self) -> str:
         """``rolling restart at await-broker-stopped (node 3)``, for each fault under way."""
         return "; ".join(

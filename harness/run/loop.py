@@ -59,6 +59,9 @@ class Ticking(Protocol):
     @property
     def busy(self) -> bool: ...  # a fault has started and has steps left
 
+    @property
+    def settling(self) -> bool: ...  # a fault ended, and what it set off may be under way
+
     def under_way(self) -> str: ...  # the faults under way and the step each is at
 
     def tick(self, elapsed: float | None, acked: int, *, produced_all: bool = False) -> None: ...
@@ -196,8 +199,9 @@ def wait_until_consumed(
                 watch.finished = True
                 watch.history.record(EventKind.CAUGHT_UP)
         # Once the work is done, a fault that has not started would hit nothing: it is not
-        # started (it did not fire; the result says so). One under way plays out.
-        if not behind and not nemesis.busy:
+        # started (it did not fire; the result says so). One under way plays out, and its
+        # aftermath (a thawed consumer's stale write).
+        if not behind and not nemesis.busy and not nemesis.settling:
             assert producer.summary is not None
             return producer.summary
         if stop is not None and stop.is_set():

@@ -316,6 +316,10 @@ class ConsumerFreeze(_OnTheConsumers):
     its session timing out while it holds a batch - from outside, so any program can take it."""
 
     kind: ClassVar[str] = "consumer-freeze"
+    # Thawed, a program acts on what it held - its stale write, its failed commit, its own error
+    # lines - and a run that stopped it at the thaw would cut that off (librdkafka's "session
+    # timed out" line came 1.3 s after a thaw on a loaded machine: too late once).
+    aftermath_s: ClassVar[float] = 5.0
     name: str
     duration: float
     at: float | None = None
