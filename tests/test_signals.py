@@ -1,7 +1,6 @@
 """Ctrl-C is Ctrl-C wherever it lands: inside confluent-kafka's C code it arrives as a
-``SystemError`` caused by the KeyboardInterrupt, which ``ctrl_c_unwrapped`` turns back. Found
-by the explore Ctrl-C test: SIGINT during a topic's creation made the CLI exit 1 with a
-traceback instead of 130 with its findings."""
+``SystemError`` caused by the KeyboardInterrupt, which ``ctrl_c_unwrapped`` turns back (else
+the CLI exits 1 with a traceback instead of 130 with what it found)."""
 
 from __future__ import annotations
 

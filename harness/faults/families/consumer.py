@@ -317,8 +317,7 @@ class ConsumerFreeze(_OnTheConsumers):
 
     kind: ClassVar[str] = "consumer-freeze"
     # Thawed, a program acts on what it held - its stale write, its failed commit, its own error
-    # lines - and a run that stopped it at the thaw would cut that off (librdkafka's "session
-    # timed out" line came 1.3 s after a thaw on a loaded machine: too late once).
+    # lines - and a run that stopped it at the thaw would cut that off.
     aftermath_s: ClassVar[float] = 5.0
     name: str
     duration: float
