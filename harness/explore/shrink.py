@@ -165,37 +165,40 @@ def shrink(
     tries."""
     current, trail = trial, []
     passed: set[str] = set()  # candidates replayed that did not fail: not replayed again
+
+    def first_failing(shrink_pass: Pass) -> tuple[Trial | None, bool]:
+        """The pass's first candidate on ``current`` that still fails, if any, and whether a
+        try of it was not judged."""
+        unjudged = False
+        for candidate in shrink_pass(current, violators):
+            if out_of_time():
+                break
+            key = json.dumps(candidate.trial.document(), sort_keys=True, default=str)
+            if candidate.trial == current or key in passed or not valid(candidate.trial):
+                continue
+            started = clock()
+            shown = replay(candidate.trial)
+            trail.append(Tried(candidate.what, shown, clock() - started))
+            said(f"  shrink: {candidate.what}: {shown}")
+            if shown.verdict is Verdict.FAILS:
+                return candidate.trial, unjudged
+            if shown.verdict is Verdict.PASSES:
+                passed.add(key)
+            unjudged = unjudged or shown.verdict is Verdict.UNJUDGED
+        return None, unjudged
+
     progress = True
     while progress and not out_of_time():
-        progress, unjudged, again = False, False, False
-        for shrink_pass in PASSES:
-            while not out_of_time():
-                accepted = None
-                for candidate in shrink_pass(current, violators):
-                    if out_of_time():
-                        break
-                    key = json.dumps(candidate.trial.document(), sort_keys=True, default=str)
-                    if candidate.trial == current or key in passed or not valid(candidate.trial):
-                        continue
-                    started = clock()
-                    shown = replay(candidate.trial)
-                    trail.append(Tried(candidate.what, shown, clock() - started))
-                    said(f"  shrink: {candidate.what}: {shown}")
-                    if shown.verdict is Verdict.PASSES:
-                        passed.add(key)
-                    unjudged |= shown.verdict is Verdict.UNJUDGED
-                    if shown.verdict is Verdict.FAILS:
-                        accepted = candidate.trial
-                        break
-                if accepted is None:
-                    break
-                current, progress = accepted, True
-                # The round again: what said nothing is tried on the changed trial.
-                again = unjudged
-                if again:
-                    break
-            if again:
-                break
+        progress, unjudged, passes = False, False, list(PASSES)
+        while passes and not out_of_time():
+            accepted, not_judged = first_failing(passes[0])
+            unjudged = unjudged or not_judged
+            if accepted is None:
+                passes.pop(0)  # a pass runs again on what it made, until it makes nothing
+                continue
+            current, progress = accepted, True
+            if unjudged:
+                break  # the round again: what said nothing is tried on the changed trial
     return current, tuple(trail)
 
 
