@@ -4,23 +4,36 @@
 from __future__ import annotations
 
 import random
+import socket
+import struct
+import sys
+import threading
+from pathlib import Path
 from typing import Any
 
+import bson
 import pytest
 from bson import Int64
 from bson.son import SON
 from pymongo import MongoClient
-from secantus import transactions
+from secantus import commands, transactions, wire
+from secantus.server import SecantusDBServer
 from secantus.transactions import TransactionRegistry
+from secantus.wire import OP_MSG
 
 from harness.environment.local import LocalEnvironment
 from harness.environment.servers.secantus_server import (
+    HELLO_COMMANDS,
     BadParameter,
+    hello_or_quiescing,
     prune_oldest,
     secantus_prune,
     take_set_parameters,
 )
+from harness.readiness import NotReady, wait_for
 from tests.support import unique
+
+READ = wire._recv_exactly.__code__
 
 
 def registry_with(records: list[tuple[int, float]], now: float) -> TransactionRegistry:
@@ -94,3 +107,51 @@ def test_set_parameter_is_taken_out_of_the_command_line() -> None:
 def test_a_parameter_the_lab_does_not_set_is_refused(pair: str) -> None:
     with pytest.raises(BadParameter):
         take_set_parameters(["--setParameter", pair])
+
+
+def hello(conn: socket.socket) -> dict[str, Any]:
+    """A ``hello`` as one OP_MSG on ``conn``, and the server's reply (the bytes a driver's
+    monitor sends; a client library would open connections of its own)."""
+    body = struct.pack("<IB", 0, 0) + bson.encode({"hello": 1, "$db": "admin"})
+    conn.sendall(struct.pack("<iiii", 16 + len(body), 1, 0, OP_MSG) + body)
+    header = conn.recv(16, socket.MSG_WAITALL)
+    (length,) = struct.unpack("<i", header[:4])
+    reply = conn.recv(length - 16, socket.MSG_WAITALL)
+    return bson.decode(reply[5:])  # after the flags and the section's kind
+
+
+def reading_a_request(server: SecantusDBServer) -> None:
+    """Probe: raises unless a connection of ``server`` waits for its client's next request
+    (its thread in SecantusDB's read of a message, past its check for a stop)."""
+    frames = sys._current_frames()
+    for thread in threading.enumerate():
+        frame = frames.get(thread.ident or 0)
+        if thread.name.startswith("secantus-conn-") and frame and frame.f_code is READ:
+            return
+    raise NotReady("no connection waiting for a request")
+
+
+def test_a_member_shutting_down_answers_hello_as_mongod_in_quiesce_not_as_a_standalone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in HELLO_COMMANDS:  # as install() sets them in the lab's server
+        monkeypatch.setitem(commands._HANDLERS, name, hello_or_quiescing)
+    server = SecantusDBServer(port=0, storage_path=str(tmp_path / "db"), cache_size="64M")
+    server.start()
+    try:
+        with socket.create_connection(server.address, timeout=10) as conn:
+            assert hello(conn)["setName"] == "secantus"
+            wait_for(lambda: reading_a_request(server), what="the connection idle", timeout=10)
+            # Where SecantusDB's stop() is after its first steps, held open (on a busy machine
+            # long enough for a driver's monitor to ask): the listening socket closed, the
+            # connections it has still served.
+            server._stop_event.set()
+            server._socket.close()
+            server._socket = None
+            reply = hello(conn)
+        # Not a standalone (no setName), which a driver drops from its replica set for good.
+        assert (reply["ok"], reply.get("code"), reply.get("codeName")) == (
+            0.0, 91, "ShutdownInProgress"
+        ), reply  # fmt: skip
+    finally:
+        server.stop()

@@ -26,6 +26,9 @@ cap. The lab adds one taking mongod's ``size`` (megabytes) and setting the cap t
 ``ChangeStreamHistoryLost`` a relay then gets is SecantusDB's own. Unlike mongod (which refuses
 a size under 990 MB), any positive size is taken: 0.5 keeps 32 entries.
 
+Once its stop has begun, ``hello`` is answered ShutdownInProgress, as mongod answers it in its
+quiesce period, not as by a standalone server (``hello_or_quiescing``).
+
     python -m harness.environment.servers.secantus_server [secantusd-py options]
 """
 
@@ -204,6 +207,33 @@ def open_writing_every_commit(home: str, config: str) -> Any:
     return secantus_wiredtiger_open(home, config.replace(FSYNC_EVERY_COMMIT, WRITE_EVERY_COMMIT))
 
 
+HELLO_COMMANDS = ("hello", "isMaster", "ismaster")
+secantus_hello = commands._HANDLERS["hello"]
+SHUTTING_DOWN = {
+    "ok": 0.0,
+    "code": 91,
+    "codeName": "ShutdownInProgress",
+    "errmsg": "The server is in quiesce mode and will shut down",
+}
+
+
+def hello_or_quiescing(doc: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+    """SecantusDB's ``hello``, or mongod's answer once shutdown has begun: ShutdownInProgress,
+    as mongod answers it in its quiesce period.
+
+    Why: SecantusDB's stop closes its listening socket and only then, up to seconds later on a
+    busy machine, the connections it has; a ``hello`` on one of those meanwhile reads the
+    server's address from the closed socket, finds none, and is answered as by a standalone
+    server. A driver's monitor asks just then (its streamed ``hello`` ends at the stop and it
+    asks again at once), takes the standalone for a member that left the replica set, drops it
+    from the topology, and has no server left to select even once MongoDB is back. An error
+    marks the server unknown for now, and the driver finds it again after the restart."""
+    if ctx.replica_set_name and ctx.server_address is None:
+        return dict(SHUTTING_DOWN)
+    reply: dict[str, Any] = secantus_hello(doc, ctx)
+    return reply
+
+
 # mongod's server parameters the lab sets on the command line, as mongod takes them
 # (``--setParameter NAME=VALUE``); SecantusDB's own command line has no such option.
 SETTABLE = ("transactionLifetimeLimitSeconds",)
@@ -260,6 +290,8 @@ def install(parameters: dict[str, float] | None = None) -> None:
     Storage.read_oplog_scan = read_oplog_checked
     Storage._prune_oplog_locked = prune_counted
     commands._HANDLERS["replSetResizeOplog"] = resize_oplog
+    for name in HELLO_COMMANDS:
+        commands._HANDLERS[name] = hello_or_quiescing
     wiredtiger.wiredtiger_open = open_writing_every_commit
 
 
