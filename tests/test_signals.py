@@ -14,7 +14,7 @@ from tests.support import sigint_as_in_a_terminal
 # A child interrupts itself every 2 ms while its main thread creates topics (no broker needed:
 # the admin client returns the futures at once), once bare and once unwrapped, and counts what
 # each interrupt came out as. An interrupt raises only inside the call armed for it, once: one
-# landing in the counting itself would end the child (a fresh-clone suite saw it, once).
+# landing in the counting itself would end the child.
 CHILD = textwrap.dedent(
     """
     import contextlib, json, os, signal, threading, time
