@@ -194,7 +194,7 @@ def shrink(
             accepted, not_judged = first_failing(passes[0])
             unjudged = unjudged or not_judged
             if accepted is None:
-                passes.pop(0)  # a pass runs again on what it made, until it makes nothing
+                passes.pop(0)  # it made nothing: the next pass (one that made something runs again)
                 continue
             current, progress = accepted, True
             if unjudged:

@@ -207,7 +207,7 @@ def open_writing_every_commit(home: str, config: str) -> Any:
     return secantus_wiredtiger_open(home, config.replace(FSYNC_EVERY_COMMIT, WRITE_EVERY_COMMIT))
 
 
-HELLO_COMMANDS = ("hello", "isMaster", "ismaster")
+HELLO_COMMANDS = commands._HANDSHAKE_COMMANDS  # hello and its older names, as SecantusDB lists them
 secantus_hello = commands._HANDLERS["hello"]
 SHUTTING_DOWN = {
     "ok": 0.0,
