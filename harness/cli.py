@@ -146,8 +146,8 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    """Fetch the Java jars the lab runs (Apache Kafka's broker, Spark's Kafka connector) with
-    Maven, once."""
+    """Fetch the Java jars the lab runs (Apache Kafka's broker, Spark's Kafka connector,
+    MongoDB's Spark connector) with Maven, once."""
     for jar_set in jars.every_set():
         jars.fetch(jar_set, progress=say)
         say(f"{jar_set.name} {jar_set.version}: {len(jar_set.jars())} jars in {jar_set.directory}")
@@ -536,8 +536,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     fetch = sub.add_parser(
         "fetch",
-        help="fetch Kafka's and Spark's Kafka connector's jars with Maven, and build the Java "
-        "example consumer (once; make runs it)",
+        help="fetch Kafka's, Spark's Kafka connector's and MongoDB's Spark connector's jars "
+        "with Maven, and build the Java example consumer (once; make runs it)",
     )
     fetch.set_defaults(handler=cmd_fetch)
 

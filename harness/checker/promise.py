@@ -52,5 +52,7 @@ EXACTLY_ONCE = Promise(
 )
 # A stale projection lost the latest change of its order: at-least-once keeps it too.
 AT_LEAST_ONCE = Promise("at-least-once", ("lost", "stale", "phantoms"))
+# No copy, whatever else: a write under a unique key that refuses a replay (and may stop there).
+AT_MOST_ONCE = Promise("at-most-once", ("duplicates", "duplicated_keys", "phantoms"))
 NOTHING = Promise("nothing", ("phantoms",))
-PROMISES = {p.name: p for p in (EXACTLY_ONCE, AT_LEAST_ONCE, NOTHING)}
+PROMISES = {p.name: p for p in (EXACTLY_ONCE, AT_LEAST_ONCE, AT_MOST_ONCE, NOTHING)}

@@ -101,8 +101,12 @@ def _jars(jar_set: jars.JarSet) -> Check:
         return Check(
             jar_set.name, False, f"{jar_set.version} not fetched (run: make, or chaoslab fetch)"
         )
-    count = len(jar_set.jars())
-    return Check(jar_set.name, True, f"{jar_set.version}, {count} jars in {jar_set.directory}")
+    found = jar_set.jars()
+    # A small set is named jar by jar: which connector and which driver a Spark session gets.
+    named = f" ({', '.join(j.stem for j in found)})" if len(found) <= 6 else ""
+    return Check(
+        jar_set.name, True, f"{jar_set.version}, {len(found)} jars{named} in {jar_set.directory}"
+    )
 
 
 def _engine() -> Check:
@@ -132,16 +136,17 @@ def diagnose() -> Diagnosis:
         _debootstrap(),
     )
     by_name = {c.name: c for c in checks}
-    local_needs = ("python", "java", "kafka", "spark-kafka", "pyspark", "secantusdb")
+    jar_names = tuple(j.name for j in jars.every_set())
+    local_needs = ("python", "java", *jar_names, "pyspark", "secantusdb")
     missing = [f"{n}: {by_name[n].detail}" for n in local_needs if not by_name[n].ok]
-    if not (by_name["kafka"].ok and by_name["spark-kafka"].ok) and not by_name["maven"].ok:
+    if not all(by_name[n].ok for n in jar_names) and not by_name["maven"].ok:
         missing.append(f"maven: {by_name['maven'].detail}")
     local = BackendVerdict(
         "local",
         not missing,
         "; ".join(missing) or "Apache Kafka, SecantusDB and Spark are here",
     )
-    needs = [by_name[n] for n in ("container engine", "debootstrap", "kafka", "spark-kafka")]
+    needs = [by_name[n] for n in ("container engine", "debootstrap", *jar_names)]
     lacking = [f"{c.name}: {c.detail}" for c in needs if not c.ok]
     containers = BackendVerdict(
         "containers",
@@ -154,7 +159,11 @@ def diagnose() -> Diagnosis:
 
 def component_versions() -> dict[str, str]:
     """Versions of what a run used, for results.json."""
-    versions = {"python": sys.version.split()[0], "kafka": jars.kafka().version}
+    versions = {
+        "python": sys.version.split()[0],
+        "kafka": jars.kafka().version,
+        "mongo-spark-connector": jars.mongo_spark().version,
+    }
     for name in ("pyspark", "confluent-kafka", "pymongo", "secantusdb"):
         try:
             versions[name] = metadata.version(name)

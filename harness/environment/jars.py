@@ -1,7 +1,8 @@
 """The Java jars the lab runs, fetched once with Maven and reused (offline) after that.
 
 Each set is a POM in ``harness/environment/maven`` (``kafka.pom.xml``: an Apache Kafka broker;
-``spark-kafka.pom.xml``: Spark's Kafka connector, for the Spark runtime). ``fetch``
+``spark-kafka.pom.xml``: Spark's Kafka connector, for the Spark runtime; ``mongo-spark.pom.xml``:
+MongoDB's Spark connector and its driver). ``fetch``
 runs ``mvn dependency:copy-dependencies`` into the project's ``.chaoslab/jars/NAME-VERSION``
 (git ignores it) and marks the folder complete; Maven's own defaults say where the jars come
 from. ``chaoslab fetch`` (which ``make`` runs) and ``chaoslab doctor`` use this module.
@@ -9,6 +10,7 @@ from. ``chaoslab fetch`` (which ``make`` runs) and ``chaoslab doctor`` use this 
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import shutil
 import subprocess
@@ -61,6 +63,68 @@ class JarSet:
     def jars(self) -> list[Path]:
         return sorted(self.directory.glob("*.jar"))
 
+    def make(self, into: Path) -> None:
+        """Put the set's jars into ``into``: Maven copies the POM's dependencies."""
+        _maven(f"fetch {self.name} {self.version}", "-f", str(self.pom),
+               "dependency:copy-dependencies", f"-DoutputDirectory={into}",
+               "-DincludeScope=runtime")  # fmt: skip
+
+
+# The lab's own Java inside Spark's JVMs (harness/environment/spark_hooks): a checkpoint file
+# manager that holds a query's log entries at its crash points, and MongoDB's Spark connector's
+# client with a command listener. Compiled here against the PySpark install's jars and the
+# connector's, with the JDK's javac: nothing of Spark needs fetching to build it.
+HOOKS_SOURCES = Path(__file__).resolve().parent / "spark_hooks"
+HOOKS_JAR = "chaoslab-spark-hooks.jar"
+
+
+@dataclass(frozen=True)
+class BuiltJarSet(JarSet):
+    """A jar the lab builds from its own sources (its version: their digest, and the jars they
+    are compiled against)."""
+
+    def make(self, into: Path) -> None:
+        javac, jar = shutil.which("javac"), shutil.which("jar")
+        if javac is None or jar is None:
+            raise JarsMissing(
+                "a JDK's javac and jar are needed to build the lab's Spark hooks "
+                "(Debian: apt-get install openjdk-17-jdk-headless)"
+            )
+        classes = into / "classes"
+        classpath = [str(pyspark_jars() / "*"), mongo_spark().classpath()]
+        sources = sorted(str(p) for p in HOOKS_SOURCES.rglob("*.java"))
+        _run([javac, "--release", "17", "-nowarn", "-cp", ":".join(classpath), "-d",
+              str(classes), *sources], f"compile {self.name}")  # fmt: skip
+        _run([jar, "--create", "--file", str(into / HOOKS_JAR), "-C", str(classes), "."],
+             f"package {self.name}")  # fmt: skip
+        shutil.rmtree(classes)
+
+
+def _run(argv: list[str], what: str) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=FETCH_TIMEOUT_S)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
+        raise JarsMissing(f"could not {what}:\n{tail}")
+
+
+def pyspark_jars() -> Path:
+    """The PySpark install's own jars (Spark's, Scala's, Hadoop's client)."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise JarsMissing("pyspark is not installed (run: make)")
+    return Path(spec.origin).parent / "jars"
+
+
+@cache
+def spark_hooks() -> BuiltJarSet:
+    """The lab's Spark hooks, at the digest of their sources and of what they are built with."""
+    digest = hashlib.sha256()
+    for source in sorted(HOOKS_SOURCES.rglob("*.java")):
+        digest.update(source.relative_to(HOOKS_SOURCES).as_posix().encode())
+        digest.update(source.read_bytes())
+    digest.update(f"{spark_kafka().version} {mongo_spark().version}".encode())
+    return BuiltJarSet("spark-hooks", digest.hexdigest()[:12])
+
 
 @cache
 def jar_set(name: str) -> JarSet:
@@ -82,8 +146,14 @@ def spark_kafka() -> JarSet:
     return jar_set("spark-kafka")
 
 
+def mongo_spark() -> JarSet:
+    """MongoDB's Spark connector and the Java driver it runs on (the connector variants)."""
+    return jar_set("mongo-spark")
+
+
 def every_set() -> tuple[JarSet, ...]:
-    return (kafka(), spark_kafka())
+    """Every set, in the order they are made (the hooks compile against the connector)."""
+    return (kafka(), spark_kafka(), mongo_spark(), spark_hooks())
 
 
 def artifact(jar: Path) -> str:
@@ -107,16 +177,18 @@ def pyspark_problem() -> str | None:
 
 
 def spark_connector_jars() -> tuple[str, ...]:
-    """The connector's jars for ``spark.jars``: local files, fetched once, only those the
-    PySpark install lacks. JarsMissing says what to do when they cannot be used."""
+    """The jars for ``spark.jars`` (Spark's Kafka connector, MongoDB's Spark connector, the
+    lab's hooks): local files, fetched once, only those the PySpark install lacks. JarsMissing
+    says what to do when they cannot be used."""
     problem = pyspark_problem()
     if problem:
         raise JarsMissing(problem)
-    connector = spark_kafka()
-    connector.classpath()  # JarsMissing if not fetched
-    spec = importlib.util.find_spec("pyspark")
-    assert spec is not None and spec.origin is not None  # pyspark_problem found it installed
-    return tuple(str(j) for j in missing_from(connector, Path(spec.origin).parent / "jars"))
+    installed = pyspark_jars()
+    found: list[str] = []
+    for connector in (spark_kafka(), mongo_spark(), spark_hooks()):
+        connector.classpath()  # JarsMissing if not fetched
+        found += [str(j) for j in missing_from(connector, installed)]
+    return tuple(found)
 
 
 def missing_from(jars: JarSet, installed: Path) -> list[Path]:
@@ -178,14 +250,18 @@ def fetch(jars: JarSet, progress: Callable[[str], None] = print) -> Path:
         return jars.directory
     partial = jars.directory.with_name(jars.directory.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    progress(f"fetching {jars.name} {jars.version} with Maven into {jars.directory} (once)")
+    how = "building" if isinstance(jars, BuiltJarSet) else "fetching"
+    progress(f"{how} {jars.name} {jars.version} into {jars.directory} (once)")
     started = time.monotonic()
-    _maven(f"fetch {jars.name} {jars.version}", "-f", str(jars.pom),
-           "dependency:copy-dependencies", f"-DoutputDirectory={partial}",
-           "-DincludeScope=runtime")  # fmt: skip
+    partial.mkdir(parents=True)
+    jars.make(partial)
     (partial / COMPLETE).write_text(f"{jars.name} {jars.version}\n")
     shutil.rmtree(jars.directory, ignore_errors=True)
     partial.rename(jars.directory)
+    if isinstance(jars, BuiltJarSet):  # an earlier build of the lab's sources is not used again
+        for old in jars.directory.parent.glob(f"{jars.name}-*"):
+            if old != jars.directory:
+                shutil.rmtree(old, ignore_errors=True)
     count = len(jars.jars())
     progress(f"  {count} jars in {time.monotonic() - started:.1f}s")
     return jars.directory

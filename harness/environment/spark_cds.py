@@ -16,7 +16,6 @@ silently here). Nothing is shared between machines: the archive lives under ``.c
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -25,6 +24,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from harness.environment.jars import pyspark_jars
 from harness.environment.jvm import LIGHT_JVM
 from harness.paths import project_root
 
@@ -33,17 +33,10 @@ BUILD_TIMEOUT_S = 300.0
 QUIET_CDS = "-Xlog:cds=off,cds+dynamic=off"
 
 
-def _pyspark_jars() -> Path:
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or spec.origin is None:
-        raise RuntimeError("pyspark is not installed")
-    return Path(spec.origin).parent / "jars"
-
-
 def archive_path() -> Path:
     """Where the archive for this machine's Java and PySpark's jars is (or would be)."""
     java = shutil.which("java") or "java"
-    jars = _pyspark_jars()
+    jars = pyspark_jars()
     key = "\n".join([os.path.realpath(java), *sorted(p.name for p in jars.glob("*.jar"))])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return project_root() / ".chaoslab" / "spark-cds" / f"driver-{digest}.jsa"

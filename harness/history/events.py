@@ -44,6 +44,12 @@ class EventKind(StrEnum):
     # the run (detail: "NOT_COORDINATOR OffsetCommit"): see harness.pipeline.kafka_log.
     KAFKA_ERROR = "kafka-error"
     DEAD_LETTER = "dead-letter"  # poison records sent to the dead-letter topic (count)
+    # A Spark query stopped with an error (detail: what stopped it, in the words of the
+    # exception that says most); the runtime starts it again from its checkpoint.
+    QUERY_FAILED = "query-failed"
+    # A lane's pipeline stopped for good (detail: why): a query that failed on every restart.
+    # Its consumers are not waited for; what it did not store is lost.
+    FAILED_FOR_GOOD = "failed-for-good"
     CRASH = "crash"  # a crash point fired (detail: the point; fault: the fault's name)
     # A crash point killed the Spark executor running the task (detail: the point, the
     # executor's PID and worker; fault: its name): the driver lives on and retries the task.

@@ -113,6 +113,23 @@ class CrashPlan:
         )
 
 
+@dataclass(frozen=True)
+class Armed:
+    """A plan due in the batch under way, whose ``nth`` firing another process may claim."""
+
+    index: int
+    plan: CrashPlan
+    nth: int
+
+    def line(self, batch: int) -> str:
+        """As the lab's Spark hooks read it: index, nth, after_docs, strikes, pause_s ('' for
+        a kill), batch, fault name - tab-separated."""
+        pause = "" if self.plan.pause_s is None else f"{self.plan.pause_s:g}"
+        fields = (self.index, self.nth, self.plan.after_docs, self.plan.strikes.value, pause,
+                  batch, self.plan.name)  # fmt: skip
+        return "\t".join(str(f) for f in fields)
+
+
 class Crasher:
     """The armed crash plans of one consumer process."""
 
@@ -179,6 +196,30 @@ class Crasher:
             if self._claim(index):
                 fired.append(plan)
         return fired
+
+    def arm(self, point: CrashPoint, batch_no: int) -> list[Armed]:
+        """The plans due at ``point`` of this process's ``batch_no``-th batch (drawn as
+        ``firing`` draws them), for a point reached in another process - a write task of
+        MongoDB's Spark connector, in Spark's JVM - which fires and claims them itself
+        (harness/environment/spark_hooks: ``Watch``). ``settle`` after the batch."""
+        armed = []
+        for index, plan in enumerate(self.plans):
+            if plan.point is not point or (fired := self._fired(index)) >= plan.times:
+                continue
+            if self._drawn.get(index) != batch_no:
+                self._drawn[index] = batch_no
+                if plan.due(batch_no, self._rngs[index]):
+                    self._armed.add(index)
+            if index in self._armed:
+                armed.append(Armed(index, plan, fired + 1))
+        return armed
+
+    def settle(self, armed: list[Armed]) -> None:
+        """After a batch: a plan the other process fired is no longer armed; one it did not
+        reach stays armed for the next batch, as ``firing`` keeps a mid_write plan."""
+        for a in armed:
+            if self._mark(a.index, a.nth).exists():
+                self._armed.discard(a.index)
 
     def reached(
         self,

@@ -135,6 +135,9 @@ def scenario_markdown(
             "whose current state is behind their last acked version; *events/s*: records "
             "consumed per second, first batch to last commit.",
         ]
+        lines += [
+            f"\n**{v.label} stopped for good**: {v.stopped}" for v in run.variants if v.stopped
+        ]
         topic = [v for v in run.variants if v.verdict.topic_duplicates]
         if topic:
             counted = ", ".join(f"{v.label} {v.verdict.topic_duplicates}" for v in topic)

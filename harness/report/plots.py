@@ -49,6 +49,7 @@ INJECTED_COLOR = "#E65100"
 HISTORY_LOST_COLOR = "#C44E52"  # a relay's lost resume point: a loss, in the losses' red family
 MONGO_ERROR_COLOR = "#00838F"  # a MongoDB server's own error, as the driver saw it
 RETRIED_COLOR = "#2E7D32"  # the driver's retry, answered
+QUERY_FAILED_COLOR = "#8B0000"  # a Spark query stopped by an error; its end for good
 WINDOW_COLORS = ("#4C72B0", "#55A868", "#8172B2", "#CCB974", "#64B5CD", "#DD8452")
 # Each anomaly kind has its own lane in a variant's row: a burst of duplicates stays visible
 # next to a loss at the same moment.
@@ -188,7 +189,13 @@ def _timeline_panel(ax: Axes, rows: Sequence[TimelineRow], colors: dict[str, str
              {"marker": "P", "s": 22, "color": RETRIED_COLOR, "lw": 0, "alpha": 0.8}),
             ([line.t for line in row.logged], -0.3,
              {"marker": "*", "s": 26, "color": LOGGED_COLOR, "lw": 0, "alpha": 0.7}),
+            ([e.t for e in row.query_failures], 0.3,
+             {"marker": "X", "s": 34, "color": QUERY_FAILED_COLOR, "lw": 0, "alpha": 0.85}),
         ]  # fmt: skip
+        if row.stopped is not None and row.span is not None:
+            ax.hlines(y, row.stopped.t, row.span[1], color=QUERY_FAILED_COLOR, lw=2.5,
+                      linestyles=(0, (1, 1)), zorder=1.7)  # fmt: skip
+            times.append(row.stopped.t)
         for ts, dy, style in said:
             if ts:
                 ax.scatter(ts, [y + dy] * len(ts), zorder=3, **style)
@@ -380,6 +387,21 @@ def _timeline_legend(rows: Sequence[TimelineRow]) -> list[Line2D | Patch]:
         (
             any(r.logged for r in rows),
             mark("*", LOGGED_COLOR, "an error line the consumer logged (read by the lab)", 8),
+        ),
+        (
+            any(r.query_failures for r in rows),
+            mark("X", QUERY_FAILED_COLOR, "the Spark query stopped with an error", 7),
+        ),
+        (
+            any(r.stopped for r in rows),
+            Line2D(
+                [],
+                [],
+                color=QUERY_FAILED_COLOR,
+                lw=2.5,
+                ls=(0, (1, 1)),
+                label="the pipeline stopped for good",
+            ),
         ),
         (
             any(r.history_lost for r in rows),

@@ -192,6 +192,18 @@ def variant_sentences(v: VariantResult, row: TimelineRow) -> list[str]:
             "from that record instead of applying it twice), from "
             f"{at(row.retried[0])} to {at(row.retried[-1])}."
         )
+    if row.query_failures:
+        failed = row.query_failures[0]
+        lines.append(
+            f"{label}: its Spark query stopped with an error {len(row.query_failures)} time(s), "
+            f"first at {at(failed.t)} ({failed.error}); each time it was started again from its "
+            "checkpoint, which replays the batch it had not committed."
+        )
+    if row.stopped is not None:
+        lines.append(
+            f"{label}: stopped for good at {at(row.stopped.t)} - {row.stopped.error}; the run "
+            "went on without it, and what it had not stored is counted lost."
+        )
     anomalies = [s for kind in _NOUNS for s in anomaly_sentences(row, kind)]
     if anomalies:
         lines += anomalies

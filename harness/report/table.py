@@ -90,6 +90,7 @@ def render_table(run: ScenarioResult) -> str:
     lines = [headline(run)]
     if run.variants:
         lines += grid(header, [variant_cells(v) for v in run.variants], right)
+        lines += [f"{v.label} stopped for good: {v.stopped}" for v in run.variants if v.stopped]
     return "\n".join(lines)
 
 

@@ -129,6 +129,10 @@ class TimelineRow:
     # and operations it retried and got answered.
     mongo_errors: tuple[BrokerError, ...] = ()
     retried: tuple[float, ...] = ()
+    # A Spark query that stopped with an error (its words) and was started again; and the
+    # pipeline's end for good, if it came (the rest of the run went on without it).
+    query_failures: tuple[BrokerError, ...] = ()
+    stopped: BrokerError | None = None
 
     def times(self, kind: str) -> list[float]:
         return [m.t for m in self.anomalies if m.kind == kind]
@@ -182,10 +186,13 @@ def windows_of(
     return tuple(w.shifted(t0) for w in fault_windows(events, end))
 
 
+def said(events: Sequence[HistoryEvent], t0: float, kind: EventKind) -> tuple[BrokerError, ...]:
+    """What a server or client said, as events of ``kind``: when, who, the words."""
+    return tuple(BrokerError(e.t - t0, e.source, e.detail) for e in events if e.kind is kind)
+
+
 def broker_errors(events: Sequence[HistoryEvent], t0: float) -> tuple[BrokerError, ...]:
-    return tuple(
-        BrokerError(e.t - t0, e.source, e.detail) for e in events if e.kind is EventKind.KAFKA_ERROR
-    )
+    return said(events, t0, EventKind.KAFKA_ERROR)
 
 
 def fault_steps(events: Sequence[HistoryEvent], t0: float) -> tuple[Step, ...]:
@@ -205,10 +212,18 @@ def consumer_deaths(events: Sequence[HistoryEvent], t0: float) -> tuple[Death, .
         if e.kind is not EventKind.RUNTIME_EXIT or e.source != "harness":
             continue
         consumer, how = e.consumer, e.detail.partition(" ")[2]
-        explained = any(c.source == consumer and 0 <= e.t - c.t <= SAME_DEATH_S for c in crashes)
+        explained = any(
+            _same_process(c.source, consumer) and 0 <= e.t - c.t <= SAME_DEATH_S for c in crashes
+        )
         if not explained and how != "stopped":
             deaths.append(Death(e.t - t0, consumer, how or "exited", False))
     return tuple(sorted(deaths, key=lambda d: d.t))
+
+
+def _same_process(source: str, consumer: str) -> bool:
+    """Whether the supervisor's ``consumer`` (listener-1, spark-0) is the process that wrote as
+    ``source``: a Spark driver writes as its runtime (spark), one driver per supervisor."""
+    return consumer == source or consumer.rsplit("-", 1)[0] == source
 
 
 def executor_losses(events: Sequence[HistoryEvent], t0: float) -> tuple[Death, ...]:
@@ -321,12 +336,10 @@ def timeline_row(v: VariantResult, t0: float) -> TimelineRow:
         logged=tuple(
             LogLine(e.t - t0, e.detail) for e in events if e.kind is EventKind.CONSUMER_LOG
         ),
-        mongo_errors=tuple(
-            BrokerError(e.t - t0, e.source, e.detail)
-            for e in events
-            if e.kind is EventKind.MONGO_ERROR
-        ),
+        mongo_errors=said(events, t0, EventKind.MONGO_ERROR),
         retried=tuple(e.t - t0 for e in events if e.kind is EventKind.MONGO_RETRIED),
+        query_failures=said(events, t0, EventKind.QUERY_FAILED),
+        stopped=next(iter(said(events, t0, EventKind.FAILED_FOR_GOOD)), None),
         counts={
             "duplicate": drawn(v).duplicates,
             "lost": drawn(v).lost,

@@ -85,6 +85,7 @@ class Watch:
     running: bool = False
     ready: bool = False  # its consumers wrote ``ready_on``
     finished: bool = False  # committed past every acknowledged record
+    failed: str = ""  # why its pipeline stopped for good: it is not waited for
 
     def read(self) -> None:
         for event in self.tail.new_events():
@@ -92,12 +93,16 @@ class Watch:
                 self.ready = True
             if wrote_records(event):
                 self.running = True
+            if event.kind is EventKind.FAILED_FOR_GOOD:
+                self.failed = event.detail
             # Committed: as a consumer said (COMMIT), or as the lab saw a black box's group.
             if event.kind in (EventKind.COMMIT, EventKind.COMMITTED):
                 for p, offset in event.offsets.items():
                     self.committed[p] = max(self.committed.get(p, 0), offset)
 
     def caught_up(self, targets: dict[int, int] | None) -> bool:
+        if self.failed:
+            return True  # nothing more will come of it
         return targets is not None and all(
             self.committed.get(p, 0) >= end for p, end in targets.items()
         )
@@ -178,7 +183,7 @@ def wait_until_consumed(
     reported = time.monotonic()
     clock: float | None = None
     while True:
-        if clock is None and all(w.running for w in watches):
+        if clock is None and all(w.running or w.failed for w in watches):
             clock = time.monotonic()
             if running is not None:
                 running.set()
@@ -197,7 +202,8 @@ def wait_until_consumed(
         for watch in watches:
             if watch not in behind and not watch.finished:
                 watch.finished = True
-                watch.history.record(EventKind.CAUGHT_UP)
+                if not watch.failed:
+                    watch.history.record(EventKind.CAUGHT_UP)
         # Once the work is done, a fault that has not started would hit nothing: it is not
         # started (it did not fire; the result says so). One under way plays out, and its
         # aftermath (a thawed consumer's stale write).

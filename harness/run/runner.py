@@ -480,6 +480,7 @@ def _judge(
         directory=lane.run_dir,
         ledger=run.ledger_path,
         unfired=unfired(scenario.faults, events, scenario.workload.events),
+        stopped=next((e.detail for e in events if e.kind is EventKind.FAILED_FOR_GOOD), ""),
     )
     progress(
         f"    {result.label}: {verdict.in_sink} in sink of {verdict.acked} acked, "
@@ -487,6 +488,8 @@ def _judge(
         f"{verdict.dead_lettered} dead-lettered; {result.events_per_s:.0f} events/s; "
         f"{result.outcome.value.upper() if not result.passed else 'pass'}"
     )
+    if result.stopped:
+        progress(f"      stopped for good: {result.stopped}")
     for u in result.unfired:
         progress(f"      {u}")
     return result

@@ -29,6 +29,12 @@ a size under 990 MB), any positive size is taken: 0.5 keeps 32 entries.
 Once its stop has begun, ``hello`` is answered ShutdownInProgress, as mongod answers it in its
 quiesce period, not as by a standalone server (``hello_or_quiescing``).
 
+In a stream of ``moreToCome`` replies (a streaming monitor's awaitable ``hello``, an exhaust
+``getMore``) each reply answers the one before it, as mongod's do: SecantusDB 0.7.0b3 gives
+every reply the request's id, which pymongo lets pass and the Java driver refuses ("The
+responseTo (3) in the response does not match the requestId (2) in the request"), failing its
+monitor's check at every stream (``chained_reply``).
+
     python -m harness.environment.servers.secantus_server [secantusd-py options]
 """
 
@@ -41,7 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 import wiredtiger
-from secantus import changestreams, cli, commands, storage, transactions
+from secantus import changestreams, cli, commands, server, storage, transactions
 from secantus.commands import CommandContext
 from secantus.server import SecantusDBServer
 from secantus.storage import Storage
@@ -234,6 +240,36 @@ def hello_or_quiescing(doc: dict[str, Any], ctx: CommandContext) -> dict[str, An
     return reply
 
 
+secantus_build_reply = server.build_op_msg_reply
+secantus_stream_hello = SecantusDBServer._stream_awaitable_hello
+secantus_stream_getmore = SecantusDBServer._stream_exhaust_getmore
+# The stream a connection's thread is sending, if any: the id of its last reply.
+_streaming = threading.local()
+
+
+def chained_reply(**reply: Any) -> bytes:
+    """SecantusDB's reply, whose ``responseTo`` - inside a stream - is the last reply's id."""
+    if getattr(_streaming, "on", False):
+        if _streaming.last is not None:
+            reply["response_to"] = _streaming.last
+        _streaming.last = reply["request_id"]
+    built: bytes = secantus_build_reply(**reply)
+    return built
+
+
+def streamed(stream: Callable[..., bool]) -> Callable[..., bool]:
+    """One of SecantusDB's streams, its replies chained (``chained_reply``)."""
+
+    def chained(self: SecantusDBServer, *args: Any, **kwargs: Any) -> bool:
+        _streaming.on, _streaming.last = True, None
+        try:
+            return stream(self, *args, **kwargs)
+        finally:
+            _streaming.on = False
+
+    return chained
+
+
 # mongod's server parameters the lab sets on the command line, as mongod takes them
 # (``--setParameter NAME=VALUE``); SecantusDB's own command line has no such option.
 SETTABLE = ("transactionLifetimeLimitSeconds",)
@@ -290,6 +326,9 @@ def install(parameters: dict[str, float] | None = None) -> None:
     Storage.read_oplog_scan = read_oplog_checked
     Storage._prune_oplog_locked = prune_counted
     commands._HANDLERS["replSetResizeOplog"] = resize_oplog
+    server.build_op_msg_reply = chained_reply
+    SecantusDBServer._stream_awaitable_hello = streamed(secantus_stream_hello)
+    SecantusDBServer._stream_exhaust_getmore = streamed(secantus_stream_getmore)
     for name in HELLO_COMMANDS:
         commands._HANDLERS[name] = hello_or_quiescing
     wiredtiger.wiredtiger_open = open_writing_every_commit

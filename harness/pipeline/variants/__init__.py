@@ -13,6 +13,7 @@ from harness.pipeline import mongo_options
 from harness.pipeline.variants.base import MONGO_OPTION, Key, Variant, WriteContext, make_plugin
 from harness.pipeline.variants.check_then_insert import CheckThenInsert
 from harness.pipeline.variants.command import Command
+from harness.pipeline.variants.connector import ConnectorBatch, ConnectorSink
 from harness.pipeline.variants.dedup_log import DedupLog
 from harness.pipeline.variants.idempotent import Idempotent
 from harness.pipeline.variants.naive import Naive
@@ -32,6 +33,8 @@ BUILT_IN: dict[str, type[Variant]] = {
         ProcessedLogTxn,
         CheckThenInsert,
         SparkJob,
+        ConnectorBatch,
+        ConnectorSink,
         Command,
     )
 }

@@ -1,0 +1,258 @@
+"""MongoDB's Spark connector in the Spark runtime's driver: the rows it is handed, the options
+it writes with, and the crash points the lab keeps where the connector writes.
+
+Both connector variants parse each Kafka record in Spark (``from_json``, as a job would), split
+off what does not parse and hand the rest to ``format("mongodb")``. The write happens in Spark's
+JVMs, where the lab's Python cannot reach; its crash points are kept there by the lab's Spark
+hooks (``harness/environment/spark_hooks``, built by ``chaoslab fetch``):
+
+* the connector's client is the lab's ``WatchedClientFactory`` (the default factory's client,
+  with a command listener): the driver's failed commands and retries go into the history, and a
+  write task that has had ``after_docs`` documents acknowledged fires the ``mid_write`` plans
+  the driver armed for the batch (``arm``);
+* a query's checkpoint entries are held (``CheckpointHold``) when the connector's own sink
+  writes: ``offsets/N`` before batch N runs (``before_write``), ``commits/N`` after its write
+  and before Spark records it done (``after_write_before_commit``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from harness.pipeline.crash import Armed, Crasher, CrashPoint
+from harness.pipeline.runtime import CONSUMER_APP, RuntimeConfig
+from harness.pipeline.variants.connector import ROW_ID, ConnectorVariant
+
+# The workload's change events (harness.workload.events) as a job would declare them.
+_ROW = T.StructType(
+    [
+        T.StructField("order_id", T.LongType()),
+        T.StructField("version", T.LongType()),
+        T.StructField("status", T.StringType()),
+        T.StructField("amount_cents", T.LongType()),
+        T.StructField("customer_id", T.LongType()),
+    ]
+)
+EVENT = T.StructType(
+    [
+        T.StructField("event_id", T.StringType()),
+        T.StructField("order_id", T.LongType()),
+        T.StructField("version", T.LongType()),
+        T.StructField(
+            "payload",
+            T.StructType(
+                [
+                    T.StructField("op", T.StringType()),
+                    T.StructField("before", _ROW),
+                    T.StructField("after", _ROW),
+                    T.StructField(
+                        "source",
+                        T.StructType(
+                            [
+                                T.StructField("txId", T.StringType()),
+                                T.StructField("ts_ms", T.LongType()),
+                                T.StructField("table", T.StringType()),
+                            ]
+                        ),
+                    ),
+                ]
+            ),
+        ),
+    ]
+)
+FACTORY = "chaoslab.spark.WatchedClientFactory"
+ARMED = "armed-mid_write"  # the hooks' Watch.ARMED
+HOLD = "chaoslab-hold"  # the hooks' HeldCheckpointFileManager.HOLD
+HELD_MANAGER = "chaoslab.spark.HeldCheckpointFileManager"
+
+
+def _parsed(stream: DataFrame) -> DataFrame:
+    return stream.select(
+        "partition", "offset", "value", F.from_json(F.col("value").cast("string"), EVENT).alias("e")
+    )
+
+
+def _parses(e: Column) -> Column:
+    """What the lab's own parser requires of a record (harness.workload.events.parse)."""
+    return (
+        e.isNotNull()
+        & e.event_id.isNotNull()
+        & e.order_id.isNotNull()
+        & e.version.isNotNull()
+        & e.payload.op.isin("c", "u", "d")
+        & e.payload.source.txId.isNotNull()
+    )
+
+
+def rows(stream: DataFrame, variant: ConnectorVariant) -> DataFrame:
+    """The records that parse, as the rows the connector writes."""
+    e = F.col("e")
+    lab = F.struct(
+        F.col("partition"),
+        F.col("offset"),
+        (F.unix_micros(F.current_timestamp()) / 1e6).alias("written_at"),
+    )
+    columns = [
+        e.event_id.alias("event_id"),
+        e.order_id.alias("order_id"),
+        e.version.alias("version"),
+        e.payload.source.txId.alias("tx_id"),
+        e.payload.alias("payload"),
+        lab.alias("_lab"),
+    ]
+    if variant.row_id:
+        columns.insert(0, e[variant.row_id].alias(ROW_ID))
+    return _parsed(stream).where(_parses(e)).select(*columns)
+
+
+def poison(stream: DataFrame) -> DataFrame:
+    """The records that do not parse: partition, offset, value."""
+    return _parsed(stream).where(~_parses(F.col("e"))).select("partition", "offset", "value")
+
+
+def with_app_name(uri: str) -> str:
+    """The consumers' MongoDB appName on ``uri``: failCommand faults are scoped to it."""
+    parts = urlsplit(uri)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k.lower() != "appname"]
+    return urlunsplit(parts._replace(query=urlencode([*query, ("appName", CONSUMER_APP)])))
+
+
+def options(config: RuntimeConfig, variant: ConnectorVariant, driver_group: int) -> dict[str, str]:
+    """The connector's options for a lane: where it writes, the variant's write options, and
+    the lab's client factory with what it needs (options the connector itself ignores)."""
+    return {
+        "connection.uri": with_app_name(config.mongo_uri),
+        "database": config.database,
+        "collection": variant.collection,
+        **variant.options,
+        "mongoClientFactory": FACTORY,
+        "chaoslab.history": str(config.history_dir),
+        "chaoslab.variant": variant.label,
+        "chaoslab.crashes": str(crashes_dir(config)),
+        "chaoslab.driverGroup": str(driver_group),
+    }
+
+
+def crashes_dir(config: RuntimeConfig) -> Path:
+    return Path(config.run_dir) / "crashes"  # the Crasher's counters (harness.pipeline.crash)
+
+
+class MidWrite:
+    """The mid_write plans armed for the batch under way, where the hooks read them."""
+
+    def __init__(self, crasher: Crasher, directory: Path) -> None:
+        self.crasher = crasher
+        self.path = directory / ARMED
+        self.armed: list[Armed] = []
+
+    def arm(self, batch_no: int, batch_id: int) -> None:
+        """Before the batch's write: the plans due in it (none: the file is removed)."""
+        self.settle()
+        self.armed = self.crasher.arm(CrashPoint.MID_WRITE, batch_no)
+        if not self.armed:
+            self.path.unlink(missing_ok=True)
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_suffix(".partial")
+        partial.write_text("".join(a.line(batch_id) + "\n" for a in self.armed))
+        partial.replace(self.path)  # read whole or not at all
+
+    def settle(self) -> None:
+        """After the batch's write: what fired is no longer armed."""
+        if self.armed:
+            self.path.unlink(missing_ok=True)
+            self.crasher.settle(self.armed)
+            self.armed = []
+
+
+# A query held at an entry waits for this; the poll is the delay each batch's entries take.
+HOLD_POLL_S = 0.005
+
+
+class CheckpointHold:
+    """Holds a query's checkpoint entries (``offsets/N``, ``commits/N``) while ``on_entry``
+    runs - it may kill the driver there - and then lets Spark write them."""
+
+    def __init__(self, checkpoint: str, on_entry: Callable[[str, int], None]) -> None:
+        self.folder = Path(checkpoint) / HOLD
+        self.on_entry = on_entry
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="checkpoint-hold", daemon=True)
+
+    def start(self) -> None:
+        """Before the query starts: what a killed driver left in the folder is cleared."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder.mkdir(parents=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(HOLD_POLL_S):
+            for reached in sorted(self.folder.glob("*.reached"), key=_entry_order):
+                kind, _, number = reached.stem.partition("-")
+                self.on_entry(kind, int(number))
+                reached.with_suffix(".go").touch()
+                # Answered: wait until Spark took the answer, so it is not answered twice.
+                while reached.exists() and not self._stop.wait(HOLD_POLL_S):
+                    pass
+
+
+def _entry_order(path: Path) -> tuple[int, int]:
+    kind, _, number = path.stem.partition("-")
+    return int(number), 0 if kind == "offsets" else 1
+
+
+def session_conf() -> dict[str, str]:
+    """The Spark session's settings the hold needs: Spark's checkpoint file manager, the lab's
+    (every query's; one without the hold folder is left alone)."""
+    return {"spark.sql.streaming.checkpointFileManagerClass": HELD_MANAGER}
+
+
+def driver_group() -> int:
+    """The process group a crash point in an executor kills: the runtime's, with the driver."""
+    return os.getpgid(0)
+
+
+def _source_offsets(path: Path, topic: str) -> dict[int, int]:
+    """The Kafka source's offsets in an offset-log entry (its last line: {"TOPIC": {"P": o}})."""
+    last = path.read_text().strip().splitlines()[-1]
+    return {int(p): int(o) for p, o in json.loads(last).get(topic, {}).items()}
+
+
+Offsets = dict[int, int]  # partition -> next offset
+
+
+def batch_range(checkpoint: str, topic: str, batch_id: int) -> tuple[Offsets, Offsets]:
+    """Where batch ``batch_id`` of a query starts and ends, per partition (next offsets), from
+    its checkpoint: the offset log's entry before it (batch 0: the source's initial offsets),
+    and its own."""
+    root = Path(checkpoint)
+    before = root / "offsets" / str(batch_id - 1)
+    if batch_id == 0 or not before.exists():
+        before = root / "sources" / "0" / "0"
+    return _source_offsets(before, topic), _source_offsets(root / "offsets" / str(batch_id), topic)
+
+
+def next_batch(checkpoint: str) -> int:
+    """The batch a query started from ``checkpoint`` runs first: the last planned one if it
+    was not committed (Spark runs it again), else the one after."""
+    root = Path(checkpoint)
+
+    def last(log: str) -> int:
+        entries = [int(p.name) for p in (root / log).glob("*") if p.name.isdigit()]
+        return max(entries, default=-1)
+
+    planned = last("offsets")
+    return planned if planned > last("commits") else planned + 1
