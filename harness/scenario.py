@@ -50,6 +50,8 @@ from harness.workload.producer import ProducerSpec
 EXPECTABLE = (
     "duplicates", "duplicated_keys", "lost", "stale", "dead_lettered", "poison_missing",
     "phantoms", "in_sink", "unique_in_sink", "acked", "offsets_consistent", "topic_duplicates",
+    # Whether the pipeline stopped for good (true / false).
+    "stopped",
     # An outbox relay's stage (seed 003): the target topics against what MongoDB acknowledged.
     "published_lost", "published_duplicates", "history_lost",
 )  # fmt: skip
@@ -199,6 +201,8 @@ class Expectation:
         if self.field.startswith("published_"):
             stage = None if relay is None else relay.published
             return getattr(stage, self.field.removeprefix("published_"), None)
+        if self.field == "stopped":
+            return bool(verdict.stopped)
         value: int | bool | None = getattr(verdict, self.field)
         return value
 
@@ -652,7 +656,7 @@ def _expectations(pr: Problems, where: str, raw: Any) -> list[Expectation]:
         at = f"{where}.{key}"
         if key not in EXPECTABLE:
             pr.add(at, f"cannot expect this (can: {', '.join(EXPECTABLE)})")
-        elif isinstance(value, int):  # bool included: offsets_consistent: true
+        elif isinstance(value, int):  # bool included: offsets_consistent: true, stopped: true
             found.append(Expectation(key, "==", value))
         elif isinstance(value, str) and (m := _EXPRESSION.match(value)):
             rate = None if m.group(3) is None else float(m.group(3)) / 100

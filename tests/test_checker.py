@@ -23,6 +23,7 @@ from harness.checker import (
     load_ledger,
 )
 from harness.history.windows import FaultWindow
+from harness.scenario import parse_scenario
 from harness.workload.events import Kind
 from harness.workload.ledger import LedgerRow, LedgerWriter, read_ledger
 
@@ -146,6 +147,7 @@ def test_a_perfect_sink_has_no_anomalies() -> None:
         "offsets_consistent": True,
         "anomalies_total": 0,
         "topic_duplicates": 0,
+        "stopped": "",
     }
     assert verdict.anomalies == []
 
@@ -427,9 +429,29 @@ def test_the_verdict_is_plain_json() -> None:
         "at": 2.5,
         "window": None,
     }
+    assert as_dict["stopped"] == ""
     for key, value in as_dict.items():
-        if key not in ("copies", "anomalies", "offsets_consistent"):
+        if key not in ("copies", "anomalies", "offsets_consistent", "stopped"):
             assert type(value) is int, key
+
+
+def test_a_pipeline_that_stopped_for_good_is_in_the_verdict_and_can_be_expected() -> None:
+    ledger = mixed_ledger()
+    half = perfect_sink(ledger, changes=[(o, v, 1.0) for o, v in ledger.changes()[:20]])
+    why = "the query failed 3 times in a row: E11000 duplicate key error"
+    verdict = judge(ledger, half, stopped=why)
+    assert verdict.stopped == why and verdict.lost > 0
+    assert Verdict.from_dict(json.loads(json.dumps(verdict.to_dict()))).stopped == why
+    expected = parse_scenario(
+        {"name": "s", "workload": {"events": 10}, "variants": ["naive"],
+         "expect": {"naive": {"stopped": True, "lost": ">0"}}}
+    ).expect["naive"]  # fmt: skip
+    assert [e.failure(verdict) for e in expected] == [None, None]
+    going = judge(ledger, perfect_sink(ledger))
+    assert [e.failure(going) for e in expected] == [
+        "expected stopped == True, got False",
+        "expected lost > 0, got 0",
+    ]
 
 
 # --- loading the ledger ---------------------------------------------------------------------
@@ -688,6 +710,7 @@ def reference(
         else all(stored_offsets.get(p) == o for p, o in last_offset.items()),
         "anomalies_total": len(anomalies),
         "topic_duplicates": sum(topic.values()),
+        "stopped": "",
     }
     return verdict, anomalies
 

@@ -134,3 +134,14 @@ def test_a_mid_write_crash_needs_that_many_records() -> None:
         ("faults[0]", "consumer-crash#1 waits for 150 documents of one batch, and a consumer "
          "gets at most 100 of the 100 events"),
     )  # fmt: skip
+
+
+def test_a_lane_stopped_for_good_is_not_held_to_what_came_after() -> None:
+    s = scenario(CRASH, KILL)
+    clock = ev(0.5, EventKind.SCHEDULE_START, "nemesis")
+    stopped = ev(2.0, EventKind.FAILED_FOR_GOOD, "spark", detail="E11000 on every replay")
+    # Its crash point could no longer be reached, and the kill was due after its stop.
+    assert unfired(s.faults, [clock, *batches(1), stopped], 600) == ()
+    # The same run had the lane gone on: both would be faults that did not fire.
+    missed = unfired(s.faults, [clock, *batches(1)], 600)
+    assert [m.name for m in missed] == ["consumer-crash#1", "broker-kill#2"]

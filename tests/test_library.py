@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import xml.etree.ElementTree as ET
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from harness.pipeline.runtime import RuntimeConfig
 from harness.report.table import BESIDE_NOTE, beside
 from harness.results.model import RESULTS, load
 from harness.scenario import load_scenario
+from harness.workload.events import Kind
 from harness.workload.ledger import read_ledger
 from harness.workload.producer import aborted_ledger
 from tests.support import SPARK, chaoslab
@@ -101,12 +103,52 @@ def lost_at_publish(env: LocalEnvironment, row: dict[str, Any], topics: list[str
     return [e for e in read_written(Path(row["ledger"])) if e.entry_id not in published]
 
 
+def recount(env: LocalEnvironment, row: dict[str, Any]) -> tuple[int, int, int]:
+    """(documents, extra copies, changes lost) of a lane's landing collection, counted here
+    from its documents' event ids and the ledger - not by the lab's checker."""
+    ledger = {r.event_id: r for r in read_ledger(Path(row["ledger"]))}
+    expected = {(r.order_id, r.version) for r in ledger.values() if r.kind is not Kind.POISON}
+    config = RuntimeConfig.load(str(Path(row["directory"]) / "runtime.json"))
+    collection = config.variant_options.get("collection", "events")
+    mongo: MongoClient[dict[str, Any]] = MongoClient(env.mongo_uri)
+    with mongo:
+        docs = list(mongo[config.database][collection].find({}, {"event_id": 1}))
+    stored = Counter((ledger[d["event_id"]].order_id, ledger[d["event_id"]].version) for d in docs)
+    return len(docs), sum(n - 1 for n in stored.values()), len(expected - set(stored))
+
+
+def assert_connector_replay(env: LocalEnvironment, rows: dict[tuple[str, str], Any]) -> None:
+    """spark-connector-replay: every lane lost an executor mid-task and had its driver killed
+    between its write and its checkpoint's commit; the connector's lanes, recounted."""
+    for (_, variant), r in rows.items():
+        events = read_history(Path(r["directory"]) / "history")
+        lost = [e for e in events if e.kind is EventKind.EXECUTOR_LOST]
+        assert len(lost) == 1 and "executor PID" in lost[0].detail, (variant, lost)
+        if not r["stopped"]:
+            crashes = [e for e in events if e.kind is EventKind.CRASH]
+            assert [c.detail for c in crashes] == ["after_write_before_commit"], variant
+            # Spark replayed the killed batch from its checkpoint: written twice.
+            written = [e.batch for e in events if e.kind is EventKind.WRITTEN]
+            assert written.count(crashes[0].batch) == 2, (variant, written)
+        if variant.startswith("connector-"):
+            assert recount(env, r) == (r["in_sink"], r["duplicates"], r["lost"]), variant
+    # The connector's defaults (a row without _id: an insert): the replays' copies.
+    assert rows[("spark", "connector-sink")]["duplicates"] > 0
+    keyed = rows[("spark", "connector-sink[idFieldList=event_id]")]
+    assert (keyed["duplicates"], keyed["lost"]) == (0, 0)
+    # insert on the event id: a replay is E11000, every time, and the lane stops.
+    insert = rows[("spark", "connector-batch[operationType=insert,_id=event_id]")]
+    assert insert["duplicates"] == 0 and insert["lost"] > 0
+    assert "E11000" in insert["stopped"], insert["stopped"]
+
+
 def test_the_library_has_every_scenario_the_issue_names() -> None:
     assert {p.stem for p in LIBRARY} >= {
         "baseline", "cdc-crash-before-ack", "msk-rolling-upgrade", "commit-failure-window",
         "mongo-partition", "concurrent-duplicates", "producer-resend", "poison-records",
         "commit-failure-storm", "producer-exactly-once", "processed-log-crash",
         "outbox-push-shape", "outbox-relay-crash", "outbox-server-restarts", "outbox-history-lost",
+        "spark-connector-replay",
     }  # fmt: skip
     for path in LIBRARY:
         scenario = load_scenario(path)
@@ -334,6 +376,8 @@ def test_a_library_scenario_holds_its_expectations(
             assert written.count(lost[0].batch) == 1, (variant, written)
             if variant == "naive":  # the lost task's 40 documents, written again by the retry
                 assert (r["duplicates"], r["copies"]) == (40, {"2": 40}), r
+    if name == "spark-connector-replay":
+        assert_connector_replay(scenario_env, rows)
     if name == "commit-failure-storm":
         naive = rows[("listener", "naive")]
         assert {"2", "3"} <= set(naive["copies"]), naive["copies"]  # seed 002's 2 and 3 copies

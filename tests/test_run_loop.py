@@ -156,3 +156,21 @@ def test_a_consumer_that_keeps_failing_before_it_is_ready_ends_the_wait_at_once(
     with pytest.raises(RuntimeFailed, match="boom"):
         await_ready([watch], [Failing()], what="the consumers", timeout=60)
     assert time.monotonic() - started < 5  # not the readiness timeout
+
+
+def test_a_lane_stopped_for_good_is_not_waited_for_and_did_not_catch_up(tmp_path: Path) -> None:
+    producer = Producer()
+    (good, good_out), (gone, gone_out) = lane(tmp_path, "good"), lane(tmp_path, "gone")
+    # The gone lane's query failed on every restart at its first batch (a Spark lane's driver
+    # says so), and never commits past 20.
+    gone_out.record(EventKind.WRITTEN, count=20)
+    gone_out.record(EventKind.FAILED_FOR_GOOD, detail="the query failed 3 times in a row")
+    consumers = [Consumer(good_out, producer)]
+    summary = wait_until_consumed(
+        [good, gone], consumers, producer, nemesis(tmp_path, [good, gone], []),
+        lambda: dict(ENDS), timeout=30, progress=lambda _m: None,
+    )  # fmt: skip
+    assert summary.acked == 100 and good.committed == ENDS
+    assert gone.failed == "the query failed 3 times in a row" and gone.finished
+    kinds = [e.kind for e in read_history(gone.tail.directory)]
+    assert EventKind.CAUGHT_UP not in kinds

@@ -17,6 +17,7 @@ from bson import Int64
 from bson.son import SON
 from pymongo import MongoClient
 from secantus import commands, transactions, wire
+from secantus import server as server_module
 from secantus.server import SecantusDBServer
 from secantus.transactions import TransactionRegistry
 from secantus.wire import OP_MSG
@@ -25,9 +26,13 @@ from harness.environment.local import LocalEnvironment
 from harness.environment.servers.secantus_server import (
     HELLO_COMMANDS,
     BadParameter,
+    chained_reply,
     hello_or_quiescing,
     prune_oldest,
     secantus_prune,
+    secantus_stream_getmore,
+    secantus_stream_hello,
+    streamed,
     take_set_parameters,
 )
 from harness.readiness import NotReady, wait_for
@@ -155,3 +160,47 @@ def test_a_member_shutting_down_answers_hello_as_mongod_in_quiesce_not_as_a_stan
         ), reply  # fmt: skip
     finally:
         server.stop()
+
+
+def streaming_hello(conn: socket.socket, replies: int) -> list[tuple[int, int]]:
+    """An awaitable ``hello`` sent as a driver's streaming monitor sends it (exhaustAllowed,
+    maxAwaitTimeMS, an out-of-date topologyVersion), and the (requestID, responseTo) of the
+    first ``replies`` replies the server streams back."""
+    doc = {
+        "hello": 1, "maxAwaitTimeMS": 100, "$db": "admin",
+        "topologyVersion": {"processId": bson.ObjectId(), "counter": Int64(0)},
+    }  # fmt: skip
+    body = struct.pack("<IB", wire.OP_MSG_FLAG_EXHAUST_ALLOWED, 0) + bson.encode(doc)
+    conn.sendall(struct.pack("<iiii", 16 + len(body), 7, 0, OP_MSG) + body)
+    ids = []
+    for _ in range(replies):
+        header = conn.recv(16, socket.MSG_WAITALL)
+        length, request_id, response_to, _op = struct.unpack("<iiii", header)
+        conn.recv(length - 16, socket.MSG_WAITALL)
+        ids.append((request_id, response_to))
+    return ids
+
+
+@pytest.mark.parametrize("chained", [False, True])
+def test_a_stream_of_replies_answers_each_reply_before_it_as_mongods_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chained: bool
+) -> None:
+    if chained:  # as install() sets them in the lab's server
+        monkeypatch.setattr(server_module, "build_op_msg_reply", chained_reply)
+        monkeypatch.setattr(SecantusDBServer, "_stream_awaitable_hello",
+                            streamed(secantus_stream_hello))  # fmt: skip
+        monkeypatch.setattr(SecantusDBServer, "_stream_exhaust_getmore",
+                            streamed(secantus_stream_getmore))  # fmt: skip
+    server = SecantusDBServer(port=0, storage_path=str(tmp_path / "db"), cache_size="64M")
+    server.start()
+    try:
+        with socket.create_connection(server.address, timeout=10) as conn:
+            ids = streaming_hello(conn, 3)
+    finally:
+        server.stop()
+    assert ids[0][1] == 7  # the first answers the request
+    answered = [response_to for _, response_to in ids[1:]]
+    if chained:  # each later one, the reply before it: what the Java driver checks
+        assert answered == [request_id for request_id, _ in ids[:-1]], ids
+    else:  # SecantusDB's own: the request's id again, which the Java driver refuses
+        assert answered == [7, 7], ids

@@ -68,7 +68,7 @@ def test_a_users_job_runs_under_cdc_crash_before_acks_faults(
 
 @pytest.mark.servers
 @SPARK
-def test_a_job_that_starts_its_own_query_is_watched_and_judged(
+def test_a_job_with_its_own_query_and_one_with_the_connector_are_judged(
     scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:
     spec = {
@@ -76,13 +76,20 @@ def test_a_job_that_starts_its_own_query_is_watched_and_judged(
         "seed": 3,
         "workload": {"events": 600, "keys": 100, "partitions": 3},
         "runtimes": ["spark"],
-        "variants": [{"name": "spark-job", "job": "tests.user_job:ingest_query"}],
+        "variants": [
+            {"name": "spark-job", "job": "tests.user_job:ingest_query"},
+            # A job that writes with MongoDB's Spark connector runs as it is: the session has
+            # the connector.
+            {"name": "spark-job", "job": "tests.user_job:ingest_with_connector"},
+        ],
     }
     result = run_scenario(
         scenario_env, parse_scenario(spec), tmp_path / "run", progress=lambda _m: None
     )
-    (job,) = result.variants
-    assert job.variant == "job-ingest_query"
+    job, connector = result.variants
+    assert (job.variant, connector.variant) == ("job-ingest_query", "job-ingest_with_connector")
+    assert (connector.verdict.duplicates, connector.verdict.lost) == (0, 0)
+    assert (connector.verdict.stale, connector.verdict.in_sink) == (0, 600)
     # The lab saw its batches commit (the run ended once they covered every record) and
     # judged the collections it wrote: exactly once, with no fault.
     assert job.directory is not None

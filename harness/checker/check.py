@@ -43,6 +43,7 @@ def check(
     windows: Sequence[FaultWindow] = (),
     max_anomalies: int = 1000,
     stored_twice: Sequence[tuple[int, int]] = (),
+    stopped: str = "",
 ) -> Verdict:
     """Judge one variant's sink against the ledger of what the broker acknowledged.
 
@@ -59,6 +60,8 @@ def check(
       holds beyond the first of its event id (a producer's retry Kafka stored again). Each is
       a copy every consumer was handed: a sink's copy it accounts for is the topic's
       (``topic_duplicates``), not the variant's (``duplicates``, ``copies``, the anomalies).
+    * ``stopped``: why the variant's pipeline stopped for good, as its history says (its
+      ``FAILED_FOR_GOOD``), if it did: what it had not stored by then is lost.
 
     Anomalies (one per duplicate copy, lost change, stale order) are attributed to the first
     fault window containing their time. When there are more than `max_anomalies`, the earliest
@@ -115,6 +118,7 @@ def check(
         anomalies=_anomalies(found, windows, max_anomalies),
         anomalies_total=sum(len(f.at) for f in found.values()),
         topic_duplicates=topic_duplicates,
+        stopped=stopped,
     )
 
 

@@ -306,6 +306,8 @@ class Verdict:
       once (a producer's retry Kafka stored again), so every consumer was handed it again.
       ``duplicates``, ``duplicated_keys``, ``copies`` and the anomalies are the variant's own:
       in_sink - unique_in_sink = duplicates + topic_duplicates.
+    * ``stopped`` - why the variant's pipeline stopped for good ('' if it did not): a Spark
+      query that failed on every restart. The run went on without it.
     """
 
     produced: int
@@ -325,6 +327,7 @@ class Verdict:
     anomalies: list[Anomaly]
     anomalies_total: int
     topic_duplicates: int = 0
+    stopped: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values: copies' keys become strings, anomalies become dicts."""
@@ -374,6 +377,7 @@ class Verdict:
             anomalies=anomalies,
             anomalies_total=int(raw.get("anomalies_total", len(anomalies)) or 0),
             topic_duplicates=count("topic_duplicates"),
+            stopped=str(raw.get("stopped") or ""),
         )
 
 

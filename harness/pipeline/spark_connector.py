@@ -97,11 +97,10 @@ def _parses(e: Column) -> Column:
 def rows(stream: DataFrame, variant: ConnectorVariant) -> DataFrame:
     """The records that parse, as the rows the connector writes."""
     e = F.col("e")
-    lab = F.struct(
-        F.col("partition"),
-        F.col("offset"),
-        (F.unix_micros(F.current_timestamp()) / 1e6).alias("written_at"),
-    )
+    # No write time: Spark's current_timestamp() is the batch's, and a replayed batch keeps its
+    # first run's. A copy's time is its ObjectId's, minted by the driver as it inserts
+    # (harness.pipeline.sink.written_at).
+    lab = F.struct(F.col("partition"), F.col("offset"))
     columns = [
         e.event_id.alias("event_id"),
         e.order_id.alias("order_id"),

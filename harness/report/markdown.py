@@ -136,7 +136,9 @@ def scenario_markdown(
             "consumed per second, first batch to last commit.",
         ]
         lines += [
-            f"\n**{v.label} stopped for good**: {v.stopped}" for v in run.variants if v.stopped
+            f"\n**{v.label} stopped for good**: {v.verdict.stopped}"
+            for v in run.variants
+            if v.verdict.stopped
         ]
         topic = [v for v in run.variants if v.verdict.topic_duplicates]
         if topic:

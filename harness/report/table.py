@@ -90,7 +90,11 @@ def render_table(run: ScenarioResult) -> str:
     lines = [headline(run)]
     if run.variants:
         lines += grid(header, [variant_cells(v) for v in run.variants], right)
-        lines += [f"{v.label} stopped for good: {v.stopped}" for v in run.variants if v.stopped]
+        lines += [
+            f"{v.label} stopped for good: {v.verdict.stopped}"
+            for v in run.variants
+            if v.verdict.stopped
+        ]
     return "\n".join(lines)
 
 

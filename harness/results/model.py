@@ -113,9 +113,6 @@ class VariantResult:
     ledger: Path | None = None  # the ledger of the topic it consumed (shared side by side)
     # An outbox relay's stage (seed 003); ``verdict`` is then end to end (written -> stored).
     relay: RelayStage | None = None
-    # Why its pipeline stopped for good, if it did (a query that failed on every restart): the
-    # run went on without it, and what it had not stored is counted lost.
-    stopped: str = ""
     # Attached by ``load``, never written: the variant's history and its ledger's ack times.
     events: tuple[HistoryEvent, ...] = ()
     acked_at: np.ndarray = field(default_factory=lambda: np.empty(0))  # unix seconds, sorted
@@ -156,7 +153,6 @@ class VariantResult:
             "unfired": [u.to_dict() for u in self.unfired],
             "rates": [r.to_json() for r in self.rates],
             "unexplained_duplicates": self.unexplained,
-            "stopped_for_good": self.stopped,
             "expectation": self.outcome.value,
             "reason": self.reason,
             "directory": None if self.directory is None else str(self.directory),
@@ -181,7 +177,6 @@ class VariantResult:
             unfired=unfired,
             rates=tuple(RateCheck.from_json(r) for r in raw.get("rates") or ()),
             unexplained=int(raw.get("unexplained_duplicates") or 0),
-            stopped=str(raw.get("stopped_for_good") or ""),
             directory=_resolve(raw.get("directory"), run_dir),
             ledger=_resolve(raw.get("ledger"), run_dir),
             relay=RelayStage.from_dict(raw["relay"]) if raw.get("relay") else None,

@@ -458,6 +458,7 @@ def _judge(
         stored_twice=[
             (t.row.order_id, t.row.version) for t in twice_in_topic for _ in range(t.extra)
         ],
+        stopped=next((e.detail for e in events if e.kind is EventKind.FAILED_FOR_GOOD), ""),
     )
     if lane.runtime.black_box and verdict.acked and not verdict.in_sink:
         _wrote_nothing(lane, supervisor)
@@ -480,7 +481,6 @@ def _judge(
         directory=lane.run_dir,
         ledger=run.ledger_path,
         unfired=unfired(scenario.faults, events, scenario.workload.events),
-        stopped=next((e.detail for e in events if e.kind is EventKind.FAILED_FOR_GOOD), ""),
     )
     progress(
         f"    {result.label}: {verdict.in_sink} in sink of {verdict.acked} acked, "
@@ -488,8 +488,8 @@ def _judge(
         f"{verdict.dead_lettered} dead-lettered; {result.events_per_s:.0f} events/s; "
         f"{result.outcome.value.upper() if not result.passed else 'pass'}"
     )
-    if result.stopped:
-        progress(f"      stopped for good: {result.stopped}")
+    if verdict.stopped:
+        progress(f"      stopped for good: {verdict.stopped}")
     for u in result.unfired:
         progress(f"      {u}")
     return result

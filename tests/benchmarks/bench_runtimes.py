@@ -10,7 +10,8 @@ of the same servers, all in one run on one environment:
   listener reads, and its records produced again by a plain producer.
 
 Each variant's ratio is to the ceiling it could reach: the lower of its write's ceiling and
-the consumer's.
+the consumer's. Then MongoDB's Spark connector's variants, each alone on Spark over the same
+workload, beside the lab's pymongo variants on Spark.
 
     make bench            # or: .venv/bin/python tests/benchmarks/bench_runtimes.py [EVENTS]
 
@@ -40,6 +41,14 @@ from harness.scenario import parse_scenario
 
 VARIANTS = ["naive", "idempotent", "unique-index", "transactional"]
 RUNTIMES = ["listener", "spark"]
+# MongoDB's Spark connector: its defaults (an insert per row) and keyed by the event id
+# (a replace with upsert per row), from foreachBatch and as the query's own sink.
+CONNECTOR: list[str | dict[str, Any]] = [
+    "connector-batch",
+    {"name": "connector-batch", "idFieldList": "event_id"},
+    "connector-sink",
+    {"name": "connector-sink", "idFieldList": "event_id"},
+]
 BATCH = 500
 GOAL_SPARK = 5000  # events/s, idempotent on Spark
 Docs = list[dict[str, Any]]
@@ -144,26 +153,34 @@ def table(rows: Sequence[Sequence[str]]) -> str:
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
 
 
+def alone(events: int, runtimes: list[str], variants: Sequence[str | dict[str, Any]]) -> Any:
+    """A scenario running each variant alone on the machine, over the bench's workload."""
+    return parse_scenario(
+        {
+            "name": "bench",
+            "seed": 1,
+            "workload": {"events": events, "keys": 500, "partitions": 3},
+            "runtimes": runtimes,
+            # One at a time: each variant has the machine to itself.
+            "pipeline": {"batch_size": BATCH, "parallel": False, "trigger_ms": 100},
+            "variants": list(variants),
+        }
+    )
+
+
 def main(events: int) -> None:
     with (
         tempfile.TemporaryDirectory(prefix="chaoslab-bench-") as tmp,
         LocalEnvironment(Path(tmp) / "env") as env,
     ):
-        scenario = parse_scenario(
-            {
-                "name": "bench",
-                "seed": 1,
-                "workload": {"events": events, "keys": 500, "partitions": 3},
-                "runtimes": RUNTIMES,
-                # One at a time: each variant has the machine to itself.
-                "pipeline": {"batch_size": BATCH, "parallel": False, "trigger_ms": 100},
-                "variants": VARIANTS,
-            }
-        )
         print(f"each variant alone: {events} events, batches of {BATCH} ...", flush=True)
         run_dir = Path(tmp) / "run"
-        result = run_scenario(env, scenario, run_dir, progress=lambda _m: None)
+        result = run_scenario(env, alone(events, RUNTIMES, VARIANTS), run_dir, progress=print_none)
         rates = {(r.runtime, r.variant): r.events_per_s for r in result.variants}
+        print("MongoDB's Spark connector's variants alone, the same workload ...", flush=True)
+        connector = run_scenario(
+            env, alone(events, ["spark"], CONNECTOR), Path(tmp) / "connector", progress=print_none
+        )
         docs, config = landing_documents(run_dir)
         print(f"ceilings: {len(docs)} landing documents, the run's topic ...", flush=True)
         client: MongoClient[dict[str, Any]] = MongoClient(env.mongo_uri)
@@ -200,6 +217,16 @@ def main(events: int) -> None:
     print(f"  best variant >= 0.5x the raw MongoDB ceiling ({raw:.0f}/s): {best / raw:.2f}x")
     print(f"  transactional >= 0.7x naive (listener): {txn:.2f}x")
     print(f"  Spark idempotent >= {GOAL_SPARK} events/s: {spark:.0f}")
+    print(f"\nSpark, the same {events} events: MongoDB's Spark connector beside pymongo")
+    lanes = [(v, rates[("spark", v)]) for v in VARIANTS]
+    lanes += [(r.variant, r.events_per_s) for r in connector.variants]
+    base = rates[("spark", "idempotent")]
+    print(table([["variant", "ev/s", "x idempotent"],
+                 *([v, f"{rate:.0f}", f"{rate / base:.2f}"] for v, rate in lanes)]))  # fmt: skip
+
+
+def print_none(_message: str) -> None:
+    """A run's progress, not printed: the bench prints its figures."""
 
 
 if __name__ == "__main__":

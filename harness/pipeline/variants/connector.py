@@ -7,12 +7,12 @@ faults, with the connector's own write options.
       - {name: connector-batch, operationType: insert, _id: event_id}
 
 Each Kafka record's JSON becomes a row - ``event_id``, ``order_id``, ``version``, ``tx_id``,
-``payload`` and the lab's ``_lab`` (partition, offset) - and the connector writes it as it
-would any DataFrame: by its ``operationType`` on the ``idFieldList`` fields, or as an insert
-when the row lacks one of them (the connector's rule, whatever ``operationType`` says). With the
-connector's defaults (``replace`` on ``_id``) a row without ``_id`` is inserted and the driver
-mints a new ObjectId: a replayed micro-batch is stored again. ``_id: event_id`` (the lab's
-option, not the connector's) gives each row the producer's event id as its ``_id``.
+``payload`` and the lab's ``_lab`` (the record's partition and offset) - and the connector
+writes it as it would any DataFrame: by its ``operationType`` on the ``idFieldList`` fields, or
+as an insert when the row lacks one of them (the connector's rule, whatever ``operationType``
+says). With the connector's defaults (``replace`` on ``_id``) a row without ``_id`` is inserted
+and the driver mints a new ObjectId: a replayed micro-batch is stored again. ``_id: event_id``
+(the lab's option, not the connector's) gives each row the producer's event id as its ``_id``.
 
 Options are the connector's write options (10.5.0: ``harness.environment.maven``), by their own
 names - plain, or prefixed ``spark.mongodb.write.`` as in a Spark configuration - and checked as
