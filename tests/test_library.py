@@ -127,9 +127,9 @@ def assert_connector_replay(env: LocalEnvironment, rows: dict[tuple[str, str], A
         if not r["stopped"]:
             crashes = [e for e in events if e.kind is EventKind.CRASH]
             assert [c.detail for c in crashes] == ["after_write_before_commit"], variant
-            # Spark replayed the killed batch from its checkpoint: written twice.
+            # Spark replayed the killed batch from its checkpoint: written again.
             written = [e.batch for e in events if e.kind is EventKind.WRITTEN]
-            assert written.count(crashes[0].batch) == 2, (variant, written)
+            assert written.count(crashes[0].batch) >= 2, (variant, written)
         if variant.startswith("connector-"):
             assert recount(env, r) == (r["in_sink"], r["duplicates"], r["lost"]), variant
     # The connector's defaults (a row without _id: an insert): the replays' copies.

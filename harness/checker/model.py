@@ -307,7 +307,7 @@ class Verdict:
       ``duplicates``, ``duplicated_keys``, ``copies`` and the anomalies are the variant's own:
       in_sink - unique_in_sink = duplicates + topic_duplicates.
     * ``stopped`` - why the variant's pipeline stopped for good ('' if it did not): a Spark
-      query that failed on every restart. The run went on without it.
+      query that kept failing through a minute of restarts. The run went on without it.
     """
 
     produced: int

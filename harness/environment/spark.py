@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 LOG4J2_TEMPLATE = """\
-# Written by chaoslab: Spark's own logging goes to a file, only errors reach the console.
+# Written by chaoslab: Spark's own logging goes to a file, only errors reach the console. Its
+# times carry their date and zone: the lab reads lost tasks from it (harness.pipeline.spark_log).
 status = error
 rootLogger.level = warn
 rootLogger.appenderRef.file.ref = file
@@ -33,7 +34,7 @@ appender.file.type = File
 appender.file.name = file
 appender.file.fileName = ${sys:chaoslab.spark.log}
 appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n
+appender.file.layout.pattern = %d{yyyy-MM-dd'T'HH:mm:ss.SSSXXX} %p %c{1}: %m%n
 appender.console.type = Console
 appender.console.name = console
 appender.console.target = SYSTEM_ERR

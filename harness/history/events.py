@@ -47,8 +47,8 @@ class EventKind(StrEnum):
     # A Spark query stopped with an error (detail: what stopped it, in the words of the
     # exception that says most); the runtime starts it again from its checkpoint.
     QUERY_FAILED = "query-failed"
-    # A lane's pipeline stopped for good (detail: why): a query that failed on every restart.
-    # Its consumers are not waited for; what it did not store is lost.
+    # A lane's pipeline stopped for good (detail: why): a query that kept failing for a minute
+    # of restarts. Its consumers are not waited for; what it did not store is lost.
     FAILED_FOR_GOOD = "failed-for-good"
     CRASH = "crash"  # a crash point fired (detail: the point; fault: the fault's name)
     # A crash point killed the Spark executor running the task (detail: the point, the
@@ -58,6 +58,10 @@ class EventKind(StrEnum):
     # worker, a write that gave up): its records were handed out again (batch; count: its
     # records; detail: the task and attempt). Written by the attempt itself, on the executor.
     TASK_RETRIED = "task-retried"
+    # Spark's driver lost a write task of the variant's query (batch; detail: the task and its
+    # error, from the driver's log after the run - and MongoDB's connector's abort, when it
+    # said so): Spark runs it again, or fails the batch (harness.pipeline.spark_log).
+    TASK_FAILED = "task-failed"
     PAUSED = "paused"  # a consumer froze itself at a point (detail: the point; fault: its name)
     RESUMED = "resumed"  # the supervisor thawed a paused consumer
     SCHEDULE_START = "schedule-start"  # the nemesis's clock starts: fault times count from here

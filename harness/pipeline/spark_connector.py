@@ -28,9 +28,12 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.streaming.query import StreamingQuery
 
+from harness.history.events import EventKind
+from harness.pipeline.batch import Poison, dead_letter_topic
 from harness.pipeline.crash import Armed, Crasher, CrashPoint
-from harness.pipeline.runtime import CONSUMER_APP, RuntimeConfig
+from harness.pipeline.runtime import CONSUMER_APP, BatchHandler, RuntimeConfig, Written
 from harness.pipeline.variants.connector import ROW_ID, ConnectorVariant
 
 # The workload's change events (harness.workload.events) as a job would declare them.
@@ -255,3 +258,132 @@ def next_batch(checkpoint: str) -> int:
 
     planned = last("offsets")
     return planned if planned > last("commits") else planned + 1
+
+
+UNPARSED = "does not parse as a change event"  # a dead letter's reason
+
+
+class ConnectorWrites:
+    """A connector lane's part of the driver: its query (``foreachBatch`` or the connector's
+    own sink), its dead letters, the crash points the hooks keep for it."""
+
+    def __init__(self, config: RuntimeConfig, handler: BatchHandler, variant: ConnectorVariant):
+        self.config = config
+        self.handler = handler
+        self.variant = variant
+        self.options = options(config, variant, driver_group())
+        self.mid_write = MidWrite(handler.crasher, crashes_dir(config))
+        self.hold: CheckpointHold | None = None  # the sink's checkpoint entries, held
+        self.planned: int | None = None  # the batch whose offsets the held query wrote last
+        self.dead_letters: StreamingQuery | None = None  # the sink's poison, to Kafka
+
+    def start(self, stream: DataFrame, name: str) -> StreamingQuery:
+        """The lane's query, started (again, after a failure: from its checkpoint)."""
+        cfg = self.config
+        trigger = f"{cfg.trigger_ms} milliseconds"
+        if not self.variant.streaming_sink:
+            return (
+                stream.writeStream.queryName(name)
+                .foreachBatch(self.write_batch)
+                .option("checkpointLocation", cfg.checkpoint)
+                .trigger(processingTime=trigger)
+                .start()
+            )
+        if self.hold is None:
+            self.hold = CheckpointHold(cfg.checkpoint, self.on_checkpoint_entry)
+            self.hold.start()
+        # A batch replayed from the checkpoint has its offsets already: no offsets entry is
+        # held for it, so its mid_write plans are armed now.
+        self.mid_write.arm(self.handler.batches + 1, next_batch(cfg.checkpoint))
+        query = (
+            rows(stream, self.variant)
+            .writeStream.queryName(name)
+            .format("mongodb")
+            .options(**self.options)
+            .option("checkpointLocation", cfg.checkpoint)
+            .trigger(processingTime=trigger)
+            .start()
+        )
+        if self.dead_letters is None or not self.dead_letters.isActive:
+            # What does not parse goes to the lane's dead-letter topic, by Spark's Kafka sink.
+            self.dead_letters = (
+                poison(stream)
+                .select(
+                    F.col("value"),
+                    F.array(
+                        _header("error", F.lit(UNPARSED)),
+                        _header("origin-partition", F.col("partition").cast("string")),
+                        _header("origin-offset", F.col("offset").cast("string")),
+                    ).alias("headers"),
+                )
+                .writeStream.queryName(f"{name}_dlq")
+                .format("kafka")
+                .option("kafka.bootstrap.servers", cfg.bootstrap)
+                .option("topic", dead_letter_topic(cfg.group))
+                .option("checkpointLocation", f"{cfg.checkpoint}-dlq")
+                .trigger(processingTime=trigger)
+                .start()
+            )
+        return query
+
+    def write_batch(self, df: DataFrame, batch_id: int) -> None:
+        """foreachBatch: the batch's poison dead-lettered, the rest written by the connector,
+        between the lab's crash points."""
+
+        def with_connector(batch_no: int) -> list[Written]:
+            df.persist()
+            try:
+                bad = [Poison(r.partition, r.offset, r.value, UNPARSED)
+                       for r in poison(df).collect()]  # fmt: skip
+                self.handler.sink.dead_letter(batch_id, bad)
+                self.mid_write.arm(batch_no, batch_id)
+                rows(df, self.variant).write.format("mongodb").mode("append").options(
+                    **self.options
+                ).save()
+                self.mid_write.settle()
+                ends = (
+                    df.groupBy("partition")
+                    .agg(F.max("offset").alias("last"), F.count("*").alias("records"))
+                    .collect()
+                )
+            finally:
+                df.unpersist()
+            lasts = {int(r.partition): int(r.last) for r in ends}
+            records = sum(int(r.records) for r in ends)
+            return [Written(records - len(bad), lasts)] if lasts else []
+
+        self.handler.handle_elsewhere(batch_id, with_connector)
+
+    def on_checkpoint_entry(self, kind: str, batch_id: int) -> None:
+        """The connector's sink is about to write an entry of its query's checkpoint: the
+        batch's offsets (before it runs), or its commit (after its write)."""
+        handler, cfg = self.handler, self.config
+        if kind == "offsets" or self.planned != batch_id:  # a replay was planned before
+            self.planned = batch_id
+            handler.batches += 1
+            handler.batch_id = batch_id
+            handler.history.record(EventKind.BATCH, batch=batch_id)
+            if kind == "offsets":
+                handler.reached(CrashPoint.BEFORE_WRITE)
+                self.mid_write.arm(handler.batches, batch_id)
+                return
+        self.mid_write.settle()
+        starts, ends = batch_range(cfg.checkpoint, cfg.topic, batch_id)
+        handler.history.record(
+            EventKind.WRITTEN,
+            batch=batch_id,
+            count=sum(end - starts.get(p, 0) for p, end in ends.items()),
+            offsets={p: end - 1 for p, end in sorted(ends.items()) if end > starts.get(p, 0)},
+        )
+        handler.reached(CrashPoint.AFTER_WRITE_BEFORE_COMMIT)
+        self.mid_write.arm(handler.batches + 1, batch_id + 1)
+
+    def stop(self) -> None:
+        if self.dead_letters is not None:
+            self.dead_letters.stop()
+        if self.hold is not None:
+            self.hold.stop()
+
+
+def _header(key: str, value: Column) -> Column:
+    return F.struct(F.lit(key).alias("key"), value.cast("binary").alias("value"))

@@ -15,9 +15,9 @@ MongoDB's Spark connector's variants hand the parsed rows to ``format("mongodb")
 from ``foreachBatch`` or as the query's own sink (``harness.pipeline.spark_connector``).
 
 A query that fails is started again from its checkpoint, as a supervised job would be (Spark
-replays the batch it did not commit); one that fails ``FAILURES_FOR_GOOD`` times in a row with no
-batch committed in between has failed for good: the lane says so and the driver runs on for
-the others.
+replays the batch it did not commit), after a delay that doubles as a supervisor's back-off
+does; one that has kept failing for ``FAILING_FOR_GOOD_S`` with no batch committed has failed
+for good: the lane says so and the driver runs on for the others.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ import functools
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark import TaskContext
-from pyspark.sql import Column, DataFrame, Row, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
     QueryProgressEvent,
@@ -47,7 +47,7 @@ from harness.environment.spark import SparkSettings, spark_session
 from harness.history.events import EventKind, HistoryWriter
 from harness.kafka.clients import CONSUMER_CLIENT
 from harness.pipeline import spark_connector
-from harness.pipeline.batch import Poison, RawRecord, dead_letter_topic, split
+from harness.pipeline.batch import RawRecord, split
 from harness.pipeline.crash import Crasher, CrashPoint
 from harness.pipeline.runtime import (
     BatchHandler,
@@ -57,13 +57,17 @@ from harness.pipeline.runtime import (
     Written,
 )
 from harness.pipeline.runtimes import SPARK
+from harness.pipeline.spark_connector import ConnectorWrites
 from harness.pipeline.variants import make_variant
 from harness.pipeline.variants.connector import ConnectorVariant
 from harness.pipeline.variants.spark_job import JobSink, SparkJob, load_job
 
-# A query that fails this many times in a row, no batch committed in between, has failed for
-# good (a replay that fails as the first try did: the connector's E11000 under insert).
-FAILURES_FOR_GOOD = 3
+# A failed query is started again after RESTART_S[0] seconds, twice as long after each failure
+# in a row, at most RESTART_S[1]: a fault that passes (a step-down of seconds) is outlived, as a
+# supervisor's back-off outlives it. One that has kept failing this long with no batch committed
+# has failed for good (a replay that fails as every try did: the connector's E11000 under insert).
+RESTART_S = (1.0, 15.0)
+FAILING_FOR_GOOD_S = 60.0
 
 
 class _Committed(StreamingQueryListener):
@@ -83,6 +87,7 @@ class _Committed(StreamingQueryListener):
         lane = self.lanes.get(str(progress.id))
         if lane is None or progress.numInputRows == 0:
             return
+        lane.failing_since = None  # a batch committed: the query works again
         lane.failures_in_a_row = 0
         handler = lane.handler
         # The Kafka source's offsets: {"TOPIC": {"PARTITION": next offset, ...}}.
@@ -111,14 +116,11 @@ class _Lane:
     handler: BatchHandler
     committed: _Committed  # the driver's query listener, told which query is this lane's
     query: StreamingQuery | None = None
-    dead_letters: StreamingQuery | None = None  # the connector sink's poison, to Kafka
     failures_in_a_row: int = 0
+    failing_since: float | None = None  # monotonic time of its first failure since a commit
+    restart_at: float | None = None  # when its failed query is started again
     failed_for_good: bool = False
-    # The connector's lanes: the mid_write plans armed where its writes run, and the hold of
-    # the query's checkpoint entries (its own sink).
-    mid_write: spark_connector.MidWrite | None = None
-    hold: spark_connector.CheckpointHold | None = None
-    planned: int | None = None  # the batch whose offsets the held query wrote last
+    connector: ConnectorWrites | None = None  # MongoDB's Spark connector's lane: its writes
 
     @property
     def name(self) -> str:
@@ -153,7 +155,9 @@ class _Lane:
         write = self.write_batch
         variant = self.handler.variant
         if isinstance(variant, ConnectorVariant):
-            self.start_connector(stream, variant)
+            if self.connector is None:
+                self.connector = ConnectorWrites(cfg, self.handler, variant)
+            self._started(self.connector.start(stream, self.name))
             return
         if isinstance(variant, SparkJob):
             made = load_job(variant.job)(stream, self.job_sink())
@@ -174,118 +178,6 @@ class _Lane:
             .start()
         )
 
-    def start_connector(self, stream: DataFrame, variant: ConnectorVariant) -> None:
-        """MongoDB's Spark connector writes: from foreachBatch, or as the query's own sink."""
-        cfg = self.config
-        options = spark_connector.options(cfg, variant, spark_connector.driver_group())
-        if self.mid_write is None:
-            self.mid_write = spark_connector.MidWrite(
-                self.handler.crasher, spark_connector.crashes_dir(cfg)
-            )
-        trigger = f"{cfg.trigger_ms} milliseconds"
-        if not variant.streaming_sink:
-            write = functools.partial(self.write_with_connector, variant, options)
-            self._started(
-                stream.writeStream.queryName(self.name)
-                .foreachBatch(write)
-                .option("checkpointLocation", cfg.checkpoint)
-                .trigger(processingTime=trigger)
-                .start()
-            )
-            return
-        if self.hold is None:
-            self.hold = spark_connector.CheckpointHold(cfg.checkpoint, self.on_checkpoint_entry)
-            self.hold.start()
-        # A batch replayed from the checkpoint has its offsets already: no offsets entry is
-        # held for it, so its mid_write plans are armed now.
-        self.mid_write.arm(self.handler.batches + 1, spark_connector.next_batch(cfg.checkpoint))
-        self._started(
-            spark_connector.rows(stream, variant)
-            .writeStream.queryName(self.name)
-            .format("mongodb")
-            .options(**options)
-            .option("checkpointLocation", cfg.checkpoint)
-            .trigger(processingTime=trigger)
-            .start()
-        )
-        if self.dead_letters is None or not self.dead_letters.isActive:
-            # What does not parse goes to the lane's dead-letter topic, by Spark's Kafka sink.
-            self.dead_letters = (
-                spark_connector.poison(stream)
-                .select(
-                    F.col("value"),
-                    F.array(
-                        _header("error", F.lit("does not parse as a change event")),
-                        _header("origin-partition", F.col("partition").cast("string")),
-                        _header("origin-offset", F.col("offset").cast("string")),
-                    ).alias("headers"),
-                )
-                .writeStream.queryName(f"{self.name}_dlq")
-                .format("kafka")
-                .option("kafka.bootstrap.servers", cfg.bootstrap)
-                .option("topic", dead_letter_topic(cfg.group))
-                .option("checkpointLocation", f"{cfg.checkpoint}-dlq")
-                .trigger(processingTime=trigger)
-                .start()
-            )
-
-    def write_with_connector(
-        self, variant: ConnectorVariant, options: dict[str, str], df: DataFrame, batch_id: int
-    ) -> None:
-        """foreachBatch: the batch's poison dead-lettered, the rest written by the connector."""
-        assert self.mid_write is not None
-        mid_write = self.mid_write
-
-        def with_connector(batch_no: int) -> list[Written]:
-            df.persist()
-            try:
-                bad = [
-                    Poison(r.partition, r.offset, r.value, "does not parse as a change event")
-                    for r in spark_connector.poison(df).collect()
-                ]
-                self.handler.sink.dead_letter(batch_id, bad)
-                mid_write.arm(batch_no, batch_id)
-                rows = spark_connector.rows(df, variant)
-                rows.write.format("mongodb").mode("append").options(**options).save()
-                mid_write.settle()
-                ends = (
-                    df.groupBy("partition")
-                    .agg(F.max("offset").alias("last"), F.count("*").alias("records"))
-                    .collect()
-                )
-            finally:
-                df.unpersist()
-            lasts = {int(r.partition): int(r.last) for r in ends}
-            records = sum(int(r.records) for r in ends)
-            return [Written(records - len(bad), lasts)] if lasts else []
-
-        self.handler.handle_elsewhere(batch_id, with_connector)
-
-    def on_checkpoint_entry(self, kind: str, batch_id: int) -> None:
-        """The connector's sink is about to write an entry of its query's checkpoint: the
-        batch's offsets (before it runs), or its commit (after its write)."""
-        handler, cfg = self.handler, self.config
-        assert self.mid_write is not None
-        if kind == "offsets" or self.planned != batch_id:  # a replay was planned before
-            self.planned = batch_id
-            handler.batches += 1
-            handler.batch_id = batch_id
-            handler.history.record(EventKind.BATCH, batch=batch_id)
-            if kind == "offsets":
-                handler.reached(CrashPoint.BEFORE_WRITE)
-                self.mid_write.arm(handler.batches, batch_id)
-                return
-        self.mid_write.settle()
-        starts, ends = spark_connector.batch_range(cfg.checkpoint, cfg.topic, batch_id)
-        handler.history.record(
-            EventKind.WRITTEN,
-            batch=batch_id,
-            count=sum(end - starts.get(p, 0) for p, end in ends.items()),
-            offsets={p: end - 1 for p, end in sorted(ends.items()) if end > starts.get(p, 0)},
-        )
-        handler.reached(CrashPoint.AFTER_WRITE_BEFORE_COMMIT)
-        self.mid_write.arm(handler.batches + 1, batch_id + 1)
-
     def job_sink(self) -> JobSink:
         cfg = self.config
         return JobSink(cfg.mongo_uri, cfg.database, "events", "orders", cfg.checkpoint, self.name)
@@ -299,55 +191,69 @@ class _Lane:
     def restart_if_failed(self, spark: SparkSession) -> None:
         """A query that stopped is started again from its checkpoint, as a supervised job
         would be: Spark replays the batch it did not commit - the redelivery under test. Its
-        commit log unwritable is the lab's fault (commit-failure); any other failure is the
-        query's own, recorded in Spark's words, and the ``FAILURES_FOR_GOOD``-th in a row
-        ends the lane."""
+        commit log unwritable is the lab's fault (commit-failure): at once. Any other failure
+        is the query's own, recorded in the words that say most: after a back-off, and not
+        after ``FAILING_FOR_GOOD_S`` of failing, which ends the lane."""
         assert self.query is not None
         if self.query.isActive or self.failed_for_good:
             return
-        failure = self.query.exception()
-        message = "" if failure is None else str(failure)
-        if str(commit_log(self.config.checkpoint)) in message:
-            # Spark's own words, e.g. ".../commits/.3.<uuid>.tmp (Operation not permitted)".
-            self.handler.history.record(
-                EventKind.COMMIT_FAILED, batch=self.handler.batch_id, detail=first_line(message)
-            )
-        else:
-            self.failures_in_a_row += 1
-            self.handler.history.record(
-                EventKind.QUERY_FAILED, batch=self.handler.batch_id, detail=spark_failure(message)
-            )
-            if self.failures_in_a_row >= FAILURES_FOR_GOOD:
-                self.failed_for_good = True
-                self.handler.history.record(
-                    EventKind.FAILED_FOR_GOOD,
-                    batch=self.handler.batch_id,
-                    detail=f"the query failed {self.failures_in_a_row} times in a row, no "
-                    f"batch committed in between: {spark_failure(message)}",
-                )
-                return
-        self.start(spark)
+        now = time.monotonic()
+        if self.restart_at is None:  # a failure not seen yet
+            self.restart_at = now
+            failure = self.query.exception()
+            message = "\n".join(["" if failure is None else str(failure), *causes(self.query)])
+            history, batch = self.handler.history, self.handler.batch_id
+            if str(commit_log(self.config.checkpoint)) in message:
+                # Spark's own words, e.g. ".../commits/.3.<uuid>.tmp (Operation not permitted)".
+                history.record(EventKind.COMMIT_FAILED, batch=batch, detail=first_line(message))
+            else:
+                self.failures_in_a_row += 1
+                self.failing_since = self.failing_since or now
+                history.record(EventKind.QUERY_FAILED, batch=batch, detail=spark_failure(message))
+                if now - self.failing_since >= FAILING_FOR_GOOD_S:
+                    self.failed_for_good = True
+                    history.record(
+                        EventKind.FAILED_FOR_GOOD,
+                        batch=batch,
+                        detail=f"the query failed {self.failures_in_a_row} times in "
+                        f"{now - self.failing_since:.0f} s, no batch committed in between: "
+                        f"{spark_failure(message)}",
+                    )
+                    return
+                first, longest = RESTART_S
+                self.restart_at = now + min(first * 2 ** (self.failures_in_a_row - 1), longest)
+        if now >= self.restart_at:
+            self.restart_at = None
+            self.start(spark)
 
     def stop(self) -> None:
-        for query in (self.query, self.dead_letters):
-            if query is not None:
-                query.stop()
-        if self.hold is not None:
-            self.hold.stop()
-
-
-def _header(key: str, value: Column) -> Column:
-    return F.struct(F.lit(key).alias("key"), value.cast("binary").alias("value"))
+        if self.query is not None:
+            self.query.stop()
+        if self.connector is not None:
+            self.connector.stop()
 
 
 def first_line(message: str) -> str:
     return message.strip().splitlines()[0] if message.strip() else "(no message)"
 
 
+def causes(query: StreamingQuery) -> list[str]:
+    """What stopped a query, outermost first: each exception of its JVM cause chain, class and
+    message (PySpark's exception says only the outermost: "Writing job failed.")."""
+    # The query's JVM object: PySpark keeps it as _jsq, and has no public way to the causes.
+    stopped = query._jsq.exception()
+    error = stopped.get() if stopped.isDefined() else None
+    chain: list[str] = []
+    while error is not None and len(chain) < 20:
+        chain.append(str(error.toString()))
+        error = error.getCause()
+    return chain
+
+
 def spark_failure(message: str) -> str:
     """What stopped a query, in the words that say most: the MongoDB driver's or the
     connector's exception when there is one (Spark wraps it in its job's and task's), else
-    Spark's first line."""
+    the first line."""
     for line in message.splitlines():
         for marker in ("com.mongodb.", "org.apache.kafka."):
             if marker in line:
@@ -431,7 +337,11 @@ def run(configs: list[RuntimeConfig]) -> None:
     try:
         for lane in lanes:
             lane.start(spark)
-            lane.handler.history.record(EventKind.RUNTIME_START, detail=f"pid {os.getpid()}")
+            # The query names the lane's lines in the driver's log (harness.pipeline.spark_log).
+            query = "" if lane.query is None else lane.query.id
+            lane.handler.history.record(
+                EventKind.RUNTIME_START, detail=f"pid {os.getpid()}, query {query}"
+            )
         while not stop:
             for lane in lanes:
                 lane.restart_if_failed(spark)

@@ -191,6 +191,8 @@ def _timeline_panel(ax: Axes, rows: Sequence[TimelineRow], colors: dict[str, str
              {"marker": "*", "s": 26, "color": LOGGED_COLOR, "lw": 0, "alpha": 0.7}),
             ([e.t for e in row.query_failures], 0.3,
              {"marker": "X", "s": 34, "color": QUERY_FAILED_COLOR, "lw": 0, "alpha": 0.85}),
+            ([e.t for e in row.task_failures], 0.3,
+             {"marker": "x", "s": 16, "color": QUERY_FAILED_COLOR, "lw": 0.9, "alpha": 0.7}),
         ]  # fmt: skip
         if row.stopped is not None and row.span is not None:
             ax.hlines(y, row.stopped.t, row.span[1], color=QUERY_FAILED_COLOR, lw=2.5,
@@ -391,6 +393,10 @@ def _timeline_legend(rows: Sequence[TimelineRow]) -> list[Line2D | Patch]:
         (
             any(r.query_failures for r in rows),
             mark("X", QUERY_FAILED_COLOR, "the Spark query stopped with an error", 7),
+        ),
+        (
+            any(r.task_failures for r in rows),
+            mark("x", QUERY_FAILED_COLOR, "a write task Spark lost (its driver's log)", 6),
         ),
         (
             any(r.stopped for r in rows),

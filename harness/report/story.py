@@ -192,6 +192,18 @@ def variant_sentences(v: VariantResult, row: TimelineRow) -> list[str]:
             "from that record instead of applying it twice), from "
             f"{at(row.retried[0])} to {at(row.retried[-1])}."
         )
+    if row.task_failures:
+        aborted = sum("manual data clean up" in e.error for e in row.task_failures)
+        lines.append(
+            f"{label}: Spark's driver lost {len(row.task_failures)} of its write tasks, from "
+            f"{at(row.task_failures[0].t)} to {at(row.task_failures[-1].t)}"
+            + (
+                f" ({aborted} aborted by MongoDB's connector: what they wrote stays)"
+                if aborted
+                else ""
+            )
+            + f"; first: {row.task_failures[0].error}."
+        )
     if row.query_failures:
         failed = row.query_failures[0]
         lines.append(
@@ -263,6 +275,15 @@ def _death(d: Death) -> str:
     return f"the death of {d.consumer} at {at(d.t)} ({d.how})"
 
 
+def replay_causes(row: TimelineRow) -> list[tuple[float, str]]:
+    """What hands records out again, in time order: a consumer's death, a lost Spark executor
+    (its task runs again), a failed Spark query (started again, it replays its batch)."""
+    found = [(d.t, _death(d)) for d in row.deaths]
+    found += [(d.t, f"the loss of an executor at {at(d.t)} (batch {d.batch})") for d in row.losses]
+    found += [(e.t, f"the failure of its Spark query at {at(e.t)}") for e in row.query_failures]
+    return sorted(found)
+
+
 def anomaly_sentences(row: TimelineRow, kind: str) -> list[str]:
     """Where the anomalies of one kind fell: fault windows, after which crash, or neither."""
     total = row.counts.get(kind, 0)
@@ -286,12 +307,13 @@ def anomaly_sentences(row: TimelineRow, kind: str) -> list[str]:
             f"{during(times)}."
         )
     if kind == "duplicate":
-        after: dict[Death | None, list[Mark]] = defaultdict(list)
+        causes = replay_causes(row)
+        after: dict[tuple[float, str] | None, list[Mark]] = defaultdict(list)
         for m in rest:
-            after[next((d for d in reversed(row.deaths) if d.t <= m.t), None)].append(m)
-        for death, ms in after.items():
+            after[next((c for c in reversed(causes) if c[0] <= m.t), None)].append(m)
+        for cause, ms in after.items():
             times = [m.t for m in ms]
-            if death is None:
+            if cause is None:
                 ended = [w for w in row.windows if w.end <= min(times)]
                 if ended:  # outside its window: e.g. a message retaken after its claim expired
                     last = max(ended, key=lambda w: w.end)
@@ -300,7 +322,7 @@ def anomaly_sentences(row: TimelineRow, kind: str) -> list[str]:
                         f"fault window, {min(times) - last.end:.1f} s after {last.name} ended."
                     )
                 else:
-                    before = " or consumer death" if row.deaths else ""
+                    before = " or consumer death" if causes else ""
                     lines.append(
                         f"{label}: {len(ms)} of {total} {noun} {verb} {during(times)}, with no "
                         f"fault window{before} before them."
@@ -308,7 +330,7 @@ def anomaly_sentences(row: TimelineRow, kind: str) -> list[str]:
             else:
                 lines.append(
                     f"{label}: {len(ms)} of {total} {noun} {verb} within "
-                    f"{max(times) - death.t:.1f} s after {_death(death)}, {during(times)}."
+                    f"{max(times) - cause[0]:.1f} s after {cause[1]}, {during(times)}."
                 )
     elif rest:
         outside = ", outside any fault window" if row.windows else ""

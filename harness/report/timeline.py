@@ -133,6 +133,7 @@ class TimelineRow:
     # pipeline's end for good, if it came (the rest of the run went on without it).
     query_failures: tuple[BrokerError, ...] = ()
     stopped: BrokerError | None = None
+    task_failures: tuple[BrokerError, ...] = ()  # write tasks Spark's driver lost (its log)
 
     def times(self, kind: str) -> list[float]:
         return [m.t for m in self.anomalies if m.kind == kind]
@@ -339,6 +340,7 @@ def timeline_row(v: VariantResult, t0: float) -> TimelineRow:
         mongo_errors=said(events, t0, EventKind.MONGO_ERROR),
         retried=tuple(e.t - t0 for e in events if e.kind is EventKind.MONGO_RETRIED),
         query_failures=said(events, t0, EventKind.QUERY_FAILED),
+        task_failures=said(events, t0, EventKind.TASK_FAILED),
         stopped=next(iter(said(events, t0, EventKind.FAILED_FOR_GOOD)), None),
         counts={
             "duplicate": drawn(v).duplicates,

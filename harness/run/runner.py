@@ -21,7 +21,7 @@ from harness.checker import LedgerArrays, check, load_ledger
 from harness.checker.explain import explain
 from harness.environment.base import Environment, Link, tail
 from harness.environment.signals import ctrl_c_unwrapped
-from harness.environment.spark import SparkCluster
+from harness.environment.spark import SparkCluster, SparkSettings
 from harness.errors import LabError
 from harness.faults.base import Target
 from harness.faults.nemesis import Nemesis
@@ -29,8 +29,8 @@ from harness.faults.schedule import FaultPlan, plan
 from harness.history.events import EventKind, HistoryEvent, HistoryTail, HistoryWriter, read_history
 from harness.history.windows import fault_windows
 from harness.kafka.clients import create_topic, delete_topics
+from harness.pipeline import kafka_log, spark_log
 from harness.pipeline.batch import dead_letter_topic
-from harness.pipeline.kafka_log import harvest
 from harness.pipeline.mongo_options import uri_with
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.runtimes import Runtime, get_runtime
@@ -413,7 +413,16 @@ def _check(
     for lane in run.lanes:
         if lane.runtime.group_member:  # its client logs hold the coordinators' errors
             for consumer in run.supervisor_of[lane.group].consumers:
-                harvest(consumer.log, lane.config.history_dir, consumer.name, lane.variant.label)
+                kafka_log.harvest(
+                    consumer.log, lane.config.history_dir, consumer.name, lane.variant.label
+                )
+        if lane.runtime.spark:  # its drivers' logs hold the tasks Spark lost
+            spark_log.harvest(
+                Path(SparkSettings.from_json(lane.config.spark_settings).log_dir),
+                lane.config.history_dir,
+                read_history(lane.config.history_dir),
+                lane.variant.label,
+            )
     seconds = time.monotonic() - run.started
     # The consumers' own faults (crash points) have no window in the history: named here.
     untimed = tuple(UntimedFault(p.name, p.fault.kind) for p in run.schedule if not p.steps)
