@@ -154,3 +154,17 @@ def test_the_cli_refuses_a_bad_option_with_exit_2_before_anything_starts(tmp_pat
     assert "'upsert' is not a valid Write Operation Type" in done.stderr
     assert "maxBatchSize did not contain a valid int, got: many" in done.stderr
     assert "starting" not in done.stdout and not (tmp_path / "run").exists()
+
+
+def test_an_upserts_fields_get_a_unique_index_as_a_team_would_make_it() -> None:
+    assert connector(idFieldList="event_id").index_fields() == ("event_id",)
+    assert connector(idFieldList=["order_id", "version"]).index_fields() == ("order_id", "version")
+    # The defaults and an insert filter by nothing; _id has its own index.
+    assert connector().index_fields() == ()
+    assert connector(operationType="insert", idFieldList="event_id").index_fields() == ()
+    assert connector(_id="event_id").index_fields() == ()
+    # Left out on request, and said so in the label.
+    bare = connector(idFieldList="event_id", unique_index=False)
+    assert bare.index_fields() == () and bare.label.endswith(",unique_index=false]")
+    with pytest.raises(BadInput, match="unique_index: true or false, got 'no'"):
+        connector(unique_index="no")

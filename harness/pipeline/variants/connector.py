@@ -14,6 +14,10 @@ says). With the connector's defaults (``replace`` on ``_id``) a row without ``_i
 and the driver mints a new ObjectId: a replayed micro-batch is stored again. ``_id: event_id``
 (the lab's option, not the connector's) gives each row the producer's event id as its ``_id``.
 
+Where the connector replaces or updates by ``idFieldList`` fields, the lab makes a unique index on
+them first, as MongoDB advises for an upsert's filter (``unique_index: false``, the lab's
+option, leaves it out).
+
 Options are the connector's write options (10.5.0: ``harness.environment.maven``), by their own
 names - plain, or prefixed ``spark.mongodb.write.`` as in a Spark configuration - and checked as
 the connector checks them, with its own words; a name the connector does not know is refused
@@ -113,6 +117,7 @@ COLLECTION = "collection"
 PREFIXES = ("spark.mongodb.write.", "spark.mongodb.")
 ROW_ID = "_id"  # the lab's option: what the row's _id is
 ROW_IDS = ("", "event_id")  # none (the driver mints one), or the producer's event id
+UNIQUE_INDEX = "unique_index"  # the lab's option: the collection's index on idFieldList
 
 # The fields of the row the lab hands the connector (``harness.pipeline.spark_connector``).
 ROW_FIELDS = ("event_id", "order_id", "version", "tx_id", "payload", "_lab")
@@ -171,13 +176,17 @@ class ConnectorVariant(Variant):
 
     def __init__(self, **options: Any) -> None:
         row_id = options.pop(ROW_ID, "")
+        unique_index = options.pop(UNIQUE_INDEX, True)
         self.options, self.collection, problems = write_options(options)
         self.row_id = row_id if isinstance(row_id, str) else ""
+        self.unique_index = unique_index
         if self.row_id not in ROW_IDS:
             problems.append(
                 f"{ROW_ID}: what the row's _id is - event_id (the producer's id), or leave it "
                 f"out (the driver mints one); got {row_id!r}"
             )
+        if not isinstance(unique_index, bool):
+            problems.append(f"{UNIQUE_INDEX}: true or false, got {unique_index!r}")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -194,6 +203,8 @@ class ConnectorVariant(Variant):
             changed.append(f"{ROW_ID}={self.row_id}")
         if self.collection != "events":
             changed.append(f"{COLLECTION}={self.collection}")
+        if not self.unique_index:
+            changed.append(f"{UNIQUE_INDEX}=false")
         return f"{self.name}[{','.join(changed)}]" if changed else self.name
 
     def runs_on(self, runtime: Runtime) -> bool:
@@ -236,8 +247,21 @@ class ConnectorVariant(Variant):
             return NOTHING  # a change whose document is not there yet is never written
         return keyed_promise(EXACTLY_ONCE, key)
 
+    def index_fields(self) -> tuple[str, ...]:
+        """The fields a replace or update filters by, when a unique index on them is made:
+        MongoDB's advice for an upsert's filter (without one, two upserts of one key at once
+        can both insert; and each filter scans the collection)."""
+        fields = self.id_fields()
+        inserts = self.every_row_inserted() or self.option("operationType").lower() == "insert"
+        if not self.unique_index or inserts or fields == (ROW_ID,):
+            return ()  # an insert filters by nothing; _id has its index
+        return fields
+
     def prepare(self, db: Any) -> None:
-        """Nothing: the connector creates the collection it writes to."""
+        """The unique index on the upsert's fields, as a team would make it (``unique_index:
+        false`` leaves it out); the connector creates the collection it writes to."""
+        if fields := self.index_fields():
+            db[self.collection].create_index([(f, 1) for f in fields], unique=True)
 
     def write(self, batch: Batch, ctx: WriteContext) -> None:
         raise TypeError("MongoDB's Spark connector writes the batch, in Spark's JVM")
