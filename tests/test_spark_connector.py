@@ -122,7 +122,9 @@ def test_an_entry_is_held_until_the_driver_has_seen_it(tmp_path: Path) -> None:
 
 
 # The connector's own refusals, in a session of the lab's (its jars, its MongoDB): each write
-# of one row with one bad option, and what the connector said.
+# of one row with one bad option, and what the connector said. The row has an _id, so that it
+# takes the replace path: the connector reads upsertDocument only for a row it replaces or
+# updates (a row it inserts never meets a bad value of it).
 REFUSALS = textwrap.dedent(
     """
     import json, sys
@@ -134,7 +136,7 @@ REFUSALS = textwrap.dedent(
     said = {}
     for key, value in cases:
         try:
-            (spark.createDataFrame([("e-1", 1)], ["event_id", "order_id"]).write.format("mongodb")
+            (spark.createDataFrame([("e-1", 1)], ["_id", "order_id"]).write.format("mongodb")
              .mode("append").option("connection.uri", uri).option("database", "refusals")
              .option("collection", "events").option(key, value).save())
             said[key] = ""
