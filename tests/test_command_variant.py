@@ -63,7 +63,7 @@ def test_a_bad_command_entry_names_every_problem(tmp_path: Path) -> None:
         "variants[0]",
         "command: the program to run",
         "instances: at least 1",
-        "promised: one of exactly-once, at-least-once, nothing",
+        "promised: one of exactly-once, at-least-once, at-most-once, nothing",
         "sink: unknown field 'colour'",
         "sink.collection",
         "give one of event_id",

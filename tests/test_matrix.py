@@ -26,6 +26,7 @@ ALONE = {
     "msk-rolling-upgrade-java",  # brokers restart
     "outbox-history-lost",  # the oplog shrinks: every run's writes would roll it faster
     "outbox-server-restarts",  # MongoDB and a broker restart
+    "spark-connector-replay",  # MongoDB steps down
 }
 
 

@@ -31,5 +31,5 @@ def test_the_archive_is_named_for_the_jars_it_was_made_with(
     jars = tmp_path / "jars"
     jars.mkdir()
     (jars / "spark-core_2.13-9.9.9.jar").write_bytes(b"")
-    monkeypatch.setattr(spark_cds, "_pyspark_jars", lambda: jars)
+    monkeypatch.setattr(spark_cds, "pyspark_jars", lambda: jars)
     assert spark_cds.archive_path() != before
