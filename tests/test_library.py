@@ -34,7 +34,12 @@ LIBRARY = sorted(Path("scenarios").glob("*.yaml"))
 
 
 def run_cli(env: LocalEnvironment, out: Path, *args: str) -> tuple[Any, dict[str, Any]]:
-    result = chaoslab(*args, "--env", str(env.directory), "--out", str(out), timeout=1500)
+    """Run the CLI as a user in another folder does: from ``out``'s parent, ``--out`` relative
+    (a Spark executor runs in a folder of its own: the lanes' paths must not be)."""
+    given = [str(Path(a).absolute()) if a.endswith(".yaml") else a for a in args]
+    result = chaoslab(
+        *given, "--env", str(env.directory), "--out", out.name, cwd=out.parent, timeout=1500
+    )
     written = out / RESULTS
     assert written.exists(), (
         f"chaoslab {' '.join(args)} exited {result.returncode} and wrote no {written.name};"

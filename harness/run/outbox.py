@@ -162,7 +162,7 @@ def _lane(
 ) -> _RelayLane:
     assert scenario.outbox is not None
     relay = make_relay(spec.name, spec.options)
-    run_dir = out_dir / f"relay-{slug(relay.label)}"
+    run_dir = (out_dir / f"relay-{slug(relay.label)}").absolute()  # the relay runs elsewhere
     run_dir.mkdir(parents=True, exist_ok=True)
     group = f"{scenario.name}.{run_id}.{slug(relay.label)}"
     config = RuntimeConfig(

@@ -162,7 +162,8 @@ def _lane(
 ) -> _Lane:
     variant = make_variant(spec.name, spec.options)
     lane_name = f"{runtime.name}-{slug(variant.label)}"
-    run_dir = out_dir / lane_name
+    # Absolute: the lane's processes (a Spark executor too) run in folders of their own.
+    run_dir = (out_dir / lane_name).absolute()
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = topic.rsplit(".", 1)[-1]
     group = f"{topic}.{lane_name}"

@@ -157,7 +157,8 @@ def write_options(raw: Mapping[str, Any]) -> tuple[dict[str, str], str, list[str
             known = ", ".join(o.name for o in WRITE_OPTIONS)
             problems.append(
                 f"{key}: not a write option of MongoDB's Spark connector (which would ignore "
-                f"it silently; its options: {known}, collection)"
+                f"it silently; its options: {known}, collection; the lab's: {ROW_ID}, "
+                f"{UNIQUE_INDEX})"
             )
             continue
         if (refused := option.check(option.name, text)) is not None:
