@@ -230,7 +230,8 @@ def _environment_for_run(
 
 def _run_dir(args: argparse.Namespace, name: str) -> Path:
     """``--out``, or a new folder in the project's ``runs/`` (wherever the command runs)."""
-    return args.out or paths.runs_dir() / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out: Path = args.out or paths.runs_dir() / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return out.absolute()  # results.json names its files: for readers in any folder
 
 
 def _scenario_backend(args: argparse.Namespace, files: Sequence[Path]) -> None:

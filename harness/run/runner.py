@@ -80,6 +80,9 @@ def run_scenario(
     and each run's topics have three replicas of three partitions). ``stop`` set ends a run
     (``harness.run.loop.Stopped``), stopping what it started."""
     started = time.time()
+    # Absolute: its lanes' processes run in folders of their own (a Spark executor in its
+    # worker's), and results.json names its files for readers anywhere.
+    out_dir = out_dir.absolute()
     out_dir.mkdir(parents=True, exist_ok=True)
     results: list[VariantResult] = []
     total = len(scenario.lanes)
@@ -162,8 +165,7 @@ def _lane(
 ) -> _Lane:
     variant = make_variant(spec.name, spec.options)
     lane_name = f"{runtime.name}-{slug(variant.label)}"
-    # Absolute: the lane's processes (a Spark executor too) run in folders of their own.
-    run_dir = (out_dir / lane_name).absolute()
+    run_dir = (out_dir / lane_name).absolute()  # whoever calls: its processes run elsewhere
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = topic.rsplit(".", 1)[-1]
     group = f"{topic}.{lane_name}"
