@@ -33,6 +33,7 @@ from harness.explore import report as explore_report
 from harness.explore.explorer import explore
 from harness.explore.model import REPLAYS
 from harness.notebooks import execute
+from harness.pipeline.runtimes import get_runtime
 from harness.repair import add_repair_parser
 from harness.report import (
     render_matrix_table,
@@ -198,6 +199,8 @@ def _load(args: argparse.Namespace, path: Path, abilities: BackendAbilities) -> 
         variants=_split(getattr(args, "variants", None)),
         runtimes=_split(args.runtime),
     )
+    if any(get_runtime(r).connect for r, _spec in scenario.lanes):
+        say(f"{scenario.name}: Kafka Connect validating the connector configs (a JVM, ~10 s)")
     for note in runnable(scenario, abilities):
         say(f"note: {scenario.path}: {note}")
     return scenario

@@ -37,19 +37,21 @@ from harness.faults.base import Fault, Setting, Timed
 from harness.faults.kinds import parse_fault
 from harness.outbox.relays import make_relay
 from harness.outbox.workload import OutboxSpec
-from harness.pipeline import mongo_options
+from harness.pipeline import connect, connect_validate, mongo_options
 from harness.pipeline.command import program_problem
 from harness.pipeline.crash import CrashPlan
 from harness.pipeline.runtimes import DEFAULT as DEFAULT_RUNTIME
-from harness.pipeline.runtimes import get_runtime, names
+from harness.pipeline.runtimes import Runtime, get_runtime, names
 from harness.pipeline.variants import make_variant
+from harness.pipeline.variants.connect import Connect
 from harness.records import FieldError, FieldErrors, Problem, build, coerce
 from harness.workload.generator import Burst, WorkloadSpec
 from harness.workload.producer import ProducerSpec
 
 EXPECTABLE = (
     "duplicates", "duplicated_keys", "lost", "stale", "dead_lettered", "poison_missing",
-    "phantoms", "in_sink", "unique_in_sink", "acked", "offsets_consistent", "topic_duplicates",
+    "poison_stored", "phantoms", "in_sink", "unique_in_sink", "acked", "offsets_consistent",
+    "topic_duplicates",
     # Whether the pipeline stopped for good (true / false).
     "stopped",
     # An outbox relay's stage (seed 003): the target topics against what MongoDB acknowledged.
@@ -153,9 +155,13 @@ class PipelineSpec:
     # wtimeoutMS, socketTimeoutMS, serverSelectionTimeoutMS, connectTimeoutMS, maxCommitTimeMS):
     # harness.pipeline.mongo_options
     mongo: dict[str, Any] = field(default_factory=dict)
+    # connect: the run's Kafka Connect cluster - {workers: 2} and worker settings in Connect's
+    # names (offset.flush.interval.ms...), Connect's defaults unless set (harness.pipeline.connect)
+    connect: dict[str, Any] = field(default_factory=dict)
 
     def problems(self) -> list[tuple[str, str]]:
         found = mongo_options.problems(self.mongo)
+        found += [(f"connect.{at}", why) for at, why in connect.problems(self.connect)]
         if self.spark_cluster not in set(SparkCluster):
             found.append(
                 (
@@ -267,6 +273,13 @@ class Scenario:
             *((own, spec) for own, spec in carried if own is not None),
         )
 
+    def consumers_of(self, runtime: Runtime, spec: VariantSpec) -> int:
+        """A lane's consumer processes: a Connect cluster's workers (the run's Connect lanes
+        share them), a command's instances, or ``pipeline.consumers``."""
+        if runtime.connect:
+            return int(self.pipeline.connect.get(connect.WORKERS, connect.DEFAULT_WORKERS))
+        return make_variant(spec.name, spec.options).consumer_count(self.pipeline.consumers)
+
     @property
     def setting(self) -> Setting:
         """What its faults are checked against before a run."""
@@ -275,10 +288,7 @@ class Scenario:
             batch_size=self.pipeline.batch_size,
             # The fewest any lane has: a command consumer's instances are its own.
             consumers=min(
-                (
-                    make_variant(s.name, s.options).consumer_count(self.pipeline.consumers)
-                    for _r, s in self.lanes
-                ),
+                (self.consumers_of(get_runtime(r), s) for r, s in self.lanes),
                 default=self.pipeline.consumers,
             ),
             partitions=self.partitions,
@@ -585,7 +595,7 @@ def runnable(scenario: Scenario, abilities: BackendAbilities) -> tuple[str, ...]
             # A program in a user's image is the image's: not looked for on this machine.
             problem = (
                 ""
-                if variant.container_image()
+                if variant.container_image() or not variant.program()
                 else program_problem(variant.program(), scenario.folder)
             )
             if problem:
@@ -602,6 +612,16 @@ def runnable(scenario: Scenario, abilities: BackendAbilities) -> tuple[str, ...]
                 f"variants[{i}]",
                 f"{spec.name} does not run on {', '.join(others)}, and the scenario runs it",
             )
+    connectors = {
+        i: variant.connector_config(connect_validate.PLACE)
+        for i, spec in enumerate(scenario.variants)
+        if isinstance(variant := make_variant(spec.name, spec.options), Connect)
+    }
+    if connectors:  # Connect's own word on each, before anything starts
+        said = connect_validate.refusals(list(connectors.values()))
+        for i, problems in zip(connectors, said, strict=True):
+            for problem in problems:
+                pr.add(f"variants[{i}].config", problem)
     for i, fault in enumerate(scenario.faults):
         for at, problem in fault.refusals(setting, abilities):
             pr.add(f"faults[{i}].{at}" if at else f"faults[{i}]", problem)

@@ -6,6 +6,7 @@ import json
 import random
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,7 @@ def test_a_perfect_sink_has_no_anomalies() -> None:
         "anomalies_total": 0,
         "topic_duplicates": 0,
         "stopped": "",
+        "poison_stored": 0,
     }
     assert verdict.anomalies == []
 
@@ -711,6 +713,7 @@ def reference(
         "anomalies_total": len(anomalies),
         "topic_duplicates": sum(topic.values()),
         "stopped": "",
+        "poison_stored": 0,  # the sink's count, passed through
     }
     return verdict, anomalies
 
@@ -843,3 +846,13 @@ def test_end_offsets_are_one_past_each_partitions_last_ack() -> None:
     )
     assert ledger.end_offsets() == {0: 8, 1: 4, 2: 0}
     assert LedgerArrays([], [], [], [], [], []).end_offsets() == {}
+
+
+def test_poison_a_sink_stored_as_documents_is_counted_apart_from_the_changes() -> None:
+    """Kafka Connect's sink writes any JSON it can read: an event missing its fields is a
+    document, not a change - neither a copy nor a phantom."""
+    ledger = mixed_ledger()
+    sink = replace(perfect_sink(ledger), poison_stored=2)
+    verdict = judge(ledger, sink, produced=90)
+    assert (verdict.poison_stored, verdict.duplicates, verdict.phantoms) == (2, 0, 0)
+    assert Verdict.from_dict(verdict.to_dict()).poison_stored == 2

@@ -22,12 +22,14 @@ from harness.explore.trial import Explored, Shape, Trial, draw_trial, drawable, 
 from harness.faults.base import Space
 from harness.faults.kinds import KINDS, injects, parse_fault
 from harness.history.events import EventKind, HistoryEvent
+from harness.pipeline.runtimes import CONNECT
 from harness.pipeline.variants import make_variant
 
 LANE = injects("listener")  # what the faults make up on a listener's lane
 
 LOCAL = BackendAbilities("local", (1, 2, 3), link_faults=True)
 LISTENER = Explored("listener", ("idempotent", "transactional"), drawable(), LOCAL)
+CONNECT_KINDS = ("connect-task-restart", "connect-worker-kill")  # drawn beside a Connect lane
 
 
 def test_the_same_seed_draws_the_same_trials_and_another_seed_others() -> None:
@@ -43,14 +45,22 @@ def test_drawn_trials_are_scenarios_the_backend_can_play_with_one_to_four_faults
         assert not refused(trial, LISTENER.backend), trial
         assert 1 <= len(trial.faults) <= 4
         kinds_seen |= {str(f["kind"]) for f in trial.faults}
-    # Every family that draws itself and the listener can run is drawn in a few minutes' runs.
-    assert kinds_seen == set(LISTENER.kinds) - {"executor-loss"}
+    # Every family that draws itself and the listener can run is drawn in a few minutes' runs;
+    # Connect's draw themselves only where a Connect lane runs.
+    assert kinds_seen == set(LISTENER.kinds) - {"executor-loss", *CONNECT_KINDS}
+
+
+def space_for(kind: str) -> Space:
+    """A listener trial's space; a Connect fault's, with a Connect lane beside."""
+    setting = draw_trial(LISTENER, 1, 1).scenario().setting
+    if kind in CONNECT_KINDS:
+        setting = replace(setting, runtimes=setting.runtimes | {CONNECT}, consumers=2)
+    return Space(setting, LOCAL, 10.0)
 
 
 def test_every_family_that_draws_gives_an_entry_its_own_record_accepts() -> None:
-    trial = draw_trial(LISTENER, 1, 1)
-    space = Space(trial.scenario().setting, LOCAL, 10.0)
     for kind in drawable():
+        space = space_for(kind)
         for k in range(20):
             entry = KINDS[kind].draw(random.Random(k), space)
             assert entry is not None
@@ -58,10 +68,9 @@ def test_every_family_that_draws_gives_an_entry_its_own_record_accepts() -> None
 
 
 def test_every_drawn_fault_says_what_it_aims_at_for_the_coverage_table() -> None:
-    trial = draw_trial(LISTENER, 1, 1)
-    space = Space(trial.scenario().setting, LOCAL, 10.0)
     aims: dict[str, set[str]] = {}
     for kind in drawable():
+        space = space_for(kind)
         for k in range(40):
             entry = KINDS[kind].draw(random.Random(k), space)
             assert entry is not None
@@ -70,6 +79,7 @@ def test_every_drawn_fault_says_what_it_aims_at_for_the_coverage_table() -> None
     assert {kind for kind, seen in aims.items() if "the workload" in seen} == {"producer-resend"}
     assert aims["broker-kill"] >= {"a node", "the controller", "a group coordinator"}
     assert aims["consumer-kill"] == {"every consumer", "one consumer"}
+    assert aims["connect-worker-kill"] == {"a Connect worker"}
 
 
 def test_a_backend_without_proxies_or_server_control_is_never_given_their_faults() -> None:

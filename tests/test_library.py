@@ -20,6 +20,7 @@ from harness.kafka.clients import admin, read_topic
 from harness.outbox.relay import target
 from harness.outbox.writer import read_written
 from harness.pipeline.runtime import RuntimeConfig
+from harness.pipeline.variants import make_variant
 from harness.report.table import BESIDE_NOTE, beside
 from harness.results.model import RESULTS, load
 from harness.scenario import load_scenario
@@ -114,7 +115,7 @@ def recount(env: LocalEnvironment, row: dict[str, Any]) -> tuple[int, int, int]:
     ledger = {r.event_id: r for r in read_ledger(Path(row["ledger"]))}
     expected = {(r.order_id, r.version) for r in ledger.values() if r.kind is not Kind.POISON}
     config = RuntimeConfig.load(str(Path(row["directory"]) / "runtime.json"))
-    collection = config.variant_options.get("collection", "events")
+    collection = make_variant(config.variant, config.variant_options).landing().collection
     mongo: MongoClient[dict[str, Any]] = MongoClient(env.mongo_uri)
     with mongo:
         docs = list(mongo[config.database][collection].find({}, {"event_id": 1}))
@@ -147,13 +148,35 @@ def assert_connector_replay(env: LocalEnvironment, rows: dict[tuple[str, str], A
     assert "E11000" in insert["stopped"], insert["stopped"]
 
 
+def assert_connect_worker_loss(env: LocalEnvironment, rows: dict[tuple[str, str], Any]) -> None:
+    """connect-worker-loss: a worker of the run's cluster that does not lead its group
+    SIGKILLed, gone for good; the tasks it ran waited for the scheduled rebalance; the lanes'
+    documents, recounted."""
+    for (runtime, variant), r in rows.items():
+        assert runtime == "connect"
+        events = read_history(Path(r["directory"]) / "history")
+        killed = [e.detail for e in events if e.kind is EventKind.FAULT_STEP]
+        assert len(killed) == 1 and killed[0].endswith(", a follower"), killed
+        exits = [e.detail for e in events if e.kind is EventKind.RUNTIME_EXIT]
+        assert exits == [f"{killed[0].split()[2].rstrip(',')} killed by SIGKILL"], (variant, exits)
+        # Its tasks moved only once the scheduled rebalance's minute had passed.
+        kill = next(e.t for e in events if e.kind is EventKind.FAULT_STEP)
+        moved = [e.t - kill for e in events if e.kind is EventKind.CONNECTOR_STATE
+                 and e.t > kill and e.detail.startswith("task ")]  # fmt: skip
+        assert moved and min(moved) >= 60, (variant, moved)
+        assert recount(env, r) == (r["in_sink"], r["duplicates"], r["lost"]), variant
+    assert rows[("connect", "connect-default")]["duplicates"] > 0
+    for keyed in ("connect-idempotent", "connect-business-key"):
+        assert (rows[("connect", keyed)]["duplicates"], rows[("connect", keyed)]["lost"]) == (0, 0)
+
+
 def test_the_library_has_every_scenario_the_issue_names() -> None:
     assert {p.stem for p in LIBRARY} >= {
         "baseline", "cdc-crash-before-ack", "msk-rolling-upgrade", "commit-failure-window",
         "mongo-partition", "concurrent-duplicates", "producer-resend", "poison-records",
         "commit-failure-storm", "producer-exactly-once", "processed-log-crash",
         "outbox-push-shape", "outbox-relay-crash", "outbox-server-restarts", "outbox-history-lost",
-        "spark-connector-replay",
+        "spark-connector-replay", "connect-worker-loss",
     }  # fmt: skip
     for path in LIBRARY:
         scenario = load_scenario(path)
@@ -183,17 +206,21 @@ def test_a_library_scenario_holds_its_expectations(
               if r["expectation"] != "pass"]  # fmt: skip
     assert result.returncode == 0, (failed, result.stderr[-2000:])
     rows = {(r["runtime"], r["variant"]): r for r in report["results"]}
-    runtimes = load_scenario(path).runtimes
+    loaded = load_scenario(path)
+    runtimes = loaded.runtimes
 
-    # An outbox scenario's rows are its relays' (seed 003); a command consumer runs on its own
-    # beside the runtimes' variants. The runtimes share one topic, one ledger, one schedule.
-    own = {"command"} if any(s.own_runtime for s in load_scenario(path).variants) else set()
-    assert {rt for rt, _ in rows} == (
-        {"relay"} if load_scenario(path).outbox else set(runtimes)
-    ) | own
+    # An outbox scenario's rows are its relays' (seed 003); a command consumer, or a connector,
+    # runs on its own runtime beside the listed runtimes' variants (listed, or the default, when
+    # some variant runs on them). The runtimes share one topic, one ledger, one schedule.
+    own = {s.own_runtime for s in loaded.variants if s.own_runtime}
+    listed = set(loaded.runtimes) if any(not s.own_runtime for s in loaded.variants) else set()
+    assert {rt for rt, _ in rows} == ({"relay"} if loaded.outbox else listed | own)
     assert len({r["ledger"] for r in rows.values()}) == 1
     for (rt, variant), r in rows.items():
-        assert r["phantoms"] == 0 and r["poison_missing"] == 0, variant
+        assert r["phantoms"] == 0, variant
+        # Every poison record dead-lettered - but where a Connect lane's settings drop it or
+        # stop the task (connect-poison, held to its own expectations).
+        assert r["poison_missing"] == 0 or loaded.name == "connect-poison", variant
         if variant == "transactional" and rt != "relay":  # the sink variant, not the relay
             assert (r["duplicates"], r["lost"]) == (0, 0)
             assert r["offsets_consistent"] is True
@@ -383,6 +410,8 @@ def test_a_library_scenario_holds_its_expectations(
                 assert (r["duplicates"], r["copies"]) == (40, {"2": 40}), r
     if name == "spark-connector-replay":
         assert_connector_replay(scenario_env, rows)
+    if name == "connect-worker-loss":
+        assert_connect_worker_loss(scenario_env, rows)
     if name == "commit-failure-storm":
         naive = rows[("listener", "naive")]
         assert {"2", "3"} <= set(naive["copies"]), naive["copies"]  # seed 002's 2 and 3 copies

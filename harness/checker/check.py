@@ -119,6 +119,7 @@ def check(
         anomalies_total=sum(len(f.at) for f in found.values()),
         topic_duplicates=topic_duplicates,
         stopped=stopped,
+        poison_stored=sink.poison_stored,
     )
 
 

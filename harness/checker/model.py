@@ -167,6 +167,9 @@ class SinkSnapshot:
     dead_lettered_offset: np.ndarray  # int64
     stored_offsets: Mapping[int, int] | None = None
     projection_kept: bool = True
+    # Documents of poison records in the landing collection: stored as if they were changes
+    # (a sink that reads any JSON it is handed - Kafka Connect's - not the lab's consumers).
+    poison_stored: int = 0
 
     _GROUPS: ClassVar[Mapping[str, Mapping[str, type[np.generic]]]] = {
         "changes": {
@@ -191,6 +194,7 @@ class SinkSnapshot:
             dead_lettered_offset: ArrayLike,
             stored_offsets: Mapping[int, int] | None = None,
             projection_kept: bool = True,
+            poison_stored: int = 0,
         ) -> None: ...
 
     def __post_init__(self) -> None:
@@ -297,7 +301,8 @@ class Verdict:
     * ``stale`` - orders with acked changes whose projection is below their highest acked
       version, or missing. A projection ahead of the ledger is not stale.
     * ``dead_lettered`` - distinct acked poison records found in the dead-letter topic;
-      ``poison_missing`` - distinct acked poison records not found there.
+      ``poison_missing`` - distinct acked poison records not found there; ``poison_stored`` -
+      documents of poison records in the landing collection (not changes: counted apart).
     * ``offsets_consistent`` - None when the variant stores no offsets; else True iff every
       partition with acked rows has a stored offset equal to its highest acked offset.
     * ``anomalies`` - at most max_anomalies `Anomaly` records (see `check` for which are
@@ -328,6 +333,7 @@ class Verdict:
     anomalies_total: int
     topic_duplicates: int = 0
     stopped: str = ""
+    poison_stored: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values: copies' keys become strings, anomalies become dicts."""
@@ -378,6 +384,7 @@ class Verdict:
             anomalies_total=int(raw.get("anomalies_total", len(anomalies)) or 0),
             topic_duplicates=count("topic_duplicates"),
             stopped=str(raw.get("stopped") or ""),
+            poison_stored=count("poison_stored"),
         )
 
 

@@ -163,6 +163,8 @@ def component_versions() -> dict[str, str]:
         "python": sys.version.split()[0],
         "kafka": jars.kafka().version,
         "mongo-spark-connector": jars.mongo_spark().version,
+        "kafka-connect": jars.connect().version,
+        "mongo-kafka-connect": jars.mongo_kafka().version,
     }
     for name in ("pyspark", "confluent-kafka", "pymongo", "secantusdb"):
         try:

@@ -2,7 +2,8 @@
 
 Each set is a POM in ``harness/environment/maven`` (``kafka.pom.xml``: an Apache Kafka broker;
 ``spark-kafka.pom.xml``: Spark's Kafka connector, for the Spark runtime; ``mongo-spark.pom.xml``:
-MongoDB's Spark connector and its driver). ``fetch``
+MongoDB's Spark connector and its driver; ``connect.pom.xml``: a Kafka Connect worker;
+``mongo-kafka.pom.xml``: MongoDB's Kafka connector, a plugin of the workers). ``fetch``
 runs ``mvn dependency:copy-dependencies`` into the project's ``.chaoslab/jars/NAME-VERSION``
 (git ignores it) and marks the folder complete; Maven's own defaults say where the jars come
 from. ``chaoslab fetch`` (which ``make`` runs) and ``chaoslab doctor`` use this module.
@@ -70,12 +71,13 @@ class JarSet:
                "-DincludeScope=runtime")  # fmt: skip
 
 
-# The lab's own Java inside Spark's JVMs (harness/environment/spark_hooks): a checkpoint file
-# manager that holds a query's log entries at its crash points, and MongoDB's Spark connector's
-# client with a command listener. Compiled here against the PySpark install's jars and the
-# connector's, with the JDK's javac: nothing of Spark needs fetching to build it.
+# The lab's own Java, compiled here with the JDK's javac against jars the lab has already:
+# inside Spark's JVMs (harness/environment/spark_hooks), a checkpoint file manager that holds a
+# query's log entries at its crash points and MongoDB's Spark connector's client with a command
+# listener; beside Kafka Connect (harness/environment/connect_hooks), Connect's own validation
+# of a connector config, run before anything starts.
 HOOKS_SOURCES = Path(__file__).resolve().parent / "spark_hooks"
-HOOKS_JAR = "chaoslab-spark-hooks.jar"
+CONNECT_HOOKS_SOURCES = Path(__file__).resolve().parent / "connect_hooks"
 
 
 @dataclass(frozen=True)
@@ -83,21 +85,40 @@ class BuiltJarSet(JarSet):
     """A jar the lab builds from its own sources (its version: their digest, and the jars they
     are compiled against)."""
 
+    sources: Path = HOOKS_SOURCES
+    # The classpath entries to compile against, asked when it is built (they must be there).
+    against: Callable[[], list[str]] = lambda: []
+
+    @property
+    def jar(self) -> Path:
+        return self.directory / f"chaoslab-{self.name}.jar"
+
     def make(self, into: Path) -> None:
         javac, jar = shutil.which("javac"), shutil.which("jar")
         if javac is None or jar is None:
             raise JarsMissing(
-                "a JDK's javac and jar are needed to build the lab's Spark hooks "
+                f"a JDK's javac and jar are needed to build the lab's {self.name} "
                 "(Debian: apt-get install openjdk-17-jdk-headless)"
             )
         classes = into / "classes"
-        classpath = [str(pyspark_jars() / "*"), mongo_spark().classpath()]
-        sources = sorted(str(p) for p in HOOKS_SOURCES.rglob("*.java"))
-        _run([javac, "--release", "17", "-nowarn", "-cp", ":".join(classpath), "-d",
+        sources = sorted(str(p) for p in self.sources.rglob("*.java"))
+        _run([javac, "--release", "17", "-nowarn", "-cp", ":".join(self.against()), "-d",
               str(classes), *sources], f"compile {self.name}")  # fmt: skip
-        _run([jar, "--create", "--file", str(into / HOOKS_JAR), "-C", str(classes), "."],
+        _run([jar, "--create", "--file", str(into / self.jar.name), "-C", str(classes), "."],
              f"package {self.name}")  # fmt: skip
         shutil.rmtree(classes)
+
+
+def _built(
+    name: str, sources: Path, against: Callable[[], list[str]], *versions: str
+) -> BuiltJarSet:
+    """The lab's jar ``name``, at the digest of its sources and of what they are built with."""
+    digest = hashlib.sha256()
+    for source in sorted(sources.rglob("*.java")):
+        digest.update(source.relative_to(sources).as_posix().encode())
+        digest.update(source.read_bytes())
+    digest.update(" ".join(versions).encode())
+    return BuiltJarSet(name, digest.hexdigest()[:12], sources, against)
 
 
 def _run(argv: list[str], what: str) -> None:
@@ -117,13 +138,20 @@ def pyspark_jars() -> Path:
 
 @cache
 def spark_hooks() -> BuiltJarSet:
-    """The lab's Spark hooks, at the digest of their sources and of what they are built with."""
-    digest = hashlib.sha256()
-    for source in sorted(HOOKS_SOURCES.rglob("*.java")):
-        digest.update(source.relative_to(HOOKS_SOURCES).as_posix().encode())
-        digest.update(source.read_bytes())
-    digest.update(f"{spark_kafka().version} {mongo_spark().version}".encode())
-    return BuiltJarSet("spark-hooks", digest.hexdigest()[:12])
+    """The lab's Spark hooks, built against the PySpark install's jars and the connector's."""
+    return _built(
+        "spark-hooks",
+        HOOKS_SOURCES,
+        lambda: [str(pyspark_jars() / "*"), mongo_spark().classpath()],
+        spark_kafka().version,
+        mongo_spark().version,
+    )
+
+
+def connect_hooks() -> BuiltJarSet:
+    """The lab's Connect validator, built against Connect's jars."""
+    return _built("connect-hooks", CONNECT_HOOKS_SOURCES, lambda: [connect().classpath()],
+                  connect().version)  # fmt: skip
 
 
 @cache
@@ -151,9 +179,27 @@ def mongo_spark() -> JarSet:
     return jar_set("mongo-spark")
 
 
+def connect() -> JarSet:
+    """A Kafka Connect worker in distributed mode (the connect runtime)."""
+    return jar_set("connect")
+
+
+def mongo_kafka() -> JarSet:
+    """MongoDB's Kafka connector: the folder is the workers' plugin.path."""
+    return jar_set("mongo-kafka")
+
+
 def every_set() -> tuple[JarSet, ...]:
     """Every set, in the order they are made (the hooks compile against the connector)."""
-    return (kafka(), spark_kafka(), mongo_spark(), spark_hooks())
+    return (
+        kafka(),
+        spark_kafka(),
+        mongo_spark(),
+        spark_hooks(),
+        connect(),
+        mongo_kafka(),
+        connect_hooks(),
+    )
 
 
 def artifact(jar: Path) -> str:

@@ -82,6 +82,9 @@ class EventKind(StrEnum):
     COMMITTED = "committed"  # the group's committed offsets changed (offsets)
     SINK_COUNT = "sink-count"  # the documents in its sink collection changed (count)
     CONSUMER_LOG = "consumer-log"  # it logged a line that reads as an error (detail: the line)
+    # A Kafka Connect connector's or task's state changed, as Connect's REST API said it
+    # (detail: ``task 0 RUNNING on 10.0.0.2:8083``; a failed one's first line of its trace).
+    CONNECTOR_STATE = "connector-state"
     # Kafka holds an acknowledged record more than once (found by reading the topic after the
     # run; at its acknowledgement; count: the extra copies; detail: the event id and where each
     # copy is): copies the topic's, not the variant's (checker.check's stored_twice).

@@ -5,6 +5,9 @@ are the lane's story (source ``observer``: seen by the lab, not said by the prog
 
 The loop reads the same events to know the lane is ready (ASSIGNED: its group is stable, its
 partitions given out), running (documents in the sink) and caught up (COMMITTED).
+
+A lane that is a job on a cluster (a connector on a Kafka Connect cluster) is put on it and
+followed by its ``Job`` from the same polls: the cluster's API says what the group cannot.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from harness.environment.process import LOG_HEADER
 from harness.history.events import EventKind, HistoryWriter
 from harness.kafka.groups import GroupView, GroupWatch
 from harness.pipeline.runtime import RuntimeConfig
-from harness.pipeline.variants.base import Landing
+from harness.pipeline.variants.base import Job, Landing
 
 POLL_S = 0.5
 # A line that reads as an error, in any language's log: what the timeline marks.
@@ -34,7 +37,7 @@ LINE_CHARS = 600  # a Java log line's prefix (time, thread, logger, client and g
 
 
 class Observer:
-    """Polls one command lane from outside, in a thread of its own, until ``stop``."""
+    """Polls one black-box lane from outside, in a thread of its own, until ``stop``."""
 
     def __init__(
         self,
@@ -45,8 +48,11 @@ class Observer:
         landing: Landing,
         label: str,
         logs: Sequence[Path],
+        job: Job | None = None,
+        lines: re.Pattern[str] = ERROR_LINE,  # the log lines it records
     ) -> None:
         self.config, self.landing = config, landing
+        self.job, self._lines = job, lines
         self.history = HistoryWriter(config.history_dir, "observer", label)
         self._group_watch = GroupWatch(bootstrap, config.group, config.topic)
         self._mongo: MongoClient[dict[str, Any]] = MongoClient(
@@ -82,6 +88,8 @@ class Observer:
                 return
 
     def poll(self) -> None:
+        if self.job is not None:
+            self.job.poll(self.history)
         try:
             view = self._group_watch.view()
         except (KafkaException, OSError):
@@ -122,7 +130,7 @@ class Observer:
         complete = data[: data.rfind(b"\n") + 1]  # a line still being written: next time
         self._logs[path] += len(complete)
         for raw in complete.decode(errors="replace").splitlines():
-            if raw.startswith(LOG_HEADER) or not ERROR_LINE.search(raw):
+            if raw.startswith(LOG_HEADER) or not self._lines.search(raw):
                 continue
             if self._logged[path] >= MAX_LOG_LINES:
                 return

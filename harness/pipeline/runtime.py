@@ -63,6 +63,7 @@ class RuntimeConfig:
     command: tuple[str, ...] = ()
     cwd: str = ""
     image: str = ""
+    connect: str = ""  # ConnectSettings as JSON (connect only): the run's Connect cluster
 
     @property
     def history_dir(self) -> Path:

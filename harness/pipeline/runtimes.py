@@ -51,6 +51,9 @@ class Runtime:
     # A user's program the lab only starts, signals and watches from outside: no crash point
     # inside it, no batch in its history - the lab records what it sees (harness.pipeline.observer).
     black_box: bool = False
+    # Its processes are a Kafka Connect cluster's workers, which every lane of the runtime in a
+    # run shares: each lane is a connector on it (``harness.pipeline.connect``).
+    connect: bool = False
 
 
 LISTENER = Runtime(
@@ -107,8 +110,26 @@ COMMAND = Runtime(
     black_box=True,
 )
 
+# A Kafka Connect cluster running sink connectors (``harness.pipeline.variants.connect``): a
+# variant of that kind brings this runtime with it. The run's Connect lanes share its workers,
+# each a process the lab starts, kills and restarts; the connectors run inside them, where the
+# lab sees them only through Connect's REST API and their group's commits.
+CONNECT = Runtime(
+    name="connect",
+    listed=False,
+    module="harness.pipeline.connect_worker",
+    process_per_consumer=True,  # each worker is given its index
+    group_member=False,  # the workers' logs are read as they run (harness.pipeline.observer)
+    commit_failure=CommitFailureVia.PROXY,  # the sink tasks' consumers commit through the proxy
+    spark=False,
+    read_committed=False,  # Connect's consumers read with Kafka's default isolation
+    ready=EventKind.ASSIGNED,  # written by the lab once the connector's group is stable
+    black_box=True,
+    connect=True,
+)
+
 DEFAULT = LISTENER  # a scenario's, unless it names its runtimes
-REGISTRY: dict[str, Runtime] = {r.name: r for r in (LISTENER, SPARK, RELAY, COMMAND)}
+REGISTRY: dict[str, Runtime] = {r.name: r for r in (LISTENER, SPARK, RELAY, COMMAND, CONNECT)}
 
 
 def register(runtime: Runtime) -> Runtime:

@@ -21,6 +21,7 @@ from harness.kafka.clients import read_topic
 from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.variants import Variant
 from harness.pipeline.variants.base import Landing
+from harness.workload.events import Kind
 from harness.workload.ledger import read_ledger
 
 CURSOR_BATCH = 10_000
@@ -69,37 +70,52 @@ def read_sink(
         by_event = changes_by_event_id(ledger)
     with client:
         db = client[database]
-        changes = _changes(db, landing, by_event)
+        order_id, version, written, poison_stored = _changes(db, landing, by_event)
         current = _current(db, landing)
         stored_offsets = variant.stored_offsets(db, group, topic)
     dlq = dead_letter_origins(bootstrap, group)
     return SinkSnapshot(
-        *changes,
+        order_id,
+        version,
+        written,
         *current,
         dead_lettered_partition=np.array([p for p, _ in dlq], dtype=np.int32),
         dead_lettered_offset=np.array([o for _, o in dlq], dtype=np.int64),
         stored_offsets=stored_offsets,
         projection_kept=bool(landing.current),
+        poison_stored=poison_stored,
     )
 
 
-def changes_by_event_id(ledger: Path) -> dict[str, tuple[int, int]]:
-    """Every acked event id of the run, with the business change it carries."""
-    return {row.event_id: (row.order_id, row.version) for row in read_ledger(ledger)}
+def changes_by_event_id(ledger: Path) -> dict[str, tuple[int, int] | None]:
+    """Every acked event id of the run, with the business change it carries (None: a poison
+    record, which carries none)."""
+    return {
+        row.event_id: None if row.kind is Kind.POISON else (row.order_id, row.version)
+        for row in read_ledger(ledger)
+    }
 
 
 def _changes(
-    db: Database[dict[str, Any]], landing: Landing, by_event: Mapping[str, tuple[int, int]]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(order_id, version, written_at) of every document in the landing collection."""
+    db: Database[dict[str, Any]],
+    landing: Landing,
+    by_event: Mapping[str, tuple[int, int] | None],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(order_id, version, written_at) of every document in the landing collection that is a
+    change, and how many are poison records."""
     fields = (landing.event_id,) if landing.event_id else (landing.order_id, landing.version)
     found = db[landing.collection].find(
         {}, {"_id": 1, **dict.fromkeys(fields, 1), "_lab.written_at": 1}, batch_size=CURSOR_BATCH
     )
     order_ids, versions, written = [], [], []
+    poison = 0
     for doc in found:
         if landing.event_id:
-            order_id, version = by_event.get(str(doc.get(landing.event_id)), UNKNOWN_CHANGE)
+            change = by_event.get(str(doc.get(landing.event_id)), UNKNOWN_CHANGE)
+            if change is None:
+                poison += 1
+                continue
+            order_id, version = change
         else:
             order_id, version = doc[landing.order_id], doc[landing.version]
         order_ids.append(order_id)
@@ -109,6 +125,7 @@ def _changes(
         np.array(order_ids, dtype=np.int64),
         np.array(versions, dtype=np.int64),
         np.array(written, dtype=np.float64),
+        poison,
     )
 
 
@@ -136,9 +153,18 @@ def _current(db: Database[dict[str, Any]], landing: Landing) -> tuple[np.ndarray
     )
 
 
+# Where a dead-lettered record came from: the lab's runtimes' headers, or Kafka Connect's
+# (errors.deadletterqueue.context.headers.enable, which the lab sets on a Connect lane's DLQ).
+ORIGIN_HEADERS = (
+    ("origin-partition", "origin-offset"),
+    ("__connect.errors.partition", "__connect.errors.offset"),
+)
+
+
 def dead_letter_origins(bootstrap: str, group: str) -> list[tuple[int, int]]:
     """(partition, offset) of the original of every record in a group's dead-letter topic."""
-    return [
-        (int(r.headers["origin-partition"]), int(r.headers["origin-offset"]))
-        for r in read_topic(bootstrap, dead_letter_topic(group))
-    ]
+    found = []
+    for r in read_topic(bootstrap, dead_letter_topic(group)):
+        partition, offset = next((p, o) for p, o in ORIGIN_HEADERS if p in r.headers)
+        found.append((int(r.headers[partition]), int(r.headers[offset])))
+    return found

@@ -20,11 +20,13 @@ from harness.environment import process as proc
 from harness.environment.base import Environment, tail
 from harness.errors import LabError
 from harness.history.events import KILLED, EventKind, HistoryWriter
+from harness.pipeline import connect
 from harness.pipeline.command import environment
-from harness.pipeline.observer import Observer
+from harness.pipeline.observer import ERROR_LINE, Observer
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.runtimes import Runtime, get_runtime
 from harness.pipeline.variants import make_variant
+from harness.pipeline.variants.base import Place
 
 MAX_FAILURES_IN_A_ROW = 3
 
@@ -77,7 +79,7 @@ class RuntimeSupervisor:
         self.lanes = lanes
         self.restart_delay = restart_delay
         self.runtime = runtime = runtime or get_runtime(lanes[0].config.runtime)
-        if runtime.process_per_consumer and len(lanes) != 1:
+        if runtime.process_per_consumer and len(lanes) != 1 and not runtime.connect:
             raise ValueError(f"a {runtime.name} process serves one variant")
         count = consumers if runtime.process_per_consumer else 1
         name = runtime.name
@@ -88,30 +90,35 @@ class RuntimeSupervisor:
         pauses = [p.pause_s for lane in lanes for p in lane.config.crash_plans if p.pause_s]
         self.pause_s = max(pauses, default=0.0)
         self.frozen: set[int] = set()  # consumers a fault holds stopped: not thawed here
-        # A black box is watched from outside while it runs (its own history says nothing).
-        self.observer = (
-            Observer(
-                bootstrap=env.kafka_bootstrap,
-                mongo_uri=env.mongo_uri,
-                config=self.config,
-                landing=make_variant(self.config.variant, self.config.variant_options).landing(),
-                label=lanes[0].history.variant,
-                logs=[c.log for c in self.consumers],
-            )
-            if runtime.black_box
-            else None
-        )
+        # A black box is watched from outside while it runs (its own history says nothing);
+        # the connectors of a Connect cluster each by their own lane's observer.
+        self.observers = [self._observer(lane) for lane in lanes] if runtime.black_box else []
 
     @property
     def config(self) -> RuntimeConfig:
         return self.lanes[0].config
+
+    def _observer(self, lane: Lane) -> Observer:
+        variant = make_variant(lane.config.variant, lane.config.variant_options)
+        config = lane.config
+        place = Place(config.connect, config.group, config.topic, config.mongo_uri, config.database)
+        return Observer(
+            bootstrap=self.env.kafka_bootstrap,
+            mongo_uri=self.env.mongo_uri,
+            config=lane.config,
+            landing=variant.landing(),
+            label=lane.history.variant,
+            logs=[c.log for c in self.consumers],
+            job=variant.cluster_job(place),
+            lines=connect.log_lines(config.group) if self.runtime.connect else ERROR_LINE,
+        )
 
     def _record(self, kind: EventKind, detail: str) -> None:
         for lane in self.lanes:
             lane.history.record(kind, detail=detail)
 
     def _argv(self, consumer: _Consumer) -> list[str]:
-        if self.runtime.black_box:
+        if not self.runtime.module:  # a command consumer: the user's program
             return list(self.config.command)
         module = self.runtime.module
         paths = [str(lane.config_path) for lane in self.lanes]
@@ -150,8 +157,8 @@ class RuntimeSupervisor:
     def start(self) -> None:
         for consumer in self.consumers:
             self._start(consumer)
-        if self.observer is not None:
-            self.observer.start()
+        for observer in self.observers:
+            observer.start()
 
     def freeze(self, index: int | None = None) -> None:
         """SIGSTOP a consumer (or all) until ``thaw``: a fault's pause, from outside."""
@@ -230,8 +237,8 @@ class RuntimeSupervisor:
             c.restart_at = None
 
     def stop_observing(self) -> None:
-        if self.observer is not None:
-            self.observer.stop()
+        for observer in self.observers:
+            observer.stop()
 
 
 def stop_all(supervisors: list[RuntimeSupervisor], grace: float = 20.0) -> None:

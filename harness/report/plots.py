@@ -50,6 +50,7 @@ HISTORY_LOST_COLOR = "#C44E52"  # a relay's lost resume point: a loss, in the lo
 MONGO_ERROR_COLOR = "#00838F"  # a MongoDB server's own error, as the driver saw it
 RETRIED_COLOR = "#2E7D32"  # the driver's retry, answered
 QUERY_FAILED_COLOR = "#8B0000"  # a Spark query stopped by an error; its end for good
+CONNECTOR_STATE_COLOR = "#37474F"  # Connect's own word on a connector or task
 WINDOW_COLORS = ("#4C72B0", "#55A868", "#8172B2", "#CCB974", "#64B5CD", "#DD8452")
 # Each anomaly kind has its own lane in a variant's row: a burst of duplicates stays visible
 # next to a loss at the same moment.
@@ -193,6 +194,8 @@ def _timeline_panel(ax: Axes, rows: Sequence[TimelineRow], colors: dict[str, str
              {"marker": "X", "s": 34, "color": QUERY_FAILED_COLOR, "lw": 0, "alpha": 0.85}),
             ([e.t for e in row.task_failures], 0.3,
              {"marker": "x", "s": 16, "color": QUERY_FAILED_COLOR, "lw": 0.9, "alpha": 0.7}),
+            ([e.t for e in row.connector_states], 0.38,
+             {"marker": "D", "s": 12, "color": CONNECTOR_STATE_COLOR, "lw": 0, "alpha": 0.8}),
         ]  # fmt: skip
         if row.stopped is not None and row.span is not None:
             ax.hlines(y, row.stopped.t, row.span[1], color=QUERY_FAILED_COLOR, lw=2.5,
@@ -397,6 +400,10 @@ def _timeline_legend(rows: Sequence[TimelineRow]) -> list[Line2D | Patch]:
         (
             any(r.task_failures for r in rows),
             mark("x", QUERY_FAILED_COLOR, "a write task Spark lost (its driver's log)", 6),
+        ),
+        (
+            any(r.connector_states for r in rows),
+            mark("D", CONNECTOR_STATE_COLOR, "a Connect task's state (its REST API)", 5),
         ),
         (
             any(r.stopped for r in rows),

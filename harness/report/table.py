@@ -31,8 +31,11 @@ def copies_text(copies: Mapping[int, int]) -> str:
 
 
 def dead_lettered_text(v: VariantResult) -> str:
-    missing = v.verdict.poison_missing
-    return f"{v.verdict.dead_lettered}" + (f" ({missing} missing)" if missing else "")
+    """``35 (38 missing, 38 stored)``: poison not in the dead-letter topic, and poison records
+    the sink stored as documents."""
+    said = [f"{n} {what}" for n, what in ((v.verdict.poison_missing, "missing"),
+                                          (v.verdict.poison_stored, "stored")) if n]  # fmt: skip
+    return f"{v.verdict.dead_lettered}" + (f" ({', '.join(said)})" if said else "")
 
 
 def expectation_text(v: VariantResult) -> str:

@@ -134,6 +134,8 @@ class TimelineRow:
     query_failures: tuple[BrokerError, ...] = ()
     stopped: BrokerError | None = None
     task_failures: tuple[BrokerError, ...] = ()  # write tasks Spark's driver lost (its log)
+    # A Connect connector's or task's state, as the REST API said it when it changed.
+    connector_states: tuple[BrokerError, ...] = ()
 
     def times(self, kind: str) -> list[float]:
         return [m.t for m in self.anomalies if m.kind == kind]
@@ -341,6 +343,7 @@ def timeline_row(v: VariantResult, t0: float) -> TimelineRow:
         retried=tuple(e.t - t0 for e in events if e.kind is EventKind.MONGO_RETRIED),
         query_failures=said(events, t0, EventKind.QUERY_FAILED),
         task_failures=said(events, t0, EventKind.TASK_FAILED),
+        connector_states=said(events, t0, EventKind.CONNECTOR_STATE),
         stopped=next(iter(said(events, t0, EventKind.FAILED_FOR_GOOD)), None),
         counts={
             "duplicate": drawn(v).duplicates,

@@ -31,6 +31,7 @@ from harness.history.windows import fault_windows
 from harness.kafka.clients import create_topic, delete_topics
 from harness.pipeline import kafka_log, spark_log
 from harness.pipeline.batch import dead_letter_topic
+from harness.pipeline.connect import ConnectSettings
 from harness.pipeline.mongo_options import uri_with
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.runtimes import Runtime, get_runtime
@@ -190,6 +191,7 @@ def _lane(
         crash_plans=scenario.crash_plans,
         write_retry_s=scenario.pipeline.write_retry_s,
         spark_settings=spark.to_json() if spark else "",
+        connect=_connect_settings(env, scenario, topic, out_dir) if runtime.connect else "",
         checkpoint=spark.checkpoint(f"{run_id}-{lane_name}") if spark else "",
         trigger_ms=scenario.pipeline.trigger_ms,
         commit=scenario.pipeline.commit,
@@ -215,6 +217,17 @@ def _lane(
     return _Lane(runtime, spec, variant, config, config_path, history, watch)
 
 
+def _connect_settings(env: Environment, scenario: Scenario, topic: str, out_dir: Path) -> str:
+    """The run's Connect cluster (every Connect lane's the same): its workers' group, internal
+    topics and folder are the run's own."""
+    return ConnectSettings.for_run(
+        scenario.pipeline.connect,
+        bootstrap=env.kafka_bootstrap_for(Link.CONSUMER_KAFKA),
+        group=f"{topic}.connect",
+        folder=out_dir / f"{topic}.connect",
+    ).to_json()
+
+
 def _supervise(
     env: Environment, scenario: Scenario, lanes: list[_Lane], out_dir: Path
 ) -> dict[str, RuntimeSupervisor]:
@@ -227,7 +240,7 @@ def _supervise(
         made = RuntimeSupervisor(
             env,
             [Lane(lane.config, lane.config_path, lane.history) for lane in group],
-            consumers=group[0].variant.consumer_count(scenario.pipeline.consumers),
+            consumers=scenario.consumers_of(group[0].runtime, group[0].spec),
             restart_delay=scenario.pipeline.restart_delay_s,
             log_dir=log_dir,
         )
@@ -236,7 +249,11 @@ def _supervise(
     supervisor_of: dict[str, RuntimeSupervisor] = {}
     for runtime in dict.fromkeys(lane.runtime for lane in lanes):
         mine = [lane for lane in lanes if lane.runtime is runtime]
-        if not runtime.process_per_consumer and not targets_consumers and len(mine) > 1:
+        if runtime.connect:  # one cluster of workers, a connector per lane
+            supervisor_of |= supervisor(
+                mine, Path(ConnectSettings.from_json(mine[0].config.connect).folder)
+            )
+        elif not runtime.process_per_consumer and not targets_consumers and len(mine) > 1:
             logs = out_dir / f"{mine[0].config.topic}.{runtime.name}.logs"
             supervisor_of |= supervisor(mine, logs)
         else:
@@ -472,7 +489,8 @@ def _judge(
         ],
         stopped=next((e.detail for e in events if e.kind is EventKind.FAILED_FOR_GOOD), ""),
     )
-    if lane.runtime.black_box and verdict.acked and not verdict.in_sink:
+    # A pipeline that stopped for good has said why; it may have stopped before its first write.
+    if lane.runtime.black_box and verdict.acked and not verdict.in_sink and not verdict.stopped:
         _wrote_nothing(lane, supervisor)
     judged = Judged.of(scenario.expectations_for(lane.spec, config.runtime), verdict)
     explanation = explain(events, ledger, black_box=lane.runtime.black_box)

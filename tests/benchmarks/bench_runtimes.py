@@ -11,7 +11,10 @@ of the same servers, all in one run on one environment:
 
 Each variant's ratio is to the ceiling it could reach: the lower of its write's ceiling and
 the consumer's. Then MongoDB's Spark connector's variants, each alone on Spark over the same
-workload, beside the lab's pymongo variants on Spark.
+workload, beside the lab's pymongo variants on Spark; and Kafka Connect with MongoDB's sink
+connector, each config alone (offsets flushed every second, so its last commit follows its last
+write), beside the listener - with how long a run's workers took from their start to the
+connector's tasks RUNNING.
 
     make bench            # or: .venv/bin/python tests/benchmarks/bench_runtimes.py [EVENTS]
 
@@ -35,6 +38,7 @@ from pymongo.client_session import ClientSession
 from pymongo.database import Database
 
 from harness.environment.local import LocalEnvironment
+from harness.history.events import EventKind, read_history
 from harness.kafka.clients import consumer_config, producer_config
 from harness.run.runner import run_scenario
 from harness.scenario import parse_scenario
@@ -49,6 +53,15 @@ CONNECTOR: list[str | dict[str, Any]] = [
     "connector-sink",
     {"name": "connector-sink", "idFieldList": "event_id"},
 ]
+# Kafka Connect with MongoDB's sink connector: its defaults, keyed, and keyed with a task per
+# partition.
+CONNECT: list[str | dict[str, Any]] = [
+    "connect-default",
+    "connect-idempotent",
+    {"name": "connect-idempotent", "label": "connect-idempotent[tasks.max=3]",
+     "config": {"tasks.max": 3}},
+]  # fmt: skip
+FLUSH_MS = 1000  # the workers' offset.flush.interval.ms in the bench (Connect's: 60 s)
 BATCH = 500
 GOAL_SPARK = 5000  # events/s, idempotent on Spark
 Docs = list[dict[str, Any]]
@@ -162,10 +175,24 @@ def alone(events: int, runtimes: list[str], variants: Sequence[str | dict[str, A
             "workload": {"events": events, "keys": 500, "partitions": 3},
             "runtimes": runtimes,
             # One at a time: each variant has the machine to itself.
-            "pipeline": {"batch_size": BATCH, "parallel": False, "trigger_ms": 100},
+            "pipeline": {"batch_size": BATCH, "parallel": False, "trigger_ms": 100,
+                         "connect": {"offset.flush.interval.ms": FLUSH_MS}},
             "variants": list(variants),
         }
-    )
+    )  # fmt: skip
+
+
+def to_running(result: Any) -> list[float]:
+    """Seconds from each Connect lane's first worker start to its last task RUNNING."""
+    took = []
+    for lane in result.variants:
+        events = read_history(lane.directory / "history")
+        starts = [e.t for e in events if e.kind is EventKind.RUNTIME_START]
+        running = [e.t for e in events if e.kind is EventKind.CONNECTOR_STATE
+                   and e.detail.startswith("task ") and " RUNNING " in e.detail]  # fmt: skip
+        if starts and running:
+            took.append(max(running) - min(starts))
+    return took
 
 
 def main(events: int) -> None:
@@ -180,6 +207,10 @@ def main(events: int) -> None:
         print("MongoDB's Spark connector's variants alone, the same workload ...", flush=True)
         connector = run_scenario(
             env, alone(events, ["spark"], CONNECTOR), Path(tmp) / "connector", progress=print_none
+        )
+        print("Kafka Connect's configs alone, the same workload ...", flush=True)
+        connect = run_scenario(
+            env, alone(events, ["listener"], CONNECT), Path(tmp) / "connect", progress=print_none
         )
         docs, config = landing_documents(run_dir)
         print(f"ceilings: {len(docs)} landing documents, the run's topic ...", flush=True)
@@ -223,6 +254,18 @@ def main(events: int) -> None:
     base = rates[("spark", "idempotent")]
     print(table([["variant", "ev/s", "x idempotent"],
                  *([v, f"{rate:.0f}", f"{rate / base:.2f}"] for v, rate in lanes)]))  # fmt: skip
+
+    print(f"\nKafka Connect (2 workers, offsets flushed every {FLUSH_MS} ms), the same {events} "
+          "events, beside the listener")  # fmt: skip
+    listener = rates[("listener", "idempotent")]
+    lanes = [(v, rates[("listener", v)]) for v in VARIANTS]
+    lanes += [(r.variant, r.events_per_s) for r in connect.variants]
+    rows = [[v, f"{rate:.0f}", f"{rate / listener:.2f}"] for v, rate in lanes]
+    print(table([["variant", "ev/s", "x listener idempotent"], *rows]))
+    took = to_running(connect)
+    print(
+        f"workers' start to the connector's tasks RUNNING: {', '.join(f'{t:.1f}' for t in took)} s"
+    )
 
 
 def print_none(_message: str) -> None:

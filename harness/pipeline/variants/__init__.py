@@ -13,6 +13,12 @@ from harness.pipeline import mongo_options
 from harness.pipeline.variants.base import MONGO_OPTION, Key, Variant, WriteContext, make_plugin
 from harness.pipeline.variants.check_then_insert import CheckThenInsert
 from harness.pipeline.variants.command import Command
+from harness.pipeline.variants.connect import (
+    Connect,
+    ConnectBusinessKey,
+    ConnectDefault,
+    ConnectIdempotent,
+)
 from harness.pipeline.variants.connector import ConnectorBatch, ConnectorSink
 from harness.pipeline.variants.dedup_log import DedupLog
 from harness.pipeline.variants.idempotent import Idempotent
@@ -36,6 +42,10 @@ BUILT_IN: dict[str, type[Variant]] = {
         ConnectorBatch,
         ConnectorSink,
         Command,
+        Connect,
+        ConnectDefault,
+        ConnectIdempotent,
+        ConnectBusinessKey,
     )
 }
 

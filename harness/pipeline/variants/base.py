@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, Protocol, TypeVar, cast
 
 from pymongo import ASCENDING, MongoClient, ReplaceOne, UpdateOne
 from pymongo.client_session import ClientSession
@@ -31,6 +31,7 @@ from pymongo.errors import BulkWriteError
 
 from harness.checker.promise import EXACTLY_ONCE, Promise
 from harness.errors import BadInput
+from harness.history.events import HistoryWriter
 from harness.pipeline import mongo_options
 from harness.pipeline.batch import Batch, Record
 from harness.pipeline.crash import Crasher, CrashPoint
@@ -110,6 +111,34 @@ class WriteContext:
 MONGO_OPTION = "mongo"  # every variant's option: its MongoDB client settings
 
 
+def option_text(value: Any) -> str:
+    """A YAML value as a JVM's configuration takes it (a Spark option, a Connect config):
+    booleans in lower case, lists comma-separated."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+class Job(Protocol):
+    """A lane that is a job on a cluster (a connector on Kafka Connect): put on the cluster and
+    followed, a poll at a time, by the lane's observer (``harness.pipeline.observer``)."""
+
+    def poll(self, history: HistoryWriter) -> None: ...
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a lane reads and writes, for a variant that is a job on a cluster."""
+
+    cluster: str  # the cluster's settings, as the runtime's configuration holds them (JSON)
+    name: str  # the job's: the lane's consumer group
+    topic: str
+    mongo_uri: str  # the consumers' link (through the fault proxy)
+    database: str
+
+
 class Variant(ABC):
     """A sink strategy. Subclasses are dataclasses whose fields are the variant's options."""
 
@@ -138,6 +167,10 @@ class Variant(ABC):
     def landing(self) -> Landing:
         """Where the checker reads what it stored."""
         return Landing()
+
+    def cluster_job(self, place: Place) -> Job | None:
+        """What the lab puts on a cluster for it (None: its runtime's processes run it)."""
+        return None
 
     def program(self) -> tuple[str, ...]:
         """The program a command consumer runs (() for a variant the lab's runtimes run)."""

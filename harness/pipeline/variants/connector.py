@@ -36,7 +36,14 @@ from typing import Any, ClassVar
 from harness.checker.promise import AT_LEAST_ONCE, AT_MOST_ONCE, EXACTLY_ONCE, NOTHING, Promise
 from harness.pipeline.batch import Batch
 from harness.pipeline.runtimes import Runtime
-from harness.pipeline.variants.base import Key, Landing, Variant, WriteContext, keyed_promise
+from harness.pipeline.variants.base import (
+    Key,
+    Landing,
+    Variant,
+    WriteContext,
+    keyed_promise,
+    option_text,
+)
 
 # How the connector reads a value (its config.AbstractMongoConfig): the refusal in its words.
 Check = Callable[[str, str], str | None]
@@ -123,15 +130,6 @@ UNIQUE_INDEX = "unique_index"  # the lab's option: the collection's index on idF
 ROW_FIELDS = ("event_id", "order_id", "version", "tx_id", "payload", "_lab")
 
 
-def _text(value: Any) -> str:
-    """A YAML value as Spark hands an option to the connector (``.option(k, True)``: "true")."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, list | tuple):
-        return ",".join(str(v) for v in value)
-    return str(value)
-
-
 def write_options(raw: Mapping[str, Any]) -> tuple[dict[str, str], str, list[str]]:
     """A variant's options as the connector's (canonical name -> text, as given), the landing
     collection, and every problem: an option the connector does not know, a value it refuses."""
@@ -144,7 +142,7 @@ def write_options(raw: Mapping[str, Any]) -> tuple[dict[str, str], str, list[str
             if name.lower().startswith(prefix):
                 name = name[len(prefix) :]
                 break
-        text = _text(value)
+        text = option_text(value)
         if name.lower() in LAB_SET:
             continue  # a deployment's own address: the lab's lane has its own
         if name.lower() == COLLECTION:

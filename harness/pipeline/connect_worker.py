@@ -1,0 +1,97 @@
+"""A Kafka Connect worker of a run's cluster, in distributed mode: writes its settings into the
+run's Connect folder, says where its REST API listens (``ConnectSettings.rest_file``), and
+becomes the worker's JVM - so that a kill is the worker's, as it would be on a machine of its
+own.
+
+    python -m harness.pipeline.connect_worker RUNTIME.JSON... INDEX
+
+(the run's Connect lanes' configurations, as the supervisor starts every runtime's processes:
+each holds the cluster's settings).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+from pathlib import Path
+
+from harness.environment import jars
+from harness.environment.jvm import LIGHT_JVM
+from harness.environment.ports import free_ports
+from harness.pipeline.connect import ConnectSettings
+from harness.pipeline.runtime import RuntimeConfig
+
+MAIN = "org.apache.kafka.connect.cli.ConnectDistributed"
+LOG4J2 = jars.POMS / "connect-log4j2.properties"
+HEAP = "-Xmx256m"  # enough for a worker of a few connectors (docs/connect.md)
+
+
+def own_address(bootstrap: str) -> str:
+    """This machine's (or container's) address toward the brokers: where the other workers
+    reach its REST API (127.0.0.1 for the local backend)."""
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((host, int(port)))  # a UDP connect picks the route; nothing is sent
+        address: str = probe.getsockname()[0]
+    return address
+
+
+def worker_properties(settings: ConnectSettings, host: str, port: int) -> str:
+    """The worker's configuration: the run's cluster, JSON values without schemas (the
+    workload's change events), its REST API, MongoDB's connector on the plugin path, and the
+    scenario's worker settings (Connect's defaults unless set)."""
+    topics = settings.storage_topics
+    lines = {
+        "bootstrap.servers": settings.bootstrap,
+        "group.id": settings.group,
+        "config.storage.topic": topics["config"],
+        "offset.storage.topic": topics["offset"],
+        "status.storage.topic": topics["status"],
+        # The lab's cluster has three nodes; a worker's state survives one of them down.
+        "config.storage.replication.factor": "3",
+        "offset.storage.replication.factor": "3",
+        "status.storage.replication.factor": "3",
+        "offset.storage.partitions": "5",
+        "status.storage.partitions": "3",
+        "key.converter": "org.apache.kafka.connect.storage.StringConverter",
+        "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "value.converter.schemas.enable": "false",
+        "listeners": f"http://{host}:{port}",
+        "rest.advertised.host.name": host,
+        "rest.advertised.port": str(port),
+        "plugin.path": str(jars.mongo_kafka().directory),
+        # The default (hybrid_warn) finds the same plugins and warns that MongoDB's connector
+        # has no ServiceLoader manifest, in every worker's log at every start.
+        "plugin.discovery": "only_scan",
+        **{k: str(v) for k, v in settings.worker.items()},
+    }
+    return "".join(f"{k}={v}\n" for k, v in lines.items())
+
+
+def main(argv: list[str]) -> None:
+    """``python -m harness.pipeline.connect_worker RUNTIME.JSON... INDEX``"""
+    config = RuntimeConfig.from_json(Path(argv[0]).read_text())
+    settings, index = ConnectSettings.from_json(config.connect), int(argv[-1])
+    host = own_address(settings.bootstrap)
+    (port,) = free_ports(1)
+    folder = Path(settings.folder)
+    properties = folder / f"worker-{index}.properties"
+    properties.write_text(worker_properties(settings, host, port))
+    rest = settings.rest_file(index)
+    partial = rest.with_suffix(".partial")
+    partial.write_text(f"http://{host}:{port}\n")
+    partial.replace(rest)
+    java = shutil.which("java") or "java"
+    classpath = jars.connect().classpath()
+    sys.stdout.flush()
+    os.execv(
+        java,
+        [java, HEAP, *LIGHT_JVM, f"-Dlog4j2.configurationFile=file:{LOG4J2}",
+         "-cp", classpath, MAIN, str(properties)],
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
