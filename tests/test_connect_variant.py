@@ -65,7 +65,8 @@ def test_a_pasted_config_runs_unchanged_but_for_where_it_reads_and_writes() -> N
         "connector.class": SINK_CONNECTOR,
         "tasks.max": 2,
         "topics": "prod.orders",
-        "connection.uri": "mongodb+srv://user:secret@prod.example.net",
+        "connection.uri": "mongodb+srv://user:secret@prod.example.net/?retryWrites=false"
+        "&w=majority&tls=true&replicaSet=prod-0&socketTimeoutMS=5000",
         "database": "prod",
         "collection": "orders_raw",
         "errors.tolerance": "all",
@@ -79,7 +80,9 @@ def test_a_pasted_config_runs_unchanged_but_for_where_it_reads_and_writes() -> N
         "connector.class": SINK_CONNECTOR,
         "tasks.max": "2",
         "topics": "run",
-        "connection.uri": PLACE.mongo_uri,
+        # The lab's address, with the deployment's client settings (not its hosts or TLS).
+        "connection.uri": "mongodb://127.0.0.1:1/?directConnection=true&retryWrites=false"
+        "&w=majority&socketTimeoutMS=5000",
         "database": "db",
         "collection": "orders_raw",
         "errors.tolerance": "all",

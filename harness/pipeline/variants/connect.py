@@ -8,7 +8,8 @@ pastes in), run on the run's Connect cluster (``harness.pipeline.connect``).
       - {name: connect, label: ours, config: {connector.class: ..., ...}, promised: at-least-once}
 
 The lab fills in where the connector reads and writes - ``topics`` (the run's), ``connection.uri``
-(through the fault proxy), ``database`` (the lane's own), the consumer's group (the lane's, which
+(through the fault proxy; the client settings a pasted one carries are kept), ``database`` (the
+lane's own), the consumer's group (the lane's, which
 the lab watches) and ``client.id`` (so the fault proxy's link and commit faults reach it) - and
 ``collection`` (``events``) unless the config names one; a dead-letter topic, if the config
 names one, is the lane's (with Connect's context headers on, which say where each record came
@@ -21,12 +22,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+from urllib.parse import parse_qsl, urlsplit
 
 from harness.checker.promise import AT_LEAST_ONCE, EXACTLY_ONCE, PROMISES, Promise
 from harness.kafka.clients import CONSUMER_CLIENT
 from harness.pipeline.batch import Batch, dead_letter_topic
 from harness.pipeline.connect import SINK_CONNECTOR, ConnectSettings
 from harness.pipeline.connect_watch import ConnectorWatch
+from harness.pipeline.mongo_options import URI_OPTIONS, uri_with
 from harness.pipeline.runtimes import CONNECT, Runtime
 from harness.pipeline.variants.base import (
     Job,
@@ -109,7 +112,7 @@ class Connect(Variant):
             {
                 "name": place.name,
                 "topics": place.topic,
-                "connection.uri": place.mongo_uri,
+                "connection.uri": uri_with(place.mongo_uri, self.client_settings()),
                 "database": place.database,
                 COLLECTION: self.collection,
                 # The lane's group, which the lab watches; a client id the fault proxy's
@@ -119,6 +122,14 @@ class Connect(Variant):
             }
         )
         return config
+
+    def client_settings(self) -> dict[str, str]:
+        """The client settings a pasted ``connection.uri`` carries (its write concern, retries,
+        timeouts), kept on the lab's address: they decide outcomes. Its hosts, credentials, TLS
+        and replica set are the deployment's, and go with it."""
+        query = parse_qsl(urlsplit(str(self.config.get("connection.uri", ""))).query)
+        known = {option.lower(): option for option in URI_OPTIONS}
+        return {known[k.lower()]: v for k, v in query if k.lower() in known}
 
     def cluster_job(self, place: Place) -> Job:
         settings = ConnectSettings.from_json(place.cluster)
