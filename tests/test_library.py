@@ -109,9 +109,10 @@ def lost_at_publish(env: LocalEnvironment, row: dict[str, Any], topics: list[str
     return [e for e in read_written(Path(row["ledger"])) if e.entry_id not in published]
 
 
-def recount(env: LocalEnvironment, row: dict[str, Any]) -> tuple[int, int, int]:
-    """(documents, extra copies, changes lost) of a lane's landing collection, counted here
-    from its documents' event ids and the ledger - not by the lab's checker."""
+def recount(env: LocalEnvironment, row: dict[str, Any]) -> tuple[int, int, int, int]:
+    """(documents of changes, extra copies, changes lost, documents of poison records) of a
+    lane's landing collection, counted here from its documents' event ids and the ledger - not
+    by the lab's checker."""
     ledger = {r.event_id: r for r in read_ledger(Path(row["ledger"]))}
     expected = {(r.order_id, r.version) for r in ledger.values() if r.kind is not Kind.POISON}
     config = RuntimeConfig.load(str(Path(row["directory"]) / "runtime.json"))
@@ -119,8 +120,16 @@ def recount(env: LocalEnvironment, row: dict[str, Any]) -> tuple[int, int, int]:
     mongo: MongoClient[dict[str, Any]] = MongoClient(env.mongo_uri)
     with mongo:
         docs = list(mongo[config.database][collection].find({}, {"event_id": 1}))
-    stored = Counter((ledger[d["event_id"]].order_id, ledger[d["event_id"]].version) for d in docs)
-    return len(docs), sum(n - 1 for n in stored.values()), len(expected - set(stored))
+    rows = [ledger[d["event_id"]] for d in docs]
+    changes = [r for r in rows if r.kind is not Kind.POISON]
+    stored = Counter((r.order_id, r.version) for r in changes)
+    extra, lost = sum(n - 1 for n in stored.values()), len(expected - set(stored))
+    return len(changes), extra, lost, len(rows) - len(changes)
+
+
+def counted(row: dict[str, Any]) -> tuple[int, int, int, int]:
+    """The lab's figures for what ``recount`` counts."""
+    return row["in_sink"], row["duplicates"], row["lost"], row.get("poison_stored", 0)
 
 
 def assert_connector_replay(env: LocalEnvironment, rows: dict[tuple[str, str], Any]) -> None:
@@ -137,7 +146,7 @@ def assert_connector_replay(env: LocalEnvironment, rows: dict[tuple[str, str], A
             written = [e.batch for e in events if e.kind is EventKind.WRITTEN]
             assert written.count(crashes[0].batch) >= 2, (variant, written)
         if variant.startswith("connector-"):
-            assert recount(env, r) == (r["in_sink"], r["duplicates"], r["lost"]), variant
+            assert recount(env, r) == counted(r), variant
     # The connector's defaults (a row without _id: an insert): the replays' copies.
     assert rows[("spark", "connector-sink")]["duplicates"] > 0
     keyed = rows[("spark", "connector-sink[idFieldList=event_id]")]
@@ -164,7 +173,7 @@ def assert_connect_worker_loss(env: LocalEnvironment, rows: dict[tuple[str, str]
         moved = [e.t - kill for e in events if e.kind is EventKind.CONNECTOR_STATE
                  and e.t > kill and e.detail.startswith("task ")]  # fmt: skip
         assert moved and min(moved) >= 60, (variant, moved)
-        assert recount(env, r) == (r["in_sink"], r["duplicates"], r["lost"]), variant
+        assert recount(env, r) == counted(r), variant
     assert rows[("connect", "connect-default")]["duplicates"] > 0
     for keyed in ("connect-idempotent", "connect-business-key"):
         assert (rows[("connect", keyed)]["duplicates"], rows[("connect", keyed)]["lost"]) == (0, 0)
@@ -412,6 +421,12 @@ def test_a_library_scenario_holds_its_expectations(
         assert_connector_replay(scenario_env, rows)
     if name == "connect-worker-loss":
         assert_connect_worker_loss(scenario_env, rows)
+    for (rt, variant), r in rows.items():  # every connector's collection, recounted
+        if rt == "connect":
+            assert recount(scenario_env, r) == counted(r), (name, variant)
+    if name == "connect-mongo-outage":  # Connect's own words for the failed task
+        stopped = rows[("connect", "connect-idempotent")]["stopped"]
+        assert "FAILED" in stopped and "MongoTimeoutException" in stopped, stopped
     if name == "commit-failure-storm":
         naive = rows[("listener", "naive")]
         assert {"2", "3"} <= set(naive["copies"]), naive["copies"]  # seed 002's 2 and 3 copies
