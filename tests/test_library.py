@@ -168,11 +168,18 @@ def assert_connect_worker_loss(env: LocalEnvironment, rows: dict[tuple[str, str]
         assert len(killed) == 1 and killed[0].endswith(", a follower"), killed
         exits = [e.detail for e in events if e.kind is EventKind.RUNTIME_EXIT]
         assert exits == [f"{killed[0].split()[2].rstrip(',')} killed by SIGKILL"], (variant, exits)
-        # Its tasks moved only once the scheduled rebalance's minute had passed.
+        # Connect moved no task before the scheduled rebalance's minute had passed (the run
+        # may end before it: the connector's other tasks took the partitions over first).
         kill = next(e.t for e in events if e.kind is EventKind.FAULT_STEP)
         moved = [e.t - kill for e in events if e.kind is EventKind.CONNECTOR_STATE
                  and e.t > kill and e.detail.startswith("task ")]  # fmt: skip
-        assert moved and min(moved) >= 60, (variant, moved)
+        assert all(m >= 60 for m in moved), (variant, moved)
+        if variant == "connect-default":
+            # Its dead tasks' partitions went to its other tasks once their consumers' session
+            # (45 s) had timed out: what it stored again.
+            taken = [e.t - kill for e in events if e.kind is EventKind.CONSUMER_LOG
+                     and e.t > kill and "Adding newly assigned partitions" in e.detail]  # fmt: skip
+            assert taken and min(taken) >= 40, taken
         assert recount(env, r) == counted(r), variant
     assert rows[("connect", "connect-default")]["duplicates"] > 0
     for keyed in ("connect-idempotent", "connect-business-key"):
