@@ -433,7 +433,10 @@ def test_a_library_scenario_holds_its_expectations(
             assert recount(scenario_env, r) == counted(r), (name, variant)
     if name == "connect-mongo-outage":  # Connect's own words for the failed task
         stopped = rows[("connect", "connect-idempotent")]["stopped"]
-        assert "FAILED" in stopped and "MongoTimeoutException" in stopped, stopped
+        # The driver's own exception at the root: a server selection that timed out, or the
+        # reset connection itself (which of the two fails the write varies run to run).
+        causes = ("MongoTimeoutException", "Connection reset", "MongoSocket")
+        assert "FAILED" in stopped and any(c in stopped for c in causes), stopped
     if name == "commit-failure-storm":
         naive = rows[("listener", "naive")]
         assert {"2", "3"} <= set(naive["copies"]), naive["copies"]  # seed 002's 2 and 3 copies
