@@ -88,17 +88,30 @@ class _OnConnect(Timed):
             return [("of", f"no lane {self.of!r} in the scenario")]
         return []
 
-    def _lane(self, context: Context) -> Target:
+    def lanes(self, context: Context) -> list[Target]:
+        """The lanes it acts on, once each: ``of``'s, or (by default) the first Connect lane's
+        connector - the lanes share one cluster."""
         connect = [t for t in context.targets if t.runtime.connect]
         chosen = [t for t in connect if self.of in (t.label, t.name)] if self.of else connect
         if not chosen:
             raise LabError(f"{self.name}: no Connect lane {self.of!r} in this run")
-        return chosen[0]
+        return chosen[:1]
+
+    def act(self, lane: Target) -> str:
+        """Take its one step on ``lane``'s connector; what it did, for the history."""
+        raise NotImplementedError
+
+    def actor(self, context: Context) -> Actor:
+        return _ConnectActor(self, context)
+
+    @staticmethod
+    def settings(lane: Target) -> ConnectSettings:
+        return ConnectSettings.from_json(lane.supervisor.config.connect)
 
     def _task_worker(self, lane: Target) -> tuple[int, str]:
         """The index and Connect id of the worker running task ``task`` of ``lane``'s
         connector now."""
-        settings = ConnectSettings.from_json(lane.supervisor.config.connect)
+        settings = self.settings(lane)
         state = ConnectRest(settings).status(lane.group)
         task = next((t for t in state.tasks if t.task == self.task), None) if state else None
         if task is None:
@@ -110,25 +123,15 @@ class _OnConnect(Timed):
 
 
 @dataclass
-class _WorkerKiller(Actor):
-    fault: ConnectWorkerKill
+class _ConnectActor(Actor):
+    fault: _OnConnect
     context: Context
 
     def take(self, step: Step) -> None:
-        if step.action != KILL_WORKER:
+        if step.action != self.fault.action:
             super().take(step)
-        lane = self.fault._lane(self.context)
-        if self.fault.of:
-            index, worker = self.fault._task_worker(lane)
-            why = f", which ran task {self.fault.task} of {lane.label}"
-        else:
-            settings = ConnectSettings.from_json(lane.supervisor.config.connect)
-            (index, why), worker = self.fault.worker.pick(settings), ""
-        lane.supervisor.kill(index)
-        at = f" ({worker})" if worker else ""
-        self.context.record(
-            EventKind.FAULT_STEP, self.fault, detail=f"SIGKILLed worker connect-{index}{at}{why}"
-        )
+        for lane in self.fault.lanes(self.context):
+            self.context.record(EventKind.FAULT_STEP, self.fault, detail=self.fault.act(lane))
 
 
 @dataclass(frozen=True)
@@ -167,8 +170,14 @@ class ConnectWorkerKill(_OnConnect):
     def aim(self) -> str:
         return "a Connect worker running a task" if self.of else "a Connect worker"
 
-    def actor(self, context: Context) -> Actor:
-        return _WorkerKiller(self, context)
+    def act(self, lane: Target) -> str:
+        if self.of:
+            index, worker = self._task_worker(lane)
+            why = f" ({worker}), which ran task {self.task} of {lane.label}"
+        else:
+            index, why = self.worker.pick(self.settings(lane))
+        lane.supervisor.kill(index)
+        return f"SIGKILLed worker connect-{index}{why}"
 
     @classmethod
     def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
@@ -177,24 +186,6 @@ class ConnectWorkerKill(_OnConnect):
         workers = space.setting.consumers
         roles = ROLES if workers > 1 else ()
         return {**space.when(rng), "worker": rng.choice([*range(workers), *roles])}
-
-
-@dataclass
-class _TaskRestarter(Actor):
-    fault: ConnectTaskRestart
-    context: Context
-
-    def take(self, step: Step) -> None:
-        if step.action != RESTART_TASK:
-            super().take(step)
-        for lane in self.fault.lanes(self.context):
-            settings = ConnectSettings.from_json(lane.supervisor.config.connect)
-            ConnectRest(settings).restart_task(lane.group, self.fault.task)
-            self.context.record(
-                EventKind.FAULT_STEP,
-                self.fault,
-                detail=f"restarted task {self.fault.task} of {lane.label} through REST",
-            )
 
 
 @dataclass(frozen=True)
@@ -219,14 +210,17 @@ class ConnectTaskRestart(_OnConnect):
         return found
 
     def lanes(self, context: Context) -> list[Target]:
-        connect = [t for t in context.targets if t.runtime.connect]
-        return [self._lane(context)] if self.of else connect
+        """``of``'s lane, or every Connect lane's connector."""
+        return (
+            super().lanes(context) if self.of else [t for t in context.targets if t.runtime.connect]
+        )
 
     def aim(self) -> str:
         return "a Connect task"
 
-    def actor(self, context: Context) -> Actor:
-        return _TaskRestarter(self, context)
+    def act(self, lane: Target) -> str:
+        ConnectRest(self.settings(lane)).restart_task(lane.group, self.task)
+        return f"restarted task {self.task} of {lane.label} through REST"
 
     @classmethod
     def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
