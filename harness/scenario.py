@@ -617,8 +617,12 @@ def runnable(scenario: Scenario, abilities: BackendAbilities) -> tuple[str, ...]
         for i, spec in enumerate(scenario.variants)
         if isinstance(variant := make_variant(spec.name, spec.options), Connect)
     }
-    if connectors:  # Connect's own word on each, before anything starts
-        said = connect_validate.refusals(list(connectors.values()))
+    plugins = connect.plugin_folders(scenario.pipeline.connect, scenario.folder)
+    for i, folder in enumerate(plugins):
+        if not folder.is_dir():
+            pr.add(f"pipeline.connect.plugins[{i}]", f"no folder {str(folder)!r}")
+    if connectors and all(f.is_dir() for f in plugins):  # Connect's own word on each
+        said = connect_validate.refusals(list(connectors.values()), plugins)
         for i, problems in zip(connectors, said, strict=True):
             for problem in problems:
                 pr.add(f"variants[{i}].config", problem)

@@ -113,7 +113,9 @@ def test_the_cluster_settings_are_checked_with_every_problem_named() -> None:
 
 def test_the_run_settings_split_workers_from_worker_settings(tmp_path: Path) -> None:
     spec = {"workers": 3, "scheduled.rebalance.max.delay.ms": 60000}
-    settings = ConnectSettings.for_run(spec, bootstrap="b:1", group="g", folder=tmp_path / "c")
+    settings = ConnectSettings.for_run(
+        spec, bootstrap="b:1", group="g", folder=tmp_path / "c", base=tmp_path
+    )
     assert settings.workers == 3 and settings.worker == {"scheduled.rebalance.max.delay.ms": 60000}
     assert ConnectSettings.from_json(settings.to_json()) == settings
     # A worker says where its REST API listens; a task's worker id is found by it.
@@ -197,7 +199,9 @@ def test_the_cli_refuses_a_config_connect_refuses_with_exit_2_before_anything_st
 
 
 def test_the_groups_leader_is_the_last_rebalance_any_worker_logged(tmp_path: Path) -> None:
-    settings = ConnectSettings.for_run({}, bootstrap="b:1", group="g", folder=tmp_path)
+    settings = ConnectSettings.for_run(
+        {}, bootstrap="b:1", group="g", folder=tmp_path, base=tmp_path
+    )
     for index, port in ((0, 8300), (1, 8301)):
         settings.rest_file(index).write_text(f"http://127.0.0.1:{port}\n")
     assert settings.leader_index() is None

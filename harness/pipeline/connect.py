@@ -14,12 +14,13 @@ from __future__ import annotations
 import http.client
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import quote, urlsplit
 
+from harness.environment import jars
 from harness.errors import LabError
 
 # Connect's own names of the worker settings a scenario may set (pipeline.connect.worker), with
@@ -34,7 +35,8 @@ WORKER_SETTINGS = (
     "task.shutdown.graceful.timeout.ms",
 )
 SINK_CONNECTOR = "com.mongodb.kafka.connect.MongoSinkConnector"
-WORKERS = "workers"  # the scenario's own key beside the worker settings
+WORKERS = "workers"  # the scenario's own keys beside the worker settings
+PLUGINS = "plugins"  # folders of the scenario's own connector plugins, beside its file
 DEFAULT_WORKERS = 2
 MAX_WORKERS = 4
 
@@ -51,6 +53,9 @@ def problems(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
                 or not 1 <= value <= MAX_WORKERS
             ):
                 found.append((key, f"a whole number of workers, 1 to {MAX_WORKERS}; got {value!r}"))
+        elif key == PLUGINS:
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                found.append((key, f"a list of folders of connector plugins; got {value!r}"))
         elif key not in WORKER_SETTINGS:
             found.append(
                 (key, f"not a worker setting the lab passes (those: {', '.join(WORKER_SETTINGS)})")
@@ -58,6 +63,18 @@ def problems(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
         elif not isinstance(value, int) or isinstance(value, bool) or value < 0:
             found.append((key, f"milliseconds, a whole number >= 0; got {value!r}"))
     return found
+
+
+def plugin_folders(spec: Mapping[str, Any], base: Path) -> tuple[Path, ...]:
+    """The folders ``pipeline.connect.plugins`` names, relative to ``base`` (the scenario's
+    folder) unless absolute."""
+    return tuple((base / folder).resolve() for folder in spec.get(PLUGINS, ()))
+
+
+def plugin_path(plugins: Sequence[str | Path]) -> str:
+    """A worker's ``plugin.path``: MongoDB's connector, then the scenario's own folders (each
+    holds plugins, each plugin a folder or a jar with what it needs: Connect's layout)."""
+    return ",".join([str(jars.mongo_kafka().directory), *map(str, plugins)])
 
 
 # A task's consumer given or losing partitions (its consumer group's rebalances).
@@ -101,6 +118,7 @@ class ConnectSettings:
     folder: str  # the run's Connect folder: worker settings, REST addresses, logs
     workers: int = 2
     worker: dict[str, Any] = field(default_factory=dict)  # WORKER_SETTINGS, Connect's names
+    plugins: tuple[str, ...] = ()  # the scenario's own plugin folders, absolute
 
     @property
     def storage_topics(self) -> dict[str, str]:
@@ -156,19 +174,24 @@ class ConnectSettings:
         return [url for url in found if url]
 
     @classmethod
-    def for_run(cls, spec: Mapping[str, Any], *, bootstrap: str, group: str, folder: Path) -> Self:
-        """A run's cluster: ``spec`` is the scenario's ``pipeline.connect`` (checked)."""
+    def for_run(
+        cls, spec: Mapping[str, Any], *, bootstrap: str, group: str, folder: Path, base: Path
+    ) -> Self:
+        """A run's cluster: ``spec`` is the scenario's ``pipeline.connect`` (checked), ``base``
+        the scenario's folder."""
         folder.mkdir(parents=True, exist_ok=True)
-        worker = {k: v for k, v in spec.items() if k != WORKERS}
+        worker = {k: v for k, v in spec.items() if k not in (WORKERS, PLUGINS)}
         workers = int(spec.get(WORKERS, DEFAULT_WORKERS))
-        return cls(bootstrap, group, str(folder.absolute()), workers, worker)
+        plugins = tuple(map(str, plugin_folders(spec, base)))
+        return cls(bootstrap, group, str(folder.absolute()), workers, worker, plugins)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
 
     @classmethod
     def from_json(cls, text: str) -> Self:
-        return cls(**json.loads(text))
+        raw = json.loads(text)
+        return cls(**{**raw, "plugins": tuple(raw.get("plugins", ()))})
 
 
 @dataclass(frozen=True)

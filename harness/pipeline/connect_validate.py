@@ -22,6 +22,7 @@ from pathlib import Path
 from harness.environment import jars
 from harness.environment.jvm import LIGHT_JVM
 from harness.errors import LabError
+from harness.pipeline.connect import plugin_path
 from harness.pipeline.variants.base import Place
 
 MAIN = "chaoslab.connect.Validate"
@@ -33,13 +34,15 @@ LAB_KEYS = ("connection.uri",)  # what the placeholder makes Connect say: not th
 LOG4J2 = jars.POMS / "connect-log4j2.properties"
 
 
-def refusals(configs: Sequence[Mapping[str, str]]) -> list[list[str]]:
-    """Connect's problems with each config (``key: message``; none: Connect takes it)."""
-    return [list(found) for found in _validate(json.dumps(list(configs), sort_keys=True))]
+def refusals(configs: Sequence[Mapping[str, str]], plugins: Sequence[Path] = ()) -> list[list[str]]:
+    """Connect's problems with each config (``key: message``; none: Connect takes it), with
+    the scenario's own plugin folders beside MongoDB's connector."""
+    given = json.dumps(list(configs), sort_keys=True)
+    return [list(found) for found in _validate(given, plugin_path(plugins))]
 
 
 @cache  # a run checks its scenario twice, explore each trial's: one JVM per set of configs
-def _validate(configs: str) -> tuple[tuple[str, ...], ...]:
+def _validate(configs: str, plugins: str) -> tuple[tuple[str, ...], ...]:
     java = shutil.which("java")
     if java is None:
         raise LabError("Kafka Connect's validation needs java (Debian: openjdk-17-jre-headless)")
@@ -48,7 +51,7 @@ def _validate(configs: str) -> tuple[tuple[str, ...], ...]:
         given = Path(folder) / "configs.json"
         given.write_text(configs)
         argv = [java, "-Xmx256m", *LIGHT_JVM, f"-Dlog4j2.configurationFile=file:{LOG4J2}",
-                "-cp", classpath, MAIN, str(jars.mongo_kafka().directory), str(given)]  # fmt: skip
+                "-cp", classpath, MAIN, plugins, str(given)]  # fmt: skip
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:

@@ -20,7 +20,7 @@ from pathlib import Path
 from harness.environment import jars
 from harness.environment.jvm import LIGHT_JVM
 from harness.environment.ports import free_ports
-from harness.pipeline.connect import ConnectSettings
+from harness.pipeline.connect import ConnectSettings, plugin_path
 from harness.pipeline.runtime import RuntimeConfig
 
 MAIN = "org.apache.kafka.connect.cli.ConnectDistributed"
@@ -61,7 +61,7 @@ def worker_properties(settings: ConnectSettings, host: str, port: int) -> str:
         "listeners": f"http://{host}:{port}",
         "rest.advertised.host.name": host,
         "rest.advertised.port": str(port),
-        "plugin.path": str(jars.mongo_kafka().directory),
+        "plugin.path": plugin_path(settings.plugins),
         # The default (hybrid_warn) finds the same plugins and warns that MongoDB's connector
         # has no ServiceLoader manifest, in every worker's log at every start.
         "plugin.discovery": "only_scan",

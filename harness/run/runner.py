@@ -225,6 +225,7 @@ def _connect_settings(env: Environment, scenario: Scenario, topic: str, out_dir:
         bootstrap=env.kafka_bootstrap_for(Link.CONSUMER_KAFKA),
         group=f"{topic}.connect",
         folder=out_dir / f"{topic}.connect",
+        base=scenario.folder,
     ).to_json()
 
 

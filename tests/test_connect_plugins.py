@@ -1,0 +1,93 @@
+"""A team's own connector, from a plugin folder its scenario names (``pipeline.connect.plugins``),
+on the run's Connect workers beside MongoDB's: here a sink of its own, built as teams wrap
+MongoDB's (a class of their own that extends it), in a plugin folder of Connect's layout."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from harness.environment import jars
+from harness.environment.local import LocalEnvironment
+from harness.results.model import RESULTS
+from tests.support import chaoslab
+
+SINK = "com.example.orders.OrdersSink"
+SOURCE = """package com.example.orders;
+
+/** The orders team's sink: MongoDB's, with a version of its own. */
+public class OrdersSink extends com.mongodb.kafka.connect.MongoSinkConnector {
+    @Override
+    public String version() {
+        return "1.0-orders";
+    }
+}
+"""
+
+
+def build_plugin(folder: Path) -> Path:
+    """``folder/plugins/orders-sink/``: the team's jar and MongoDB's connector it extends
+    (one plugin: Connect loads each plugin folder in a class loader of its own)."""
+    sources, classes = folder / "src", folder / "classes"
+    (sources / "com/example/orders").mkdir(parents=True)
+    (sources / "com/example/orders/OrdersSink.java").write_text(SOURCE)
+    mongo = next(jars.mongo_kafka().directory.glob("*.jar"))
+    against = f"{jars.connect().classpath()}:{mongo}"
+    javac, jar = shutil.which("javac"), shutil.which("jar")
+    assert javac and jar, "the suite's set-up installs a JDK"
+    subprocess.run([javac, "--release", "17", "-nowarn", "-cp", against, "-d", str(classes),
+                    str(sources / "com/example/orders/OrdersSink.java")], check=True)  # fmt: skip
+    plugin = folder / "plugins" / "orders-sink"
+    plugin.mkdir(parents=True)
+    subprocess.run(
+        [jar, "cf", str(plugin / "orders-sink.jar"), "-C", str(classes), "."], check=True
+    )
+    shutil.copy(mongo, plugin)
+    return plugin.parent
+
+
+def test_a_connector_from_the_scenarios_plugin_folder_runs_and_without_it_is_refused(
+    scenario_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    build_plugin(tmp_path)
+    raw = {
+        "name": "orders-sink",
+        "description": "the orders team's own sink connector; what to see: it runs",
+        "workload": {"events": 300, "keys": 50, "partitions": 3, "rate": 150},
+        "variants": [{"name": "connect", "label": "orders",
+                      "config": {"connector.class": SINK, "tasks.max": 3,
+                                 "document.id.strategy": "com.mongodb.kafka.connect.sink."
+                                 "processor.id.strategy.PartialValueStrategy",
+                                 "document.id.strategy.partial.value.projection.list": "event_id",
+                                 "document.id.strategy.partial.value.projection.type": "allowlist",
+                                 "writemodel.strategy": "com.mongodb.kafka.connect.sink."
+                                 "writemodel.strategy.ReplaceOneBusinessKeyStrategy"},
+                      "promised": "exactly-once"}],
+        "expect": {"*": {"duplicates": 0, "lost": 0}},
+    }  # fmt: skip
+    # Without the folder: Connect's own word that it knows no such class, exit 2.
+    path = tmp_path / "orders-sink.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    refused = chaoslab("run", path.name, "--env", str(scenario_env.directory), "--out", "refused",
+                       cwd=tmp_path, timeout=400)  # fmt: skip
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "variants[0].config" in refused.stderr and SINK in refused.stderr, refused.stderr
+    assert not (tmp_path / "refused").exists()
+
+    # With it (relative to the scenario's file, run from another folder): counted as any lane.
+    raw["pipeline"] = {"connect": {"workers": 1, "plugins": ["plugins"]}}
+    path.write_text(yaml.safe_dump(raw))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = chaoslab("run", str(path), "--env", str(scenario_env.directory), "--out", "run",
+                    cwd=elsewhere, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (row,) = json.loads((elsewhere / "run" / RESULTS).read_text())["results"]
+    assert (row["runtime"], row["variant"]) == ("connect", "orders")
+    assert row["in_sink"] == row["acked"] == 300 and row["duplicates"] == row["lost"] == 0
+    logs = "".join(p.read_text() for p in (elsewhere / "run").glob("*.connect/connect-*.log"))
+    assert f"Added plugin '{SINK}'" in logs
