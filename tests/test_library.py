@@ -23,7 +23,7 @@ from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.variants import make_variant
 from harness.report.table import BESIDE_NOTE, beside
 from harness.results.model import RESULTS, load
-from harness.scenario import load_scenario
+from harness.scenario import RelaySpec, VariantSpec, load_scenario
 from harness.workload.events import Kind
 from harness.workload.ledger import read_ledger
 from harness.workload.producer import aborted_ledger
@@ -250,13 +250,14 @@ def test_a_library_scenario_holds_its_expectations(
     listed = set(loaded.runtimes) if any(not s.own_runtime for s in loaded.variants) else set()
     assert {rt for rt, _ in rows} == ({"relay"} if loaded.outbox else listed | own)
     assert len({r["ledger"] for r in rows.values()}) == 1
-    specs = {s.label: s for s in (*loaded.variants, *loaded.relays)}
+    specs: dict[str, VariantSpec | RelaySpec] = {s.label: s for s in loaded.variants}
+    specs.update({s.label: s for s in loaded.relays})
     for (rt, variant), r in rows.items():
         assert r["phantoms"] == 0, variant
         # Every poison record dead-lettered - but where the lane stopped, or the scenario
         # expects some missing (a Connect lane's settings drop them).
-        said = {e.field for e in loaded.expectations_for(specs[variant], rt)}
-        assert r["poison_missing"] == 0 or r["stopped"] or "poison_missing" in said, variant
+        expected = {e.field for e in loaded.expectations_for(specs[variant], rt)}
+        assert r["poison_missing"] == 0 or r["stopped"] or "poison_missing" in expected, variant
         if variant == "transactional" and rt != "relay":  # the sink variant, not the relay
             assert (r["duplicates"], r["lost"]) == (0, 0)
             assert r["offsets_consistent"] is True
