@@ -25,6 +25,7 @@ ALONE = {
     "mongo-stepdown",  # MongoDB refuses every writer
     "msk-rolling-upgrade",  # brokers restart
     "msk-rolling-upgrade-java",  # brokers restart
+    "connect-rolling-upgrade",  # brokers restart
     "outbox-history-lost",  # the oplog shrinks: every run's writes would roll it faster
     "outbox-server-restarts",  # MongoDB and a broker restart
     "spark-connector-replay",  # MongoDB steps down
