@@ -7,7 +7,11 @@ recoveries to play out in seconds, so every client the lab makes starts from the
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -36,6 +40,24 @@ _COMMON: dict[str, Any] = {
     "socket.connection.setup.timeout.ms": 5000,
     "topic.metadata.refresh.interval.ms": 5000,
 }
+
+
+@contextmanager
+def client_log(path: Path) -> Iterator[logging.Logger]:
+    """A logger for a client's ``logger`` setting that writes to ``path`` only: what librdkafka
+    says while a fault has brokers down (``FAIL ... Connection refused``, dozens of lines)
+    belongs to the run's logs, not between the lab's progress lines on the terminal."""
+    logger = logging.getLogger(f"chaoslab.client.{path}")
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logger.addHandler(handler)
+    try:
+        yield logger
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
 
 
 def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from harness.kafka.clients import producer_config
+from harness.kafka.clients import client_log, producer_config
 from harness.workload.events import ChangeEvent
 from harness.workload.ledger import LedgerRow, LedgerWriter
 
@@ -73,6 +73,9 @@ class Hold:
         return Hold(-(-self.after // size) * size, self.until)
 
 
+PRODUCER_LOG = "producer.log"  # beside the ledger: what the Kafka client said during the run
+
+
 @dataclass(frozen=True)
 class ProduceSummary:
     produced: int  # events handed to the client
@@ -110,104 +113,107 @@ def produce(
     if spec.transactional:
         # At least the producer's message timeout (librdkafka refuses a shorter one).
         settings = {"transactional.id": f"chaoslab-{topic}", "transaction.timeout.ms": 120_000}
-    producer = Producer(producer_config(bootstrap, **settings))
-    aborts = random.Random(f"{seed}:transactions")
+    with client_log(ledger_path.with_name(PRODUCER_LOG)) as log:
+        producer = Producer(producer_config(bootstrap, logger=log, **settings))
+        aborts = random.Random(f"{seed}:transactions")
 
-    def delivered(event: ChangeEvent) -> Callable[[KafkaError | None, Message], None]:
-        def callback(err: KafkaError | None, msg: Message) -> None:
-            nonlocal failed
-            if err is not None:
-                failed += 1
-                return
-            # An ack without an offset happens (an idempotent retry the broker had already
-            # stored); the ledger keeps the ack with offset -1.
-            offset = msg.offset()
-            partition = msg.partition()
-            assert partition is not None  # a delivered record always has its partition
-            pending.append(
-                LedgerRow(
-                    event.seq, event.event_id, event.order_id, event.version, event.kind,
-                    topic, partition, offset if offset is not None and offset >= 0 else -1,
-                    time.time(),
-                )
-            )  # fmt: skip
+        def delivered(event: ChangeEvent) -> Callable[[KafkaError | None, Message], None]:
+            def callback(err: KafkaError | None, msg: Message) -> None:
+                nonlocal failed
+                if err is not None:
+                    failed += 1
+                    return
+                # An ack without an offset happens (an idempotent retry the broker had already
+                # stored); the ledger keeps the ack with offset -1.
+                offset = msg.offset()
+                partition = msg.partition()
+                assert partition is not None  # a delivered record always has its partition
+                pending.append(
+                    LedgerRow(
+                        event.seq, event.event_id, event.order_id, event.version, event.kind,
+                        topic, partition, offset if offset is not None and offset >= 0 else -1,
+                        time.time(),
+                    )
+                )  # fmt: skip
 
-        return callback
+            return callback
 
-    with LedgerWriter(ledger_path) as ledger:
-        ledgered = 0
+        with LedgerWriter(ledger_path) as ledger:
+            ledgered = 0
 
-        def keep() -> None:
-            nonlocal ledgered
-            for row in pending:
-                ledger.append(row)
-                ledgered += 1
-                if on_ack is not None:
-                    on_ack(ledgered)
-            pending.clear()
-
-        def end_transaction() -> None:
-            producer.flush()  # every record of it acked first
-            if aborts.random() < spec.abort_fraction:
-                producer.abort_transaction()
-                aborted.extend(pending)
+            def keep() -> None:
+                nonlocal ledgered
+                for row in pending:
+                    ledger.append(row)
+                    ledgered += 1
+                    if on_ack is not None:
+                        on_ack(ledgered)
                 pending.clear()
-            else:
-                producer.commit_transaction()
-                keep()
 
-        if spec.transactional:
-            producer.init_transactions()
-            producer.begin_transaction()
+            def end_transaction() -> None:
+                producer.flush()  # every record of it acked first
+                if aborts.random() < spec.abort_fraction:
+                    producer.abort_transaction()
+                    aborted.extend(pending)
+                    pending.clear()
+                else:
+                    producer.commit_transaction()
+                    keep()
 
-        def stopped() -> bool:
-            return stop is not None and stop.is_set()
+            if spec.transactional:
+                producer.init_transactions()
+                producer.begin_transaction()
 
-        for event in events:
-            if stopped():
-                break
-            if hold is not None and produced == hold.after:
-                while not hold.until.wait(0.05) and not stopped():
-                    producer.poll(0.05)  # what was sent is acknowledged (and ledgered) meanwhile
-                    if not spec.transactional:
-                        keep()
+            def stopped() -> bool:
+                return stop is not None and stop.is_set()
+
+            for event in events:
                 if stopped():
                     break
-                paced_from, paced = time.monotonic(), produced
-            if rate > 0:
-                # Pace against the start, so a slow moment is caught up rather than lost.
-                lag = paced_from + (produced - paced) / rate - time.monotonic()
-                if lag > 0:
-                    producer.poll(lag)
-            while True:
-                try:
-                    producer.produce(
-                        topic,
-                        key=event.key,
-                        value=event.value(),
-                        headers={"event_id": event.event_id.encode()},
-                        on_delivery=delivered(event),
-                    )
-                    break
-                except BufferError:  # the local queue is full: let deliveries drain it
-                    producer.poll(0.1)
-            produced += 1
-            producer.poll(0)
-            if not spec.transactional:
-                keep()
-            elif produced % spec.transaction_size == 0:
+                if hold is not None and produced == hold.after:
+                    while not hold.until.wait(0.05) and not stopped():
+                        producer.poll(
+                            0.05
+                        )  # what was sent is acknowledged (and ledgered) meanwhile
+                        if not spec.transactional:
+                            keep()
+                    if stopped():
+                        break
+                    paced_from, paced = time.monotonic(), produced
+                if rate > 0:
+                    # Pace against the start, so a slow moment is caught up rather than lost.
+                    lag = paced_from + (produced - paced) / rate - time.monotonic()
+                    if lag > 0:
+                        producer.poll(lag)
+                while True:
+                    try:
+                        producer.produce(
+                            topic,
+                            key=event.key,
+                            value=event.value(),
+                            headers={"event_id": event.event_id.encode()},
+                            on_delivery=delivered(event),
+                        )
+                        break
+                    except BufferError:  # the local queue is full: let deliveries drain it
+                        producer.poll(0.1)
+                produced += 1
+                producer.poll(0)
+                if not spec.transactional:
+                    keep()
+                elif produced % spec.transaction_size == 0:
+                    end_transaction()
+                    producer.begin_transaction()
+                if on_progress is not None and produced % 1000 == 0:
+                    on_progress(produced)
+            if spec.transactional:
                 end_transaction()
-                producer.begin_transaction()
-            if on_progress is not None and produced % 1000 == 0:
-                on_progress(produced)
-        if spec.transactional:
-            end_transaction()
-        while producer.flush(1.0) > 0:
-            if stop is not None and stop.is_set():
-                break
-        keep()
-    if aborted:
-        with LedgerWriter(aborted_ledger(ledger_path)) as out:
-            for row in aborted:
-                out.append(row)
-    return ProduceSummary(produced, ledgered, failed, time.monotonic() - started, len(aborted))
+            while producer.flush(1.0) > 0:
+                if stop is not None and stop.is_set():
+                    break
+            keep()
+        if aborted:
+            with LedgerWriter(aborted_ledger(ledger_path)) as out:
+                for row in aborted:
+                    out.append(row)
+        return ProduceSummary(produced, ledgered, failed, time.monotonic() - started, len(aborted))
