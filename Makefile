@@ -85,7 +85,7 @@ SOAK ?= 10
 # Two scenarios at a time where they may share the environment, as the demo runs them (faster
 # than one at a time: docs/performance.md).
 soak: $(STAMP) jars
-	$(BIN)/chaoslab matrix --repeat $(SOAK) --together 2 --soak-page docs/soak.md
+	$(BIN)/chaoslab matrix --repeat $(SOAK) --together 2 --soak-page docs/soak.md --durations scenarios/durations.json
 
 lab: $(STAMP) jars
 	$(BIN)/jupyter lab --ip 127.0.0.1 --notebook-dir notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)

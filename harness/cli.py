@@ -33,6 +33,7 @@ from harness.explore import report as explore_report
 from harness.explore.explorer import explore
 from harness.explore.model import REPLAYS
 from harness.notebooks import execute
+from harness.paths import revision
 from harness.pipeline.runtimes import get_runtime
 from harness.repair import add_repair_parser
 from harness.report import (
@@ -43,8 +44,9 @@ from harness.report import (
     write_report,
     write_soak_page,
 )
-from harness.results.model import RESULTS, ScenarioResult
+from harness.results.model import RESULTS, ScenarioResult, load
 from harness.results.soak import soak_cells
+from harness.run import shards
 from harness.run.loop import Progress
 from harness.run.matrix import SECOND_ENV, Planned, RunOne, prefixed, run_on_environments
 from harness.run.runner import run_scenario
@@ -290,12 +292,22 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         scenarios = _load_all(args, files)
     except BadInput as exc:
         problems.append(str(exc))
+    shard = shards.Shard()
+    if args.shard is not None:
+        try:
+            shard = shards.Shard.parse(args.shard)
+        except BadInput as exc:
+            problems.append(str(exc))
     if problems:
         raise BadInput("\n".join(problems))
+    if shard.count > 1:
+        scenarios = _share(scenarios, shard)
     out = _run_dir(args, "matrix" if args.repeat == 1 else "soak")
-    env, owned = _environment_for_run(args, out, progress=prefixed(say))
     started = time.monotonic()
     runs = _repeated(scenarios, args.repeat)
+    out.mkdir(parents=True, exist_ok=True)
+    _manifest(args, shard, [folder for _s, folder in runs]).write(out)
+    env, owned = _environment_for_run(args, out, progress=prefixed(say))
     with stop_on_termination(), ExitStack() as stack:
         if owned:
             say(f"starting a {env.backend} environment in {out / 'env'}")
@@ -335,6 +347,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         )
     report = write_matrix_report(out, [out / folder for _s, folder in runs])
     wall = time.monotonic() - started
+    if args.durations is not None:
+        shards.record_durations(args.durations, _measured(results))
     say("")
     say(render_matrix_table(results))
     rates_hold = True
@@ -357,6 +371,40 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     return 0 if all(r.passed for r in results) and rates_hold else 1
 
 
+def _share(scenarios: list[Scenario], shard: shards.Shard) -> list[Scenario]:
+    """The scenarios ``shard`` runs, balanced by their measured times; said before they run."""
+    times = shards.load_durations()
+    names = shards.share_of([s.name for s in scenarios], shard, times)
+    mine = [s for s in scenarios if s.name in names]
+    measured = sum(times.get(s.name, shards.UNTIMED_S) for s in mine)
+    say(
+        f"shard {shard}: {len(mine)} of {len(scenarios)} scenarios (~{measured / 60:.0f} min "
+        f"measured): {', '.join(s.name for s in mine) or 'none'}"
+    )
+    return mine
+
+
+def _manifest(args: argparse.Namespace, shard: shards.Shard, folders: list[str]) -> shards.Manifest:
+    """What this matrix runs, and the options every shard of one merge must share."""
+    options = [(k, getattr(args, k)) for k in ("seed", "events", "runtime", "repeat", "backend")]
+    return shards.Manifest(
+        shard=str(shard),
+        scenarios=tuple(folders),
+        tree=shards.tree_id(),
+        revision=revision(),
+        options=tuple((k, str(v)) for k, v in options if v is not None),
+    )
+
+
+def _measured(results: Sequence[ScenarioResult]) -> dict[str, float]:
+    """Each scenario's wall seconds (the mean over its seeds)."""
+    walls: dict[str, list[float]] = {}
+    for run in results:
+        if run.seconds:
+            walls.setdefault(run.name, []).append(run.seconds)
+    return {name: sum(w) / len(w) for name, w in walls.items()}
+
+
 # The demo runs the scenarios that keep to their own runs two at a time: one at a time, the
 # library leaves the CPU mostly idle (a consumer's restart, a group's rejoin and a fault's
 # window are mostly waiting; docs/performance.md).
@@ -376,6 +424,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         "repeat": 1,
         "together": DEMO_TOGETHER,
         "soak_page": None,
+        "shard": None,
+        "durations": None,
     }
     external = {"kafka_bootstrap": None, "mongo_uri": None, "spark_master": None}
     return cmd_matrix(argparse.Namespace(**vars(args), **defaults, **external, backend=DEFAULT))
@@ -421,19 +471,64 @@ def cmd_explore(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Write (again) the report of a run or matrix directory."""
-    if (args.directory / RESULTS).exists():
-        say(f"report: {write_report(args.directory).markdown}")
+    """Write (again) the report of a run or matrix directory; or merge the directories of a
+    matrix's shards into one report."""
+    if len(args.directories) > 1:
+        return _merge(args.directories, args.out)
+    (directory,) = args.directories
+    if (directory / RESULTS).exists():
+        say(f"report: {write_report(directory).markdown}")
         return 0
-    # A matrix's runs, or a soak's (a folder per scenario, one per seed in it).
-    runs = sorted(p.parent for p in args.directory.glob(f"*/{RESULTS}")) or sorted(
-        (p.parent for p in args.directory.glob(f"*/seed-*/{RESULTS}")),
+    runs = _runs_in(directory)
+    if not runs:
+        raise BadInput(f"{directory} holds no results.json (run chaoslab run or matrix)")
+    say(f"report: {write_matrix_report(directory, runs).markdown}")
+    return 0
+
+
+def _runs_in(directory: Path) -> list[Path]:
+    """A matrix's runs, or a soak's (a folder per scenario, one per seed in it)."""
+    return sorted(p.parent for p in directory.glob(f"*/{RESULTS}")) or sorted(
+        (p.parent for p in directory.glob(f"*/seed-*/{RESULTS}")),
         key=lambda run: (run.parent.name, int(run.name.removeprefix("seed-"))),
     )
-    if not runs:
-        raise BadInput(f"{args.directory} holds no results.json (run chaoslab run or matrix)")
-    say(f"report: {write_matrix_report(args.directory, runs).markdown}")
-    return 0
+
+
+def _merge(directories: Sequence[Path], out: Path | None) -> int:
+    """The shards' directories as one matrix: one table, one report, one JUnit file."""
+    found = [(d.absolute(), shards.Manifest.read(d)) for d in directories]
+    problems = [f"{d}: no such directory" for d, _m in found if not d.is_dir()]
+    problems += shards.merge_problems(found)
+    if problems:
+        raise BadInput("cannot merge these directories:\n" + "\n".join(problems))
+    manifests = [(d, m) for d, m in found if m is not None]
+    runs = [d / folder for d, m in manifests for folder in m.scenarios]
+    order = {folder: i for i, folder in enumerate(_library_order(runs))}
+    merged = (out or paths.runs_dir() / f"merged-{time.strftime('%Y%m%d-%H%M%S')}").absolute()
+    report = write_matrix_report(merged, sorted(runs, key=lambda run: order[run]))
+    with report.markdown.open("a") as page:
+        page.write("\n## Shards\n\n")
+        for directory, manifest in sorted(
+            manifests, key=lambda p: shards.Shard.parse(p[1].shard).index
+        ):
+            ran = ", ".join(manifest.scenarios) or "nothing"
+            page.write(f"* shard {manifest.shard} ({directory}): {ran}\n")
+    results = [load(run) for run in runs if (run / RESULTS).exists()]
+    say(render_matrix_table(results))
+    say(f"\nmerged {len(manifests)} shards, {len(runs)} scenario runs; report: {report.markdown}")
+    return 0 if len(results) == len(runs) and all(r.passed for r in results) else 1
+
+
+def _library_order(runs: Sequence[Path]) -> list[Path]:
+    """Runs in the library's order (the baseline first, then by name, then by seed)."""
+
+    def key(run: Path) -> tuple[bool, str, int]:
+        seeded = run.name.startswith("seed-")
+        name = run.parent.name if seeded else run.name
+        seed = int(run.name.removeprefix("seed-")) if seeded else 0
+        return (name != "baseline", name, seed)
+
+    return sorted(runs, key=key)
 
 
 def cmd_notebooks(args: argparse.Namespace) -> int:
@@ -589,6 +684,19 @@ def build_parser() -> argparse.ArgumentParser:
         "variant's expectations held (soak figures)",
     )
     matrix.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="run the K-th of N shares of the scenarios, balanced by their measured times "
+        "(scenarios/durations.json); merge the shards with chaoslab report DIR...",
+    )
+    matrix.add_argument(
+        "--durations",
+        type=Path,
+        metavar="FILE",
+        help="write each scenario's measured wall time into FILE, which --shard balances by "
+        "(make soak: scenarios/durations.json)",
+    )
+    matrix.add_argument(
         "--soak-page",
         type=Path,
         metavar="FILE",
@@ -640,8 +748,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_external(ex)
     ex.set_defaults(handler=cmd_explore)
 
-    report = sub.add_parser("report", help="write the report of a run or matrix directory")
-    report.add_argument("directory", type=Path)
+    report = sub.add_parser(
+        "report",
+        help="write the report of a run or matrix directory, or merge the directories of a "
+        "matrix's shards (--shard) into one",
+    )
+    report.add_argument("directories", nargs="+", type=Path, metavar="DIRECTORY")
+    report.add_argument(
+        "--out", type=Path, help="where a merge's report goes (default: the project's runs/)"
+    )
     report.set_defaults(handler=cmd_report)
 
     nb = sub.add_parser("notebooks", help="execute the notebooks with papermill and check them")
