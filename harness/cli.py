@@ -247,10 +247,24 @@ def _scenario_backend(args: argparse.Namespace, files: Sequence[Path]) -> None:
     args.backend = wanted.pop() if len(wanted) == 1 and None not in wanted else DEFAULT
 
 
+# The options only matrix has, as run --repeat and demo (which run a matrix) leave them.
+MATRIX_ONLY: dict[str, object] = {
+    "keep_topics": False,
+    "soak_page": None,
+    "shard": None,
+    "durations": None,
+}
+
+
+def repeat_matrix(args: argparse.Namespace) -> argparse.Namespace:
+    """``run --repeat``'s arguments as the matrix's (every option matrix reads, set)."""
+    more = {"scenarios": [args.scenario], "together": 1}
+    return argparse.Namespace(**vars(args), **more, **MATRIX_ONLY)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     if args.repeat != 1:  # seeds one after another: the matrix of one scenario
-        more = {"scenarios": [args.scenario], "together": 1, "keep_topics": False}
-        return cmd_matrix(argparse.Namespace(**vars(args), **more, soak_page=None))
+        return cmd_matrix(repeat_matrix(args))
     _scenario_backend(args, [args.scenario])
     scenario = _load(args, args.scenario, _abilities(args))
     out = _run_dir(args, scenario.name)
@@ -414,21 +428,23 @@ DEMO_TOGETHER = 2
 def cmd_demo(args: argparse.Namespace) -> int:
     """The lab's main job: the scenario library on a fresh local environment, then the table
     and the report."""
+    return cmd_matrix(demo_matrix(args))
+
+
+def demo_matrix(args: argparse.Namespace) -> argparse.Namespace:
+    """The demo's arguments as the matrix's (every option matrix reads, set)."""
     defaults: dict[str, object] = {
         "scenarios": [],
         "runtime": None,
         "seed": None,
         "events": None,
         "env": None,
-        "keep_topics": False,
         "repeat": 1,
         "together": DEMO_TOGETHER,
-        "soak_page": None,
-        "shard": None,
-        "durations": None,
+        **MATRIX_ONLY,
     }
     external = {"kafka_bootstrap": None, "mongo_uri": None, "spark_master": None}
-    return cmd_matrix(argparse.Namespace(**vars(args), **defaults, **external, backend=DEFAULT))
+    return argparse.Namespace(**vars(args), **defaults, **external, backend=DEFAULT)
 
 
 def cmd_explore(args: argparse.Namespace) -> int:

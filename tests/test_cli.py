@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import cli
 from harness.environment.containers.engine import engine_problem
 from tests.support import chaoslab, processes_started_in
 
@@ -77,3 +78,15 @@ def test_status_and_down_of_an_empty_directory(tmp_path: Path) -> None:
     assert status.returncode == 1 and "no environment in" in status.stdout
     down = chaoslab("down", "--dir", str(tmp_path))
     assert down.returncode == 0 and "nothing running" in down.stdout
+
+
+def test_run_repeat_and_demo_give_the_matrix_every_option_it_reads() -> None:
+    """They run a matrix: a matrix option they leave out is an AttributeError at run time
+    (``run --repeat`` once failed so, when ``--shard`` came)."""
+    parser = cli.build_parser()
+    wanted = set(vars(parser.parse_args(["matrix"])))
+    for made in (
+        cli.repeat_matrix(parser.parse_args(["run", "baseline", "--repeat", "2"])),
+        cli.demo_matrix(parser.parse_args(["demo"])),
+    ):
+        assert wanted <= set(vars(made)), sorted(wanted - set(vars(made)))
