@@ -512,8 +512,13 @@ def _runs_in(directory: Path) -> list[Path]:
 
 def _merge(directories: Sequence[Path], out: Path | None) -> int:
     """The shards' directories as one matrix: one table, one report, one JUnit file."""
-    found = [(d.absolute(), shards.Manifest.read(d)) for d in directories]
-    problems = [f"{d}: no such directory" for d, _m in found if not d.is_dir()]
+    problems = [f"{d}: no such directory" for d in directories if not d.is_dir()]
+    found = []
+    for directory in (d.absolute() for d in directories if d.is_dir()):
+        try:
+            found.append((directory, shards.Manifest.read(directory)))
+        except BadInput as exc:
+            problems.append(str(exc))
     problems += shards.merge_problems(found)
     if problems:
         raise BadInput("cannot merge these directories:\n" + "\n".join(problems))

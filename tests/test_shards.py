@@ -111,6 +111,19 @@ def test_the_cli_refuses_a_merge_of_other_trees_with_exit_2(tmp_path: Path) -> N
     assert not (tmp_path / "merged").exists()
 
 
+def test_a_merge_names_a_missing_directory_and_an_unreadable_manifest_once_each(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / MANIFEST).write_text("{not json")
+    done = chaoslab("report", "broken", "gone", "--out", "merged", cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = done.stderr
+    assert f"broken/{MANIFEST}: not a matrix's {MANIFEST}" in said
+    assert said.count("gone") == 1 and "gone: no such directory" in said
+    assert "Traceback" not in said and not (tmp_path / "merged").exists()
+
+
 def test_two_shards_merged_equal_one_matrix_in_scenarios_and_verdicts(
     scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:

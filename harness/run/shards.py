@@ -116,17 +116,23 @@ class Manifest:
 
     @classmethod
     def read(cls, folder: Path) -> Self | None:
+        """The manifest in ``folder``; None if it has none; BadInput naming the file if it
+        cannot be read as one."""
+        path = folder / MANIFEST
         try:
-            raw: dict[str, Any] = json.loads((folder / MANIFEST).read_text())
-        except FileNotFoundError:
+            raw: dict[str, Any] = json.loads(path.read_text())
+            made = cls(
+                shard=str(Shard.parse(raw["shard"])),
+                scenarios=tuple(map(str, raw["scenarios"])),
+                tree=str(raw["tree"]),
+                revision=str(raw["revision"]),
+                options=tuple((str(k), str(v)) for k, v in raw["options"]),
+            )
+        except (FileNotFoundError, NotADirectoryError):
             return None
-        return cls(
-            shard=raw["shard"],
-            scenarios=tuple(raw["scenarios"]),
-            tree=raw["tree"],
-            revision=raw["revision"],
-            options=tuple((str(k), str(v)) for k, v in raw["options"]),
-        )
+        except (OSError, ValueError, KeyError, TypeError, BadInput) as exc:
+            raise BadInput(f"{path}: not a matrix's {MANIFEST} ({exc!r})") from None
+        return made
 
 
 def merge_problems(found: Iterable[tuple[Path, Manifest | None]]) -> list[str]:
