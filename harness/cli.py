@@ -504,10 +504,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _runs_in(directory: Path) -> list[Path]:
     """A matrix's runs, or a soak's (a folder per scenario, one per seed in it)."""
-    return sorted(p.parent for p in directory.glob(f"*/{RESULTS}")) or sorted(
-        (p.parent for p in directory.glob(f"*/seed-*/{RESULTS}")),
-        key=lambda run: (run.parent.name, int(run.name.removeprefix("seed-"))),
-    )
+    found = [p.parent for p in directory.glob(f"*/{RESULTS}")]
+    return _library_order(found or [p.parent for p in directory.glob(f"*/seed-*/{RESULTS}")])
 
 
 def _merge(directories: Sequence[Path], out: Path | None) -> int:
@@ -523,10 +521,9 @@ def _merge(directories: Sequence[Path], out: Path | None) -> int:
     if problems:
         raise BadInput("cannot merge these directories:\n" + "\n".join(problems))
     manifests = [(d, m) for d, m in found if m is not None]
-    runs = [d / folder for d, m in manifests for folder in m.scenarios]
-    order = {folder: i for i, folder in enumerate(_library_order(runs))}
+    runs = _library_order([d / folder for d, m in manifests for folder in m.scenarios])
     merged = (out or paths.runs_dir() / f"merged-{time.strftime('%Y%m%d-%H%M%S')}").absolute()
-    report = write_matrix_report(merged, sorted(runs, key=lambda run: order[run]))
+    report = write_matrix_report(merged, runs)
     with report.markdown.open("a") as page:
         page.write("\n## Shards\n\n")
         for directory, manifest in sorted(
