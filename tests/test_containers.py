@@ -38,6 +38,7 @@ from harness.paths import project_root
 from harness.readiness import wait_for
 from harness.scenario import load_scenario
 from tests.support import chaoslab
+from tests.test_connect_plugins import SINK, build_plugin, orders_scenario
 from tests.test_library import replayed_by_crashes
 
 ENGINE_PROBLEM = engine_problem()
@@ -249,6 +250,30 @@ def test_library_scenarios_hold_their_expectations_on_containers(
         assert "SESSION_TIMED_OUT" in errors, errors
         downs = [e.detail for e in events if e.kind is EventKind.FAULT_STEP and " SIG" in e.detail]
         assert len(downs) == 3 and all("SIGKILL" in d for d in downs), downs
+
+
+@pytest.mark.servers
+@needs_engine
+def test_connect_workers_run_in_the_labs_image_with_the_scenarios_plugin_folder(
+    containers_env: ContainersEnvironment, tmp_path: Path
+) -> None:
+    # The team's own sink from a plugin folder beside its scenario: each worker's container is
+    # given the folder (its arguments name only the run's files) and its REST API listens on the
+    # container network, where the other workers and the lab reach it.
+    build_plugin(tmp_path)
+    raw = {**orders_scenario(), "pipeline": {"connect": {"workers": 2, "plugins": ["plugins"]}}}
+    path = tmp_path / "orders-sink.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    result, report = run_on(containers_env, tmp_path / "run", "run", str(path))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert report["backend"] == "containers"
+    (row,) = report["results"]
+    assert row["in_sink"] == row["acked"] == 300 and row["duplicates"] == row["lost"] == 0
+    (cluster,) = (tmp_path / "run").glob("*.connect")
+    for index in (0, 1):
+        assert f"Added plugin '{SINK}'" in (cluster / f"connect-{index}.log").read_text()
+        rest = (cluster / f"worker-{index}.rest").read_text().strip()
+        assert rest.startswith("http://") and "127.0.0.1" not in rest, rest
 
 
 @pytest.mark.servers

@@ -455,10 +455,13 @@ class Environment(ABC):
         extra_env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
         image: str = "",
+        reads: Sequence[Path] = (),
     ) -> ProcessHandle:
         """Start a client process (a consumer runtime) in its own session, tied to this
         environment: ``stop()``, and the orphan reaping of a later ``up``, stop it too. An
-        ``image`` is for a backend of containers (``runnable`` refuses it elsewhere)."""
+        ``image`` is for a backend of containers (``runnable`` refuses it elsewhere), and so are
+        ``reads``: folders the process reads that its arguments do not name (a container is
+        given them; a process here sees them anyway)."""
         if image:
             raise BadInput(f"the {self.backend} backend runs no container image ({image})")
         return process.spawn(

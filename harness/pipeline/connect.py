@@ -11,7 +11,6 @@ any worker that answers.
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -19,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import quote, urlsplit
+
+import requests
 
 from harness.environment import jars
 from harness.errors import LabError
@@ -237,22 +238,13 @@ class ConnectRest:
             raise ConnectError("no Connect worker has said where its REST API listens yet")
         failures = []
         for url in urls:
-            parts = urlsplit(url)
-            conn = http.client.HTTPConnection(
-                parts.hostname or "127.0.0.1", parts.port or 8083, timeout=self.timeout
-            )
             try:
-                data = None if body is None else json.dumps(body).encode()
-                headers = {"Content-Type": "application/json"} if data is not None else {}
-                conn.request(method, path, body=data, headers=headers)
-                response = conn.getresponse()
-                raw = response.read()
-                payload = json.loads(raw) if raw else None
-                return response.status, payload
-            except (OSError, http.client.HTTPException, ValueError) as exc:
+                response = requests.request(
+                    method, f"{url.rstrip('/')}{path}", json=body, timeout=self.timeout
+                )
+                return response.status_code, response.json() if response.content else None
+            except (requests.RequestException, ValueError) as exc:
                 failures.append(f"{url}: {exc}")
-            finally:
-                conn.close()
         raise ConnectError(f"no Connect worker answered {method} {path}: {'; '.join(failures)}")
 
     def plugins(self) -> list[str]:

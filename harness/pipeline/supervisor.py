@@ -133,6 +133,13 @@ class RuntimeSupervisor:
         """The names its consumers were started under (``Environment.spawn_client``)."""
         return [self._process_name(c) for c in self.consumers]
 
+    def _reads(self) -> list[Path]:
+        """Folders its processes read that their arguments do not name: a Connect cluster's
+        plugin folders (a container is given them)."""
+        if not self.config.connect:
+            return []
+        return [Path(p) for p in connect.ConnectSettings.from_json(self.config.connect).plugins]
+
     def _start(self, consumer: _Consumer) -> None:
         config, black_box = self.config, self.runtime.black_box
         try:
@@ -143,6 +150,7 @@ class RuntimeSupervisor:
                 extra_env=environment(config, consumer.index) if black_box else None,
                 cwd=Path(config.cwd) if config.cwd else None,
                 image=config.image,
+                reads=self._reads(),
             )
         except OSError as exc:  # a command that is not there, or not a program
             raise RuntimeFailed(

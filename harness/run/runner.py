@@ -297,9 +297,13 @@ def run_side_by_side(
     results = _check(run, summary, ledger, progress)
     if not keep_topics:
         topics = [run.topic] + [dead_letter_topic(lane.group) for lane in run.lanes]
+        # A Connect cluster's own topics (its configs, offsets, status) are the run's too.
+        connect = [s.config.connect for s in run.supervisors if s.config.connect]
+        topics += [t for c in connect for t in ConnectSettings.from_json(c).storage_topics.values()]
         delete_topics(env.kafka_bootstrap, topics)
         progress(
-            f"    deleted the run's {len(topics)} topics ({run.topic} and its dead-letter topics)"
+            f"    deleted the run's {len(topics)} topics ({run.topic} and its dead-letter "
+            f"topics{', its Connect cluster' if connect else ''})"
         )
     return results
 

@@ -392,14 +392,15 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
         extra_env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
         image: str = "",
+        reads: Sequence[Path] = (),
     ) -> process.ProcessHandle:
         """The consumer in a container of its own on the network, of the lab's image or the
         ``image`` a command consumer names (one the engine has: it is never pulled; it needs
         ``sh`` and ``setsid``). Its processes carry the environment's marker like the local
         backend's, so ``signal_client`` reaches them from this machine (a rootful engine's
         containers are processes of this machine). The
-        folders its arguments name (``cwd``, relative ones under it) are mounted at their own
-        paths."""
+        folders its arguments name (``cwd``, relative ones under it) and ``reads`` are mounted at
+        their own paths."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
         # This machine's Python is the lab's image's; a user's image has its own programs.
         ours = images.IMAGE_PYTHON if not image else sys.executable
@@ -409,6 +410,7 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
         folders |= {str(p.resolve().parent) for p in named if p.is_absolute() and p.exists()}
         if cwd is not None:
             folders.add(str(cwd.resolve()))
+        folders |= {str(p.resolve()) for p in reads}
         spec = ContainerSpec(
             name,
             "consumer",

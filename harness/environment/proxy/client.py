@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import http.client
-import json
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
+
+import requests
 
 from harness.errors import BadInput, LabError
 
@@ -28,23 +28,19 @@ class ProxyControl:
         self.host, self.port, self.timeout = host, port, timeout
 
     def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
         try:
-            data = None if body is None else json.dumps(body).encode()
-            headers = {} if data is None else {"Content-Type": "application/json"}
-            conn.request(method, path, body=data, headers=headers)
-            response = conn.getresponse()
-            payload = json.loads(response.read() or b"null")
-        except (OSError, http.client.HTTPException, ValueError) as exc:
+            response = requests.request(
+                method, f"http://{self.host}:{self.port}{path}", json=body, timeout=self.timeout
+            )
+            payload = response.json() if response.content else None
+        except (requests.RequestException, ValueError) as exc:
             raise ProxyError(
                 f"the fault proxy's control API at {self.host}:{self.port} did not answer "
                 f"{method} {path}: {exc}"
             ) from exc
-        finally:
-            conn.close()
-        if response.status >= 500:
+        if response.status_code >= 500:
             raise ProxyError(f"the fault proxy failed {method} {path}: {payload}")
-        return response.status, payload
+        return response.status_code, payload
 
     def health(self) -> None:
         """Return if the proxy answers; raise ``ProxyError`` otherwise."""

@@ -5,10 +5,10 @@ worker. Started at ``up --spark-standalone`` or when a scenario first asks for i
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from pathlib import Path
 from typing import Any
+
+import requests
 
 from harness.environment.ports import LOOPBACK
 from harness.environment.servers.base import LocalServer, ServerContext
@@ -27,8 +27,9 @@ def _spark_env() -> dict[str, str]:
 
 
 def _master_json(ui_port: int) -> dict[str, Any]:
-    with urllib.request.urlopen(f"http://{LOOPBACK}:{ui_port}/json/", timeout=2) as response:
-        master: dict[str, Any] = json.load(response)
+    response = requests.get(f"http://{LOOPBACK}:{ui_port}/json/", timeout=2)
+    response.raise_for_status()
+    master: dict[str, Any] = response.json()
     return master
 
 
