@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.chaoslab-installed
 
-.PHONY: demo test lint format bench soak lab clean
+.PHONY: demo library test lint format bench soak lab clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,11 @@ jars: $(STAMP)
 
 demo: $(STAMP) jars
 	$(BIN)/chaoslab demo
+
+# The whole library, two scenarios at a time where they may share the environment (the demo is
+# its headline cut); keeps the measured times --shard balances by.
+library: $(STAMP) jars
+	$(BIN)/chaoslab matrix --together 2 --durations scenarios/durations.json
 
 # The JupyterLab screenshot test opens a notebook in Debian's Chromium, driven by Playwright (which
 # would otherwise download a browser of its own, which these machines cannot). Installed once, on
@@ -78,6 +83,7 @@ bench: $(STAMP) jars
 	$(BIN)/python tests/benchmarks/bench_mongo_writes.py
 	$(BIN)/python tests/benchmarks/bench_explore.py
 	$(BIN)/python tests/benchmarks/bench_containers.py
+	$(BIN)/python tests/benchmarks/bench_library.py
 
 # Every library scenario SOAK times with different seeds (default 10), and how often each
 # variant's expectations held: false alarms and detections (chaoslab matrix --repeat).

@@ -194,8 +194,12 @@ def _abilities(args: argparse.Namespace) -> BackendAbilities:
 
 
 def _load(args: argparse.Namespace, path: Path, abilities: BackendAbilities) -> Scenario:
-    """A scenario with the command line's overrides, refused if the backend cannot run it."""
-    scenario = load_scenario(paths.find_scenario(path)).with_overrides(
+    """A scenario (its demo cut with ``--demo``) with the command line's overrides, refused if
+    the backend cannot run it."""
+    scenario = load_scenario(paths.find_scenario(path))
+    if getattr(args, "demo", False):
+        scenario = scenario.demo_cut()
+    scenario = scenario.with_overrides(
         seed=args.seed,
         events=args.events,
         variants=_split(getattr(args, "variants", None)),
@@ -253,6 +257,7 @@ MATRIX_ONLY: dict[str, object] = {
     "soak_page": None,
     "shard": None,
     "durations": None,
+    "demo": False,
 }
 
 
@@ -299,6 +304,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     if not files:
         raise BadInput(f"no scenarios given and none in {paths.scenarios_dir()}")
     _scenario_backend(args, files)
+    if args.demo:
+        files = _demo_files(files)
     problems = [] if args.repeat >= 1 else [f"--repeat must be >= 1, got {args.repeat}"]
     if args.together < 1:
         problems.append(f"--together must be >= 1, got {args.together}")
@@ -316,7 +323,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         raise BadInput("\n".join(problems))
     if shard.count > 1:
         scenarios = _share(scenarios, shard)
-    out = _run_dir(args, "matrix" if args.repeat == 1 else "soak")
+    out = _run_dir(args, "demo" if args.demo else "matrix" if args.repeat == 1 else "soak")
     started = time.monotonic()
     runs = _repeated(scenarios, args.repeat)
     out.mkdir(parents=True, exist_ok=True)
@@ -385,6 +392,25 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     return 0 if all(r.passed for r in results) and rates_hold else 1
 
 
+def _demo_files(files: Sequence[Path]) -> list[Path]:
+    """The files whose scenario has a demo cut (``_load`` cuts them), and any that does not
+    load (``_load_all`` names its problems); said before anything starts."""
+    chosen = []
+    for path in files:
+        try:
+            keep = load_scenario(paths.find_scenario(path)).demo is not None
+        except BadInput:
+            keep = True
+        chosen += [path] if keep else []
+    if not chosen:
+        raise BadInput("--demo: none of the scenarios has a demo: section")
+    say(
+        f"demo: {len(chosen)} of {len(files)} scenarios, each cut to the variants that show "
+        "its difference (the whole library: chaoslab matrix, make library)"
+    )
+    return chosen
+
+
 def _share(scenarios: list[Scenario], shard: shards.Shard) -> list[Scenario]:
     """The scenarios ``shard`` runs, balanced by their measured times; said before they run."""
     times = shards.load_durations()
@@ -401,6 +427,7 @@ def _share(scenarios: list[Scenario], shard: shards.Shard) -> list[Scenario]:
 def _manifest(args: argparse.Namespace, shard: shards.Shard, folders: list[str]) -> shards.Manifest:
     """What this matrix runs, and the options every shard of one merge must share."""
     options = [(k, getattr(args, k)) for k in ("seed", "events", "runtime", "repeat", "backend")]
+    options.append(("demo", args.demo or None))
     return shards.Manifest(
         shard=str(shard),
         scenarios=tuple(folders),
@@ -442,6 +469,7 @@ def demo_matrix(args: argparse.Namespace) -> argparse.Namespace:
         "repeat": 1,
         "together": DEMO_TOGETHER,
         **MATRIX_ONLY,
+        "demo": True,
     }
     external = {"kafka_bootstrap": None, "mongo_uri": None, "spark_master": None}
     return argparse.Namespace(**vars(args), **defaults, **external, backend=DEFAULT)
@@ -715,6 +743,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(make soak: scenarios/durations.json)",
     )
     matrix.add_argument(
+        "--demo",
+        action="store_true",
+        help="each scenario's demo cut (its demo: section: the variants that show the "
+        "difference, a smaller workload), and only the scenarios that have one (chaoslab demo)",
+    )
+    matrix.add_argument(
         "--soak-page",
         type=Path,
         metavar="FILE",
@@ -734,8 +768,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     matrix.set_defaults(handler=cmd_matrix)
 
-    demo = sub.add_parser("demo", help="the lab's main job (`make demo`): the scenario library")
-    demo.add_argument("--out", type=Path, help="directory (default: runs/matrix-TIMESTAMP)")
+    demo = sub.add_parser(
+        "demo",
+        help="the lab's main job (`make demo`): each seed's headline incident, cut to a first "
+        "look (the whole library: chaoslab matrix)",
+    )
+    demo.add_argument("--out", type=Path, help="directory (default: runs/demo-TIMESTAMP)")
     demo.set_defaults(handler=cmd_demo)
 
     ex = sub.add_parser(

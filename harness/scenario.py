@@ -187,6 +187,22 @@ class PipelineSpec:
 
 
 @dataclass(frozen=True)
+class DemoSpec:
+    """The demo's cut of a library scenario (``chaoslab demo``): the variants that show its
+    difference, on the runtimes that show it, over a smaller workload where the figure still
+    shows (its description says which). The whole scenario is the library's (``make library``)."""
+
+    variants: tuple[str, ...] = ()  # its variants' labels or names; all unless given
+    runtimes: tuple[str, ...] = ()  # its runtimes; all unless given
+    events: int | None = None  # the workload's events; the scenario's unless given
+
+    def problems(self) -> list[Problem]:
+        if self.events is not None and self.events < 1:
+            return [("events", f"must be >= 1, got {self.events}")]
+        return []
+
+
+@dataclass(frozen=True)
 class Expectation:
     """``duplicates > 0``: of every run; with a ``rate``, of that share of the seeds at least
     (``duplicates: ">0 in 80%"``) - an outcome that is a race, judged by ``chaoslab run
@@ -245,6 +261,7 @@ class Scenario:
     # Kafka, the scenario's (first) sink variant storing the target topics downstream.
     outbox: OutboxSpec | None = None
     relays: tuple[RelaySpec, ...] = ()
+    demo: DemoSpec | None = None  # its cut for the demo; a scenario without one is not in it
 
     @property
     def crash_plans(self) -> tuple[CrashPlan, ...]:
@@ -345,6 +362,16 @@ class Scenario:
             new = replace(new, variants=tuple(chosen))
         return new
 
+    def demo_cut(self) -> Self:
+        """The scenario as the demo runs it (``demo``'s cut; itself without one)."""
+        if self.demo is None:
+            return self
+        return self.with_overrides(
+            events=self.demo.events,
+            variants=list(self.demo.variants) or None,
+            runtimes=list(self.demo.runtimes) or None,
+        )
+
 
 # -- loading --------------------------------------------------------------------------------
 
@@ -398,6 +425,7 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
     if backend is not None and backend not in backend_names():
         pr.add("backend", f"unknown backend {backend!r} ({', '.join(backend_names())})")
     producer = _section(pr, "producer", ProducerSpec, top.get("producer", {}))
+    demo = _section(pr, "demo", DemoSpec, top["demo"]) if "demo" in top else None
     outbox = _section(pr, "outbox", OutboxSpec, top["outbox"]) if "outbox" in top else None
     relays = [
         _relay(pr, f"relays[{i}]", r)
@@ -433,6 +461,12 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
         for key in expect:
             if key.split("@")[0] not in labels:
                 pr.add(f"expect.{key}", f"no such variant (have: {sorted(labels)})")
+        for i, label in enumerate(demo.variants if demo else ()):
+            if label not in labels - {"*"}:
+                pr.add(f"demo.variants[{i}]", f"no such variant (have: {sorted(labels - {'*'})})")
+    for i, runtime in enumerate(demo.runtimes if demo else ()):
+        if runtime not in runtimes:
+            pr.add(f"demo.runtimes[{i}]", f"not one of its runtimes ({', '.join(runtimes)})")
     pr.raise_any()
     assert name is not None and seed is not None and workload is not None
     assert partitions is not None and rate is not None and pipeline is not None
@@ -454,6 +488,7 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
         backend=backend,
         outbox=outbox,
         relays=tuple(r for r in relays if r is not None),
+        demo=demo,
     )
 
 
