@@ -14,6 +14,7 @@ import yaml
 
 from harness.environment import jars
 from harness.environment.local import LocalEnvironment
+from harness.history.events import EventKind, read_history
 from harness.kafka.clients import admin
 from harness.pipeline.connect import ConnectSettings
 from harness.pipeline.runtime import RuntimeConfig
@@ -89,6 +90,8 @@ def test_a_connector_from_the_scenarios_plugin_folder_runs_and_without_it_is_ref
 
     # With it (relative to the scenario's file, run from another folder): counted as any lane.
     raw["pipeline"] = {"connect": {"workers": 1, "plugins": ["plugins"]}}
+    # And its task restarted through Connect's REST API mid-stream, as an operator does.
+    raw["faults"] = [{"kind": "connect-task-restart", "at": 1}]
     path.write_text(yaml.safe_dump(raw))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -102,7 +105,13 @@ def test_a_connector_from_the_scenarios_plugin_folder_runs_and_without_it_is_ref
     assert row["in_sink"] == row["acked"] == 300 and row["duplicates"] == row["lost"] == 0
     logs = "".join(p.read_text() for p in run.glob("*.connect/connect-*.log"))
     assert f"Added plugin '{SINK}'" in logs
+    events = read_history(Path(row["directory"]) / "history")
+    (restart,) = [e for e in events if e.kind is EventKind.FAULT_STEP]
+    assert restart.detail == "restarted task 0 of orders through REST", restart.detail
     runtime = RuntimeConfig.from_json((Path(row["directory"]) / "runtime.json").read_text())
+    # The worker stopped task 0 and created it again (the others once): Connect's own word.
+    assert logs.count(f"Creating task {runtime.group}-0") == 2, logs[-3000:]
+    assert logs.count(f"Creating task {runtime.group}-1") == 1
     storage = set(ConnectSettings.from_json(runtime.connect).storage_topics.values())
     assert len(storage) == 3
     left = set(admin(scenario_env.kafka_bootstrap).list_topics(timeout=10).topics)

@@ -212,6 +212,7 @@ def main(events: int) -> None:
         connect = run_scenario(
             env, alone(events, ["listener"], CONNECT), Path(tmp) / "connect", progress=print_none
         )
+        took = to_running(connect)  # read from the run's histories, gone with ``tmp``
         docs, config = landing_documents(run_dir)
         print(f"ceilings: {len(docs)} landing documents, the run's topic ...", flush=True)
         client: MongoClient[dict[str, Any]] = MongoClient(env.mongo_uri)
@@ -262,7 +263,6 @@ def main(events: int) -> None:
     lanes += [(r.variant, r.events_per_s) for r in connect.variants]
     rows = [[v, f"{rate:.0f}", f"{rate / listener:.2f}"] for v, rate in lanes]
     print(table([["variant", "ev/s", "x listener idempotent"], *rows]))
-    took = to_running(connect)
     print(
         f"workers' start to the connector's tasks RUNNING: {', '.join(f'{t:.1f}' for t in took)} s"
     )
