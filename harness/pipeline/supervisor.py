@@ -45,6 +45,7 @@ class _Consumer:
     starts: int = 0
     failures_in_a_row: int = 0
     stopped_since: float | None = None
+    stopping: bool = False  # sent SIGTERM by a fault: its exit is the lab's doing
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,14 @@ class RuntimeSupervisor:
             if index is None or c.index == index:
                 self.env.signal_client(self._process_name(c), signal.SIGKILL)
 
+    def stop_cleanly(self, index: int) -> None:
+        """SIGTERM consumer ``index``: its own shutdown runs (a JVM's hooks: a Connect worker
+        stops its tasks and commits their offsets); ``check`` restarts it."""
+        for c in self.consumers:
+            if c.index == index:
+                c.stopping = True
+                self.env.signal_client(self._process_name(c), signal.SIGTERM)
+
     def _thaw_paused(self, c: _Consumer, now: float) -> None:
         """A consumer that froze itself at a pause point is thawed after its pause."""
         if c.index in self.frozen:
@@ -219,7 +228,10 @@ class RuntimeSupervisor:
                 code = self.env.client_exit_code(self._process_name(c), c.handle)
                 c.handle = None
                 c.restart_at = now + self.restart_delay
-                if code == -signal.SIGKILL:
+                if c.stopping:
+                    c.stopping, c.failures_in_a_row = False, 0
+                    how = f"stopped cleanly (SIGTERM; exit status {code})"
+                elif code == -signal.SIGKILL:
                     self.crashes += 1
                     c.failures_in_a_row = 0
                     how = KILLED

@@ -1,5 +1,5 @@
-"""Faults on a Kafka Connect cluster's own parts: a worker lost (SIGKILL, a machine gone), and a
-task restarted through Connect's REST API (what an operator, or a script watching the status,
+"""Faults on a Kafka Connect cluster's own parts: a worker lost (SIGKILL, a machine gone) or
+restarted cleanly (SIGTERM, a rolling deploy), and a task restarted through Connect's REST API (what an operator, or a script watching the status,
 does to a FAILED task).
 
 A worker is a process of the run's Connect lanes' supervisor (``harness.pipeline.connect``),
@@ -137,7 +137,10 @@ class _ConnectActor(Actor):
 @dataclass(frozen=True)
 class ConnectWorkerKill(_OnConnect):
     """SIGKILL one Connect worker at a time: worker ``worker``, or with ``of`` the one running
-    task ``task`` of that lane's connector."""
+    task ``task`` of that lane's connector. ``hard: false`` stops it cleanly instead (SIGTERM:
+    Connect's own shutdown stops its tasks, commits their offsets and leaves the group), as a
+    rolling deploy restarts a worker; either way it is started again after
+    ``pipeline.restart_delay_s``."""
 
     kind: ClassVar[str] = "connect-worker-kill"
     action: ClassVar[str] = KILL_WORKER
@@ -148,6 +151,7 @@ class ConnectWorkerKill(_OnConnect):
     worker: WorkerSelector = WorkerSelector()
     of: str = ""
     task: int = 0
+    hard: bool = True  # SIGKILL (a machine lost); false: SIGTERM, Connect's clean shutdown
 
     def problems(self) -> list[Problem]:
         found = self.trigger_problems()
@@ -176,6 +180,9 @@ class ConnectWorkerKill(_OnConnect):
             why = f" ({worker}), which ran task {self.task} of {lane.label}"
         else:
             index, why = self.worker.pick(self.settings(lane))
+        if not self.hard:
+            lane.supervisor.stop_cleanly(index)
+            return f"stopped worker connect-{index} cleanly (SIGTERM){why}"
         lane.supervisor.kill(index)
         return f"SIGKILLed worker connect-{index}{why}"
 
