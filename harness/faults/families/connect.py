@@ -1,6 +1,6 @@
 """Faults on a Kafka Connect cluster's own parts: a worker lost (SIGKILL, a machine gone) or
-restarted cleanly (SIGTERM, a rolling deploy), and a task restarted through Connect's REST API (what an operator, or a script watching the status,
-does to a FAILED task).
+restarted cleanly (SIGTERM, a rolling deploy), and a task restarted through Connect's REST API
+(what an operator, or a script watching the status, does to a FAILED task).
 
 A worker is a process of the run's Connect lanes' supervisor (``harness.pipeline.connect``),
 restarted after ``pipeline.restart_delay_s`` as an orchestrator would restart its pod. Which
