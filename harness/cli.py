@@ -193,11 +193,13 @@ def _abilities(args: argparse.Namespace) -> BackendAbilities:
     return choose(_request(args))[0].abilities
 
 
-def _load(args: argparse.Namespace, path: Path, abilities: BackendAbilities) -> Scenario:
-    """A scenario (its demo cut with ``--demo``) with the command line's overrides, refused if
-    the backend cannot run it."""
+def _load(
+    args: argparse.Namespace, path: Path, abilities: BackendAbilities, cut: bool = False
+) -> Scenario:
+    """A scenario (its demo cut if ``cut``) with the command line's overrides, refused if the
+    backend cannot run it."""
     scenario = load_scenario(paths.find_scenario(path))
-    if getattr(args, "demo", False):
+    if cut:
         scenario = scenario.demo_cut()
     scenario = scenario.with_overrides(
         seed=args.seed,
@@ -218,7 +220,7 @@ def _load_all(args: argparse.Namespace, files: Sequence[Path]) -> list[Scenario]
     loaded, problems = [], []
     for path in files:
         try:
-            loaded.append(_load(args, path, abilities))
+            loaded.append(_load(args, path, abilities, cut=args.demo))
         except BadInput as exc:
             problems.append(str(exc))
     if problems:
