@@ -5,73 +5,18 @@ MongoDB's (a class of their own that extends it), in a plugin folder of Connect'
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-from harness.environment import jars
 from harness.environment.local import LocalEnvironment
 from harness.history.events import EventKind, read_history
 from harness.kafka.clients import admin
 from harness.pipeline.connect import ConnectSettings
 from harness.pipeline.runtime import RuntimeConfig
 from harness.results.model import RESULTS
+from tests.connect_plugin import SINK, build_plugin, orders_scenario
 from tests.support import chaoslab
-
-SINK = "com.example.orders.OrdersSink"
-SOURCE = """package com.example.orders;
-
-/** The orders team's sink: MongoDB's, with a version of its own. */
-public class OrdersSink extends com.mongodb.kafka.connect.MongoSinkConnector {
-    @Override
-    public String version() {
-        return "1.0-orders";
-    }
-}
-"""
-
-
-def build_plugin(folder: Path) -> Path:
-    """``folder/plugins/orders-sink/``: the team's jar and MongoDB's connector it extends
-    (one plugin: Connect loads each plugin folder in a class loader of its own)."""
-    sources, classes = folder / "src", folder / "classes"
-    (sources / "com/example/orders").mkdir(parents=True)
-    (sources / "com/example/orders/OrdersSink.java").write_text(SOURCE)
-    mongo = next(jars.mongo_kafka().directory.glob("*.jar"))
-    against = f"{jars.connect().classpath()}:{mongo}"
-    javac, jar = shutil.which("javac"), shutil.which("jar")
-    assert javac and jar, "the suite's set-up installs a JDK"
-    subprocess.run([javac, "--release", "17", "-nowarn", "-cp", against, "-d", str(classes),
-                    str(sources / "com/example/orders/OrdersSink.java")], check=True)  # fmt: skip
-    plugin = folder / "plugins" / "orders-sink"
-    plugin.mkdir(parents=True)
-    subprocess.run(
-        [jar, "cf", str(plugin / "orders-sink.jar"), "-C", str(classes), "."], check=True
-    )
-    shutil.copy(mongo, plugin)
-    return plugin.parent
-
-
-def orders_scenario() -> dict[str, Any]:
-    """A scenario of the team's sink, keyed by the event id (its plugin folder not named yet)."""
-    return {
-        "name": "orders-sink",
-        "description": "the orders team's own sink connector; what to see: it runs",
-        "workload": {"events": 300, "keys": 50, "partitions": 3, "rate": 150},
-        "variants": [{"name": "connect", "label": "orders",
-                      "config": {"connector.class": SINK, "tasks.max": 3,
-                                 "document.id.strategy": "com.mongodb.kafka.connect.sink."
-                                 "processor.id.strategy.PartialValueStrategy",
-                                 "document.id.strategy.partial.value.projection.list": "event_id",
-                                 "document.id.strategy.partial.value.projection.type": "allowlist",
-                                 "writemodel.strategy": "com.mongodb.kafka.connect.sink."
-                                 "writemodel.strategy.ReplaceOneBusinessKeyStrategy"},
-                      "promised": "exactly-once"}],
-        "expect": {"*": {"duplicates": 0, "lost": 0}},
-    }  # fmt: skip
 
 
 def test_a_connector_from_the_scenarios_plugin_folder_runs_and_without_it_is_refused(

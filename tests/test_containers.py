@@ -37,8 +37,8 @@ from harness.history.events import EventKind, read_history
 from harness.paths import project_root
 from harness.readiness import wait_for
 from harness.scenario import load_scenario
+from tests.connect_plugin import SINK, build_plugin, orders_scenario
 from tests.support import chaoslab
-from tests.test_connect_plugins import SINK, build_plugin, orders_scenario
 from tests.test_library import replayed_by_crashes
 
 ENGINE_PROBLEM = engine_problem()
