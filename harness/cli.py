@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TypeVar
 
 from harness import paths
 from harness.environment import doctor, jars, spark_cds
@@ -193,15 +194,31 @@ def _abilities(args: argparse.Namespace) -> BackendAbilities:
     return choose(_request(args))[0].abilities
 
 
-def _load(
-    args: argparse.Namespace, path: Path, abilities: BackendAbilities, cut: bool = False
-) -> Scenario:
-    """A scenario (its demo cut if ``cut``) with the command line's overrides, refused if the
-    backend cannot run it."""
-    scenario = load_scenario(paths.find_scenario(path))
-    if cut:
-        scenario = scenario.demo_cut()
-    scenario = scenario.with_overrides(
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def _every(items: Sequence[T], do: Callable[[T], R]) -> list[R]:
+    """``do`` of each item, or the problems of all of them at once (bad input is named whole)."""
+    done, problems = [], []
+    for item in items:
+        try:
+            done.append(do(item))
+        except BadInput as exc:
+            problems.append(str(exc))
+    if problems:
+        raise BadInput("\n".join(problems))
+    return done
+
+
+def _parse_all(files: Sequence[Path]) -> list[Scenario]:
+    """Every file parsed, once."""
+    return _every(files, lambda path: load_scenario(paths.find_scenario(path)))
+
+
+def _prepare(args: argparse.Namespace, parsed: Scenario, abilities: BackendAbilities) -> Scenario:
+    """A scenario with the command line's overrides, refused if the backend cannot run it."""
+    scenario = parsed.with_overrides(
         seed=args.seed,
         events=args.events,
         variants=_split(getattr(args, "variants", None)),
@@ -212,20 +229,6 @@ def _load(
     for note in runnable(scenario, abilities):
         say(f"note: {scenario.path}: {note}")
     return scenario
-
-
-def _load_all(args: argparse.Namespace, files: Sequence[Path]) -> list[Scenario]:
-    """Every file, checked before anything starts; the problems of all of them at once."""
-    abilities = _abilities(args)  # the backend's problems once, not once per file
-    loaded, problems = [], []
-    for path in files:
-        try:
-            loaded.append(_load(args, path, abilities, cut=args.demo))
-        except BadInput as exc:
-            problems.append(str(exc))
-    if problems:
-        raise BadInput("\n".join(problems))
-    return loaded
 
 
 def _environment_for_run(
@@ -245,11 +248,11 @@ def _run_dir(args: argparse.Namespace, name: str) -> Path:
     return out.absolute()  # results.json names its files: for readers in any folder
 
 
-def _scenario_backend(args: argparse.Namespace, files: Sequence[Path]) -> None:
+def _scenario_backend(args: argparse.Namespace, scenarios: Sequence[Scenario]) -> None:
     """``--backend`` unless given: the one the scenarios name (``backend:``), else local."""
     if args.backend is not None or args.env is not None:
         return
-    wanted = {s.backend for s in (load_scenario(paths.find_scenario(f)) for f in files)}
+    wanted = {s.backend for s in scenarios}
     args.backend = wanted.pop() if len(wanted) == 1 and None not in wanted else DEFAULT
 
 
@@ -272,8 +275,9 @@ def repeat_matrix(args: argparse.Namespace) -> argparse.Namespace:
 def cmd_run(args: argparse.Namespace) -> int:
     if args.repeat != 1:  # seeds one after another: the matrix of one scenario
         return cmd_matrix(repeat_matrix(args))
-    _scenario_backend(args, [args.scenario])
-    scenario = _load(args, args.scenario, _abilities(args))
+    parsed = _parse_all([args.scenario])
+    _scenario_backend(args, parsed)
+    scenario = _prepare(args, parsed[0], _abilities(args))
     out = _run_dir(args, scenario.name)
     env, owned = _environment_for_run(args, out)
     with stop_on_termination(), ExitStack() as stack:
@@ -305,14 +309,18 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     files = args.scenarios or paths.library()
     if not files:
         raise BadInput(f"no scenarios given and none in {paths.scenarios_dir()}")
-    _scenario_backend(args, files)
-    if args.demo:
-        files = _demo_files(files)
     problems = [] if args.repeat >= 1 else [f"--repeat must be >= 1, got {args.repeat}"]
     if args.together < 1:
         problems.append(f"--together must be >= 1, got {args.together}")
+    scenarios: list[Scenario] = []
     try:
-        scenarios = _load_all(args, files)
+        parsed = _parse_all(files)
+        if args.demo:
+            parsed = _demo_cuts(parsed)
+        _scenario_backend(args, parsed)
+        # the backend's problems once, not once per file
+        abilities = _abilities(args)
+        scenarios = _every(parsed, lambda s: _prepare(args, s, abilities))
     except BadInput as exc:
         problems.append(str(exc))
     shard = shards.Shard()
@@ -394,23 +402,16 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     return 0 if all(r.passed for r in results) and rates_hold else 1
 
 
-def _demo_files(files: Sequence[Path]) -> list[Path]:
-    """The files whose scenario has a demo cut (``_load`` cuts them), and any that does not
-    load (``_load_all`` names its problems); said before anything starts."""
-    chosen = []
-    for path in files:
-        try:
-            keep = load_scenario(paths.find_scenario(path)).demo is not None
-        except BadInput:
-            keep = True
-        chosen += [path] if keep else []
-    if not chosen:
+def _demo_cuts(scenarios: Sequence[Scenario]) -> list[Scenario]:
+    """The demo cuts of the scenarios that have one; said before anything starts."""
+    cuts = [s.demo_cut() for s in scenarios if s.demo is not None]
+    if not cuts:
         raise BadInput("--demo: none of the scenarios has a demo: section")
     say(
-        f"demo: {len(chosen)} of {len(files)} scenarios, each cut to the variants that show "
+        f"demo: {len(cuts)} of {len(scenarios)} scenarios, each cut to the variants that show "
         "its difference (the whole library: chaoslab matrix, make library)"
     )
-    return chosen
+    return cuts
 
 
 def _share(scenarios: list[Scenario], shard: shards.Shard) -> list[Scenario]:
@@ -568,13 +569,13 @@ def _merge(directories: Sequence[Path], out: Path | None) -> int:
 
 
 def _library_order(runs: Sequence[Path]) -> list[Path]:
-    """Runs in the library's order (the baseline first, then by name, then by seed)."""
+    """Runs in the library's order (``paths.library_key``), then by seed."""
 
-    def key(run: Path) -> tuple[bool, str, int]:
+    def key(run: Path) -> tuple[tuple[bool, str], int]:
         seeded = run.name.startswith("seed-")
         name = run.parent.name if seeded else run.name
         seed = int(run.name.removeprefix("seed-")) if seeded else 0
-        return (name != "baseline", name, seed)
+        return (paths.library_key(name), seed)
 
     return sorted(runs, key=key)
 

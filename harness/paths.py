@@ -53,7 +53,12 @@ def runs_dir() -> Path:
 def library() -> list[Path]:
     """The scenario library, the baseline first."""
     found = [p for p in scenarios_dir().iterdir() if p.suffix in SCENARIO_SUFFIXES]
-    return sorted(found, key=lambda p: (p.stem != "baseline", p.stem))
+    return sorted(found, key=lambda p: library_key(p.stem))
+
+
+def library_key(name: str) -> tuple[bool, str]:
+    """Where a scenario of this name sorts in the library: the baseline first, then by name."""
+    return (name != "baseline", name)
 
 
 def find_scenario(ref: str | Path) -> Path:

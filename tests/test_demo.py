@@ -42,11 +42,11 @@ def test_a_cut_keeps_its_variants_and_events_and_says_so() -> None:
         assert scenario.workload.events == (scenario.demo.events or whole.workload.events)
         # The description says what the cut leaves out (the whole scenario is the library's).
         assert "The demo" in scenario.description, scenario.name
-        # An expectation of a variant the cut runs is kept; the runs are judged as any.
-        for spec in scenario.variants:
-            assert scenario.expectations_for(spec, "listener") == whole.expectations_for(
-                spec, "listener"
-            )
+        # Every lane the cut runs is judged, by the whole scenario's expectations of it.
+        for runtime, spec in scenario.lanes:
+            kept = scenario.expectations_for(spec, runtime)
+            assert kept, (scenario.name, runtime, spec.label)
+            assert kept == whole.expectations_for(spec, runtime), (scenario.name, spec.label)
 
 
 def minimal(section: object) -> dict[str, object]:
