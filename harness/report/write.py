@@ -28,6 +28,7 @@ class Report:
     junit: Path
     plots: tuple[Path, ...] = ()
     scenarios: tuple[Report, ...] = ()  # a matrix report: each scenario's own report
+    runs: tuple[ScenarioResult, ...] = ()  # a matrix report: the results it read, errors included
 
 
 def write_report(run_dir: Path) -> Report:
@@ -72,7 +73,7 @@ def write_matrix_report(out_dir: Path, run_dirs: Sequence[Path]) -> Report:
     markdown = out_dir / REPORT_MD
     markdown.write_text(matrix_markdown(runs, links))
     junit = write_junit(runs, out_dir / JUNIT_XML)
-    return Report(markdown, junit, scenarios=tuple(parts))
+    return Report(markdown, junit, scenarios=tuple(parts), runs=tuple(runs))
 
 
 def write_soak_page(
