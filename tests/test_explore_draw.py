@@ -82,6 +82,12 @@ def test_every_drawn_fault_says_what_it_aims_at_for_the_coverage_table() -> None
     assert aims["connect-worker-kill"] == {"a Connect worker"}
 
 
+def test_a_drawn_connect_worker_kill_is_a_lost_machine_or_a_clean_restart() -> None:
+    space = space_for("connect-worker-kill")
+    drawn = [KINDS["connect-worker-kill"].draw(random.Random(k), space) for k in range(20)]
+    assert {bool(entry["hard"]) for entry in drawn if entry is not None} == {True, False}
+
+
 def test_a_backend_without_proxies_or_server_control_is_never_given_their_faults() -> None:
     external = BackendAbilities("external", None, link_faults=False, server_control=False)
     explored = replace(LISTENER, backend=external)

@@ -192,7 +192,10 @@ class ConnectWorkerKill(_OnConnect):
             return None
         workers = space.setting.consumers
         roles = ROLES if workers > 1 else ()
-        return {**space.when(rng), "worker": rng.choice([*range(workers), *roles])}
+        # A machine lost or a rolling deploy's clean restart: which of the two costs copies
+        # depends on whether the worker's last offsets were committed.
+        hard = rng.random() < 0.5
+        return {**space.when(rng), "worker": rng.choice([*range(workers), *roles]), "hard": hard}
 
 
 @dataclass(frozen=True)
