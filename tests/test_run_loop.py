@@ -103,7 +103,7 @@ def test_a_lane_that_never_catches_up_times_out_naming_it(tmp_path: Path) -> Non
             lambda: dict(ENDS), timeout=1.5, progress=lambda _m: None,
         )  # fmt: skip
     message = str(caught.value)
-    assert "stuck committed {0: 30, 1: 30} of {0: 40, 1: 60}" in message
+    assert "stuck committed {0: 30, 1: 30} of {0: 40, 1: 60} (see" in message
     assert "good committed" not in message
     assert good.finished and not stuck.finished
 
@@ -174,3 +174,18 @@ def test_a_lane_stopped_for_good_is_not_waited_for_and_did_not_catch_up(tmp_path
     assert gone.failed == "the query failed 3 times in a row" and gone.finished
     kinds = [e.kind for e in read_history(gone.tail.directory)]
     assert EventKind.CAUGHT_UP not in kinds
+
+
+def test_a_connect_lane_that_never_catches_up_says_its_last_state(tmp_path: Path) -> None:
+    producer = Producer()
+    stuck, stuck_out = lane(tmp_path, "connect-default")
+    # Connect's REST, as the lane's watcher records it: the task held after a rebalance.
+    stuck_out.record(EventKind.CONNECTOR_STATE, detail="task 0 RUNNING on 127.0.0.1:8083")
+    stuck_out.record(EventKind.CONNECTOR_STATE, detail="task 0 UNASSIGNED on 127.0.0.1:8083")
+    with pytest.raises(RunTimeout) as caught:
+        wait_until_consumed(
+            [stuck], [Consumer(stuck_out, producer, stuck=30)], producer,
+            nemesis(tmp_path, [stuck], []), lambda: dict(ENDS), timeout=1.5,
+            progress=lambda _m: None,
+        )  # fmt: skip
+    assert "its last state: task 0 UNASSIGNED on 127.0.0.1:8083 (see" in str(caught.value)

@@ -86,6 +86,10 @@ class Watch:
     ready: bool = False  # its consumers wrote ``ready_on``
     finished: bool = False  # committed past every acknowledged record
     failed: str = ""  # why its pipeline stopped for good: it is not waited for
+    # Its connector's or task's last state, as Connect's REST said it (a Connect lane): a lane
+    # that does not catch up may be waiting on Connect (tasks UNASSIGNED for its scheduled
+    # rebalance), which its committed offsets alone do not say.
+    state: str = ""
 
     def read(self) -> None:
         for event in self.tail.new_events():
@@ -95,6 +99,8 @@ class Watch:
                 self.running = True
             if event.kind is EventKind.FAILED_FOR_GOOD:
                 self.failed = event.detail
+            if event.kind is EventKind.CONNECTOR_STATE:
+                self.state = event.detail
             # Committed: as a consumer said (COMMIT), or as the lab saw a black box's group.
             if event.kind in (EventKind.COMMIT, EventKind.COMMITTED):
                 for p, offset in event.offsets.items():
@@ -222,7 +228,10 @@ def wait_until_consumed(
             raise RunTimeout(
                 f"consumers did not catch up within {timeout:.0f}s: "
                 + "; ".join(
-                    f"{w.label} committed {w.committed} of {targets} (see {w.logs})" for w in behind
+                    f"{w.label} committed {w.committed} of {targets}"
+                    + (f", its last state: {w.state}" if w.state else "")
+                    + f" (see {w.logs})"
+                    for w in behind
                 )
             )
         if now - reported > 10:
