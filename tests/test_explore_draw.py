@@ -218,6 +218,18 @@ def test_bad_explore_input_names_every_problem() -> None:
         assert words in text
 
 
+def test_explore_takes_a_connector_its_runtime_beside_and_draws_connects_faults() -> None:
+    planned = plan(runtime="listener", variants=["connect-idempotent"], kinds=list(CONNECT_KINDS),
+                   backend=LOCAL, budget="60", seed=1, out=Path("."))  # fmt: skip
+    trial = draw_trial(planned.explored, 1, 1)
+    assert any(r.connect for r in trial.scenario().setting.runtimes)
+    assert {str(f["kind"]) for f in trial.faults} <= set(CONNECT_KINDS) and trial.faults
+    # A variant that runs on another of the lab's runtimes is still refused.
+    with pytest.raises(BadInput, match="--variant connector-sink: does not run on listener"):
+        plan(runtime="listener", variants=["connector-sink"], kinds=None, backend=LOCAL,
+             budget="60", seed=1, out=Path("."))  # fmt: skip
+
+
 def _event(t: float, kind: EventKind, source: str = "listener-0", **fields: Any) -> HistoryEvent:
     return HistoryEvent(t=t, kind=kind, source=source, **fields)
 
