@@ -86,10 +86,10 @@ class Watch:
     ready: bool = False  # its consumers wrote ``ready_on``
     finished: bool = False  # committed past every acknowledged record
     failed: str = ""  # why its pipeline stopped for good: it is not waited for
-    # Its connector's or task's last state, as Connect's REST said it (a Connect lane): a lane
-    # that does not catch up may be waiting on Connect (tasks UNASSIGNED for its scheduled
+    # Its connector's and each task's last state, as Connect's REST said it (a Connect lane): a
+    # lane that does not catch up may be waiting on Connect (tasks UNASSIGNED for its scheduled
     # rebalance), which its committed offsets alone do not say.
-    state: str = ""
+    states: dict[str, str] = field(default_factory=dict)  # "connector", "task N" -> its detail
 
     def read(self) -> None:
         for event in self.tail.new_events():
@@ -99,8 +99,9 @@ class Watch:
                 self.running = True
             if event.kind is EventKind.FAILED_FOR_GOOD:
                 self.failed = event.detail
-            if event.kind is EventKind.CONNECTOR_STATE:
-                self.state = event.detail
+            if event.kind is EventKind.CONNECTOR_STATE:  # "task 0 RUNNING on ...", "connector ..."
+                words = event.detail.split()
+                self.states[" ".join(words[:2] if words[:1] == ["task"] else words[:1])] = event.detail
             # Committed: as a consumer said (COMMIT), or as the lab saw a black box's group.
             if event.kind in (EventKind.COMMIT, EventKind.COMMITTED):
                 for p, offset in event.offsets.items():
@@ -229,7 +230,7 @@ def wait_until_consumed(
                 f"consumers did not catch up within {timeout:.0f}s: "
                 + "; ".join(
                     f"{w.label} committed {w.committed} of {targets}"
-                    + (f", its last state: {w.state}" if w.state else "")
+                    + "".join(f", {s}" for s in w.states.values() if " RUNNING" not in s)
                     + f" (see {w.logs})"
                     for w in behind
                 )
