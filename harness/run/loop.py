@@ -101,7 +101,8 @@ class Watch:
                 self.failed = event.detail
             if event.kind is EventKind.CONNECTOR_STATE:  # "task 0 RUNNING on ...", "connector ..."
                 words = event.detail.split()
-                self.states[" ".join(words[:2] if words[:1] == ["task"] else words[:1])] = event.detail
+                subject = " ".join(words[:2] if words[:1] == ["task"] else words[:1])
+                self.states[subject] = event.detail
             # Committed: as a consumer said (COMMIT), or as the lab saw a black box's group.
             if event.kind in (EventKind.COMMIT, EventKind.COMMITTED):
                 for p, offset in event.offsets.items():
