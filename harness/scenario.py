@@ -642,7 +642,7 @@ def runnable(scenario: Scenario, abilities: BackendAbilities) -> tuple[str, ...]
                     f"containers backend only, and this is the {abilities.name} backend",
                 )
             continue
-        if others := [r for r in scenario.runtimes if not variant.runs_on(get_runtime(r))]:
+        if others := [r for r in scenario.runtimes if not variant.runs_with(get_runtime(r))]:
             pr.add(
                 f"variants[{i}]",
                 f"{spec.name} does not run on {', '.join(others)}, and the scenario runs it",

@@ -80,9 +80,8 @@ def plan(
             options = (
                 {} if isinstance(entry, str) else {k: v for k, v in entry.items() if k != "name"}
             )
-            variant = make_variant(name, options)
             # A connector brings its runtime (Kafka Connect's) and runs beside ``runtime``'s.
-            if variant.own_runtime() is None and not variant.runs_on(get_runtime(runtime)):
+            if not make_variant(name, options).runs_with(get_runtime(runtime)):
                 problems.append(f"--variant {name}: does not run on {runtime}")
     known = drawable()
     if kinds is not None:

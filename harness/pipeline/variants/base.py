@@ -159,6 +159,11 @@ class Variant(ABC):
         the scenario's ``runtimes:``."""
         return None
 
+    def runs_with(self, runtime: Runtime) -> bool:
+        """Whether a run of ``runtime``'s lanes can have it: it runs on that runtime, or on the
+        one it brings, beside."""
+        return self.own_runtime() is not None or self.runs_on(runtime)
+
     def consumer_count(self, default: int) -> int:
         """How many consumer processes it gets where each has its own (``pipeline.consumers``,
         unless it says)."""
