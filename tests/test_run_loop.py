@@ -193,3 +193,14 @@ def test_a_connect_lane_that_never_catches_up_says_its_last_state(tmp_path: Path
     message = str(caught.value)
     assert ", task 0 UNASSIGNED on 127.0.0.1:8083 (see" in message, message
     assert "task 1" not in message
+
+
+def test_a_lane_never_ready_ends_the_wait_naming_it_and_its_logs(tmp_path: Path) -> None:
+    (ready, ready_out), (late, _) = lane(tmp_path, "idempotent"), lane(tmp_path, "connector-sink")
+    ready_out.record(EventKind.ASSIGNED)
+    with pytest.raises(RunTimeout) as caught:
+        await_ready([ready, late], [], what="the consumers of every lane", timeout=1.0)
+    message = str(caught.value)
+    assert message.startswith("the consumers of every lane not ready within 1s: "), message
+    assert f"connector-sink (see {tmp_path / 'connector-sink' / 'logs'})" in message
+    assert "idempotent" not in message

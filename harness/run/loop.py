@@ -20,7 +20,7 @@ from typing import Protocol
 
 from harness.errors import LabError
 from harness.history.events import EventKind, HistoryEvent, HistoryTail, HistoryWriter
-from harness.readiness import GaveUp, NotReady, wait_for
+from harness.readiness import DeadlineExceeded, GaveUp, NotReady, wait_for
 from harness.workload.producer import ProduceSummary
 
 Progress = Callable[[str], None]
@@ -132,16 +132,21 @@ def await_ready(
     supervisors: Sequence[Checked],
     *,
     what: str,
-    timeout: float = 120.0,
+    timeout: float,
+    progress: Progress | None = None,
     stop: threading.Event | None = None,
 ) -> None:
     """Until every lane's consumers are ready (``Watch.ready``), restarting consumers that die
-    meanwhile. Spark drivers starting at once take a while on a small machine
-    (docs/performance.md); ``timeout`` is for a consumer that never gets there."""
+    meanwhile; every 10 s, ``progress`` hears which lanes it waits for. Spark drivers starting
+    at once take minutes on a busy small machine (docs/performance.md), so ``timeout`` is the
+    run's own, for a consumer that never gets there: ``RunTimeout`` names each lane not ready
+    and where its logs are."""
 
     failed: list[LabError] = []  # a consumer that keeps failing ends the wait, named
+    started = reported = time.monotonic()
 
     def every_one_ready() -> None:
+        nonlocal reported
         for supervisor in supervisors:
             try:
                 supervisor.check()
@@ -152,6 +157,13 @@ def await_ready(
             watch.read()
         waiting = [w.label for w in watches if not w.ready]
         if waiting:
+            now = time.monotonic()
+            if progress is not None and now - reported > 10:
+                progress(
+                    f"    {len(watches) - len(waiting)} of {len(watches)} lanes ready after "
+                    f"{now - started:.0f} s; waiting for {', '.join(waiting)}"
+                )
+                reported = now
             raise NotReady(f"not ready yet: {', '.join(waiting)}")
 
     def stopped() -> str | None:
@@ -165,6 +177,11 @@ def await_ready(
         if failed:
             raise failed[0] from None
         raise Stopped(str(exc)) from None
+    except DeadlineExceeded:
+        raise RunTimeout(
+            f"{what} not ready within {timeout:.0f}s: "
+            + "; ".join(f"{w.label} (see {w.logs})" for w in watches if not w.ready)
+        ) from None
 
 
 def wait_until_consumed(

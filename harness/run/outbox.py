@@ -114,6 +114,7 @@ def run_outbox(
             supervisors,
             what="the relays' change streams",
             timeout=60.0,
+            progress=progress,
             stop=stop,
         )
         writer.start()

@@ -394,6 +394,8 @@ def _play(
             [lane.watch for lane in run.lanes],
             supervisors,
             what="the consumers of every lane",
+            timeout=scenario.pipeline.timeout_s,
+            progress=progress,
             stop=stop,
         )
         producer.start()
