@@ -3,12 +3,14 @@ runtime (listener, spark) -> variant -> MongoDB, judged by the checker against t
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from harness.environment import state
@@ -19,7 +21,7 @@ from harness.results.model import ScenarioResult, VariantResult
 from harness.run.runner import run_scenario
 from harness.scenario import parse_scenario
 from harness.workload.ledger import read_ledger
-from tests.support import processes_of, sigint_as_in_a_terminal
+from tests.support import chaoslab, processes_of, sigint_as_in_a_terminal
 
 pytestmark = pytest.mark.servers
 
@@ -145,7 +147,7 @@ def test_upstream_resends_need_a_business_key_to_be_deduplicated(
     assert (custom.duplicates, custom.lost, custom.stale) == (0, 0, 0)
 
 
-def start_cli(folder: Path, *args: str) -> subprocess.Popen[bytes]:
+def start_cli(folder: Path, *args: str, **env: str) -> subprocess.Popen[bytes]:
     """The CLI in ``folder`` (another folder, as a user would run it), acting on Ctrl-C as under
     a terminal; its output goes to ``folder/cli.log``."""
     with (folder / "cli.log").open("w") as log:
@@ -154,6 +156,7 @@ def start_cli(folder: Path, *args: str) -> subprocess.Popen[bytes]:
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=folder,
+            env={**os.environ, **env},
             preexec_fn=sigint_as_in_a_terminal,
         )
 
@@ -184,6 +187,62 @@ def test_a_terminated_run_stops_its_runtimes_and_servers(tmp_path: Path, sig: in
             cli.kill()
     # Nothing carrying the environment's marker is left: no server, no listener, no child.
     assert processes_of(env_id) == {}, (tmp_path / "cli.log").read_text()[-2000:]
+
+
+def connect_workers(env_id: str) -> list[int]:
+    """The live Connect worker JVMs carrying an environment's marker."""
+    found = []
+    for pid in processes_of(env_id):
+        try:
+            if "org.apache.kafka.connect.cli.ConnectDistributed" in psutil.Process(pid).cmdline():
+                found.append(pid)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue  # exited since it was listed
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["Ctrl-C", "SIGKILL"])
+def test_a_connect_clusters_workers_are_stopped_on_ctrl_c_and_after_a_sigkill_by_the_next_up(
+    tmp_path: Path, sig: int
+) -> None:
+    """A run's Connect workers are its processes: Ctrl-C stops them with the rest; a SIGKILL runs
+    no cleanup, and the next ``up`` stops what it left. The run's environment is registered in a
+    registry of its own (``XDG_RUNTIME_DIR``): an environment started meanwhile by a test on the
+    other xdist worker would otherwise reap the orphans before this test's ``up`` could."""
+    out = tmp_path / "run"
+    registry = str(tmp_path / "registry")
+    cli = start_cli(
+        tmp_path, "run", "connect-worker-loss", "--out", str(out), XDG_RUNTIME_DIR=registry
+    )
+    try:
+
+        def both_workers_running() -> str:
+            found = state.load(out / "env")
+            if found is None:
+                raise NotReady("the run has not started its environment yet")
+            if len(workers := connect_workers(found.env_id)) < 2:
+                raise NotReady(f"Connect workers so far: {workers}")
+            return found.env_id
+
+        env_id = wait_for(both_workers_running, what="the run's two Connect workers", timeout=240)
+        cli.send_signal(sig)
+        assert cli.wait(timeout=90) != 0
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    log = (tmp_path / "cli.log").read_text()[-2000:]
+    if sig == signal.SIGKILL:
+        assert len(connect_workers(env_id)) == 2, log  # orphans now
+        up = chaoslab("up", "--dir", str(out / "env"), XDG_RUNTIME_DIR=registry)
+        try:
+            assert up.returncode == 0, up.stdout + up.stderr
+            assert "left by a harness that died" in up.stdout
+            assert connect_workers(env_id) == []
+        finally:
+            chaoslab("down", "--dir", str(out / "env"), XDG_RUNTIME_DIR=registry)
+    else:
+        assert "chaoslab: interrupted" in log, log
+    assert processes_of(env_id) == {}, log
 
 
 def test_ctrl_c_while_scenarios_run_together_stops_every_run_and_the_servers(
