@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin._config import (
     ConfigResource,  # confluent_kafka.admin re-exports it implicitly
 )
@@ -144,13 +144,32 @@ def read_back_at(bootstrap: str, topic: str) -> list[tuple[str, tuple[int, int]]
     return seen
 
 
+# What a broker answers while a group's coordinator moves or loads its offsets.
+MOVING = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+)
+
+
 def committed(bootstrap: str, topic: str, group: str) -> dict[int, int]:
-    consumer = Consumer(consumer_config(bootstrap, group))
-    try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)
-    finally:
-        consumer.close()
-    return {tp.partition: tp.offset for tp in tps}
+    """The group's committed offsets. After the whole cluster restarted, the group's coordinator
+    may still be moving: the broker answers NOT_COORDINATOR, and the question is asked again."""
+
+    def ask() -> dict[int, int]:
+        consumer = Consumer(consumer_config(bootstrap, group))
+        try:
+            partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+            tps = consumer.committed(partitions, timeout=30)
+        except KafkaException as exc:
+            if exc.args[0].code() in MOVING or exc.args[0].retriable():
+                raise NotReady(str(exc)) from exc
+            raise
+        finally:
+            consumer.close()
+        return {tp.partition: tp.offset for tp in tps}
+
+    return wait_for(ask, what=f"the committed offsets of {group}", timeout=90)
 
 
 def fully_replicated(env: LocalEnvironment) -> None:
