@@ -26,6 +26,22 @@ from harness.workload.producer import ProduceSummary
 Progress = Callable[[str], None]
 log = logging.getLogger(__name__)
 POLL_S = 0.1  # how often the loop looks at the histories, the producer and the consumers
+PROGRESS_S = 10.0  # how often a wait says how far the lanes are
+
+
+@dataclass
+class Pace:
+    """Whether a progress line is due: once every ``seconds``, counted from the wait's start."""
+
+    seconds: float = PROGRESS_S
+    last: float = field(default_factory=time.monotonic)
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now - self.last <= self.seconds:
+            return False
+        self.last = now
+        return True
 
 
 class RunTimeout(LabError):
@@ -137,16 +153,15 @@ def await_ready(
     stop: threading.Event | None = None,
 ) -> None:
     """Until every lane's consumers are ready (``Watch.ready``), restarting consumers that die
-    meanwhile; every 10 s, ``progress`` hears which lanes it waits for. Spark drivers starting
-    at once take minutes on a busy small machine (docs/performance.md), so ``timeout`` is the
-    run's own, for a consumer that never gets there: ``RunTimeout`` names each lane not ready
-    and where its logs are."""
+    meanwhile; at each ``Pace``, ``progress`` hears which lanes it waits for. Spark drivers
+    starting at once take minutes on a busy small machine (docs/performance.md), so
+    ``timeout`` is the run's own, for a consumer that never gets there: ``RunTimeout`` names
+    each lane not ready and where its logs are."""
 
     failed: list[LabError] = []  # a consumer that keeps failing ends the wait, named
-    started = reported = time.monotonic()
+    started, pace = time.monotonic(), Pace()
 
     def every_one_ready() -> None:
-        nonlocal reported
         for supervisor in supervisors:
             try:
                 supervisor.check()
@@ -157,13 +172,11 @@ def await_ready(
             watch.read()
         waiting = [w.label for w in watches if not w.ready]
         if waiting:
-            now = time.monotonic()
-            if progress is not None and now - reported > 10:
+            if progress is not None and pace.due():
                 progress(
                     f"    {len(watches) - len(waiting)} of {len(watches)} lanes ready after "
-                    f"{now - started:.0f} s; waiting for {', '.join(waiting)}"
+                    f"{time.monotonic() - started:.0f} s; waiting for {', '.join(waiting)}"
                 )
-                reported = now
             raise NotReady(f"not ready yet: {', '.join(waiting)}")
 
     def stopped() -> str | None:
@@ -200,12 +213,12 @@ def wait_until_consumed(
     asked once the producer is done) and the fault schedule has played out, restarting
     consumers that crash; returns the producer's summary. The fault schedule's clock starts
     once every lane's consumers wrote a batch; ``running`` is set then (a workload held back
-    until then goes on: ``harness.workload.producer.Hold``). Every 10 s, ``report`` says how
-    far the lanes are (by default: what each committed of the target). ``stop`` set ends it
+    until then goes on: ``harness.workload.producer.Hold``). At each ``Pace``, ``report`` says
+    how far the lanes are (by default: what each committed of the target). ``stop`` set ends it
     (``Stopped``)."""
     deadline = time.monotonic() + timeout
     targets: dict[int, int] | None = None
-    reported = time.monotonic()
+    pace = Pace()
     clock: float | None = None
     while True:
         if clock is None and all(w.running or w.failed for w in watches):
@@ -253,11 +266,10 @@ def wait_until_consumed(
                     for w in behind
                 )
             )
-        if now - reported > 10:
+        if pace.due():
             progress(
                 report(watches, targets) if report else _committed(watches, targets, producer.acked)
             )
-            reported = now
         time.sleep(POLL_S)
 
 
