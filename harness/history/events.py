@@ -95,6 +95,18 @@ class EventKind(StrEnum):
 KILLED = "killed by SIGKILL"
 
 
+def connector_state(subject: str, said: str) -> str:
+    """A CONNECTOR_STATE event's detail: its ``subject`` ("connector", "task N"), then what
+    Connect said of it ("RUNNING on 10.0.0.2:8083", "created", a failed task's reason)."""
+    return f"{subject} {said}"
+
+
+def connector_subject(detail: str) -> str:
+    """Whom a CONNECTOR_STATE event's detail (``connector_state``) is about."""
+    words = detail.split()
+    return " ".join(words[:2] if words[:1] == ["task"] else words[:1])
+
+
 @dataclass(frozen=True)
 class HistoryEvent:
     t: float

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from harness.history.events import EventKind, HistoryWriter
+from harness.history.events import EventKind, HistoryWriter, connector_state
 from harness.pipeline.connect import ConnectError, ConnectorState, ConnectRest, ConnectSettings
 
 FAILED = "FAILED"
@@ -35,7 +35,8 @@ class ConnectorWatch:
             if not self.created:
                 self.rest.put_config(self.name, self.config)
                 self.created = True
-                history.record(EventKind.CONNECTOR_STATE, detail=f"connector {self.name} created")
+                created = connector_state("connector", f"{self.name} created")
+                history.record(EventKind.CONNECTOR_STATE, detail=created)
             state = self.rest.status(self.name)
         except ConnectError:
             return  # no worker answers yet, or one is restarting: ask again
@@ -56,7 +57,7 @@ class ConnectorWatch:
             reason = reasons.get(what, "")
             history.record(
                 EventKind.CONNECTOR_STATE,
-                detail=f"{what} {said}" + (f": {reason}" if reason else ""),
+                detail=connector_state(what, said + (f": {reason}" if reason else "")),
             )
         if reasons and not self._failed:
             self._failed = True

@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Protocol
 
 from harness.errors import LabError
-from harness.history.events import EventKind, HistoryEvent, HistoryTail, HistoryWriter
+from harness.history.events import (
+    EventKind,
+    HistoryEvent,
+    HistoryTail,
+    HistoryWriter,
+    connector_subject,
+)
 from harness.readiness import DeadlineExceeded, GaveUp, NotReady, wait_for
 from harness.workload.producer import ProduceSummary
 
@@ -116,9 +122,7 @@ class Watch:
             if event.kind is EventKind.FAILED_FOR_GOOD:
                 self.failed = event.detail
             if event.kind is EventKind.CONNECTOR_STATE:  # "task 0 RUNNING on ...", "connector ..."
-                words = event.detail.split()
-                subject = " ".join(words[:2] if words[:1] == ["task"] else words[:1])
-                self.states[subject] = event.detail
+                self.states[connector_subject(event.detail)] = event.detail
             # Committed: as a consumer said (COMMIT), or as the lab saw a black box's group.
             if event.kind in (EventKind.COMMIT, EventKind.COMMITTED):
                 for p, offset in event.offsets.items():
