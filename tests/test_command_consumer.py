@@ -139,6 +139,33 @@ def _small() -> dict[str, Any]:
     return {"name": "writes-elsewhere", "workload": {"events": 100, "keys": 10, "rate": 200}}
 
 
+def test_the_workload_waits_for_every_instance_of_a_program_in_its_group(
+    scenario_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    # Instance 1 starts 4 s late: the group is stable first with instance 0 alone, and instance
+    # 1's join rebalances it. The lane is ready (the workload starts) only once both are in, so
+    # a fault at the workload's 200th record does not meet a group still forming.
+    program = f"{sys.executable} listener.py insert"
+    late = f"sh -c '[ \"$CHAOSLAB_INSTANCE\" = 1 ] && sleep 4; exec {program}'"
+    result = run_scenario(
+        scenario_env,
+        scenario(command("late", late, instances=2)),
+        tmp_path / "run",
+        progress=lambda _m: None,
+    )
+    (lane,) = result.variants
+    assert lane.directory is not None
+    events = read_history(lane.directory / "history")
+    ready = next(e.t for e in events if e.kind is EventKind.ASSIGNED)
+    caught_up = next(e.t for e in events if e.kind is EventKind.CAUGHT_UP)
+    states = [(e.t, e.detail) for e in events if e.kind is EventKind.GROUP]
+    # Stable with one instance, then rebalanced by the other's join - all before it was ready.
+    first_stable = next(t for t, state in states if state == "stable")
+    assert any(first_stable < t < ready for t, state in states if state != "stable"), states
+    assert not [t for t, state in states if ready < t < caught_up and state != "stable"], states
+    assert (lane.verdict.duplicates, lane.verdict.lost) == (0, 0)
+
+
 def test_a_program_frozen_past_its_session_loses_its_partitions_and_says_so_when_thawed(
     scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:

@@ -1,9 +1,11 @@
 """A consumer group as an outsider sees it: its state, and the offsets it committed - what the
 lab can know of a consumer it did not write (``harness.pipeline.observer``).
 
-Only ListGroups and OffsetFetch are asked, never DescribeConsumerGroups: librdkafka can abort
-its process when that is polled while a broker restarts (docs/environment.md), and a group is
-watched through every broker fault. So its members are not known here: the group's state is.
+A group is watched through every broker fault with ListGroups and OffsetFetch only: librdkafka
+can abort its process when DescribeConsumerGroups is polled while a broker restarts
+(docs/environment.md). That is asked (``members``) only while a lane starts, before any fault
+of its run can act: a group stable with fewer members than a black box's instances is still
+forming, and the next instance's join rebalances it.
 """
 
 from __future__ import annotations
@@ -76,6 +78,19 @@ class GroupWatch:
             if tp.error is None and tp.offset != NO_OFFSET
         }
         return GroupView(state, committed)
+
+    def members(self, timeout: float = 5.0) -> int:
+        """How many members the group has now (DescribeConsumerGroups: not while a broker may
+        restart, see above); KafkaException (or TimeoutError) if the cluster cannot say."""
+        try:
+            admin_client, _ = self._connected()
+            (described,) = admin_client.describe_consumer_groups(
+                [self.group], request_timeout=timeout
+            ).values()
+            return len(described.result(timeout).members)
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
         if self._clients is not None:

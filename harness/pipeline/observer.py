@@ -3,8 +3,9 @@ run goes: the group's state, the offsets it committed, the documents in its sink
 and the lines it logs that read as errors. A black box says nothing of its batches, so these
 are the lane's story (source ``observer``: seen by the lab, not said by the program).
 
-The loop reads the same events to know the lane is ready (ASSIGNED: its group is stable, its
-partitions given out), running (documents in the sink) and caught up (COMMITTED).
+The loop reads the same events to know the lane is ready (ASSIGNED: its group is stable with
+each of its instances, its partitions given out), running (documents in the sink) and caught
+up (COMMITTED).
 
 A lane that is a job on a cluster (a connector on a Kafka Connect cluster) is put on it and
 followed by its ``Job`` from the same polls: the cluster's API says what the group cannot.
@@ -50,8 +51,13 @@ class Observer:
         logs: Sequence[Path],
         job: Job | None = None,
         lines: re.Pattern[str] = ERROR_LINE,  # the log lines it records
+        # The members its group is ready with (a program's instances; None: once stable). A
+        # group stable with the first instance alone is rebalanced by the next one's join: a
+        # workload started then met a freeze mid-rebalance, so the frozen instance held no batch.
+        instances: int | None = None,
     ) -> None:
         self.config, self.landing = config, landing
+        self._instances = instances
         self.job, self._lines = job, lines
         self.history = HistoryWriter(config.history_dir, "observer", label)
         self._group_watch = GroupWatch(bootstrap, config.group, config.topic)
@@ -108,12 +114,20 @@ class Observer:
         if view.state != self._group:
             self._group = view.state
             self.history.record(EventKind.GROUP, detail=view.state)
-        if not self._ready and view.stable:
+        if not self._ready and view.stable and self._every_instance_in():
             self._ready = True
             self.history.record(EventKind.ASSIGNED, offsets=view.committed, detail=view.state)
         if view.committed != self._committed:
             self._committed = view.committed
             self.history.record(EventKind.COMMITTED, offsets=view.committed)
+
+    def _every_instance_in(self) -> bool:
+        if self._instances is None:
+            return True
+        try:
+            return self._group_watch.members() >= self._instances
+        except (KafkaException, OSError):
+            return False  # a coordinator moving: ask again
 
     def _saw_count(self, count: int) -> None:
         if count != self._count:

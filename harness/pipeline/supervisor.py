@@ -112,6 +112,8 @@ class RuntimeSupervisor:
             logs=[c.log for c in self.consumers],
             job=variant.cluster_job(place),
             lines=connect.log_lines(config.group) if self.runtime.connect else ERROR_LINE,
+            # A Connect lane's members are its connector's tasks, not the workers started here.
+            instances=None if self.runtime.connect else len(self.consumers),
         )
 
     def _record(self, kind: EventKind, detail: str) -> None:
