@@ -15,7 +15,9 @@ import pytest
 from confluent_kafka import Message
 
 from harness.environment import process, state
+from harness.environment.base import Environment
 from harness.environment.process import ProcessHandle
+from harness.readiness import NotReady, wait_for
 
 _counter = itertools.count()
 
@@ -95,3 +97,17 @@ def processes_of(env_id: str) -> dict[int, str]:
 # Tests that start a Spark driver run one after another on one xdist worker: two JVMs starting
 # Python workers at once on two cores can exceed Spark's fixed wait for a worker to connect back.
 SPARK = pytest.mark.xdist_group("spark")
+
+
+def leader_in_view(env: Environment, topic: str, partition: int = 0) -> int:
+    """The partition's leader, once the environment's cluster view knows it: a topic just
+    created has leaders on the broker ``create_topic`` asked, and is not yet in the metadata
+    of the broker the view asks (a fresh-clone suite read None there once)."""
+
+    def known() -> int:
+        leader = env.cluster_view().leader_of(topic, partition)
+        if leader is None:
+            raise NotReady(f"no leader of {topic}[{partition}] in the cluster's view yet")
+        return leader
+
+    return wait_for(known, what=f"the leader of {topic}[{partition}]", timeout=30)

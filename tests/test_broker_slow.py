@@ -22,6 +22,7 @@ from harness.kafka.clients import create_topic, producer_config
 from harness.pipeline.runtimes import LISTENER
 from harness.run.runner import run_scenario
 from harness.scenario import ScenarioError, parse_scenario, runnable
+from tests.support import leader_in_view
 
 LOCAL = BackendAbilities("local", nodes=(1, 2, 3), link_faults=True)
 NO_PROXY = BackendAbilities("bare", nodes=(1, 2, 3), link_faults=False)
@@ -103,7 +104,7 @@ def produce_seconds(producer: Producer, topic: str) -> float:
 def test_the_leader_answers_late_while_it_lasts(lab_env: LocalEnvironment, tmp_path: Path) -> None:
     topic = f"slow.{time.time_ns()}"
     create_topic(lab_env.kafka_bootstrap, topic, 1)
-    leader = lab_env.cluster_view().leader_of(topic, 0)
+    leader = leader_in_view(lab_env, topic)
     producer = Producer(producer_config(lab_env.kafka_bootstrap_for(Link.PRODUCER_KAFKA)))
     produce_seconds(producer, topic)  # connected, metadata known
     fault = parse_fault(

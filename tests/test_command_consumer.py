@@ -17,7 +17,7 @@ from pymongo import MongoClient
 from harness import paths
 from harness.environment.local import LocalEnvironment
 from harness.errors import LabError
-from harness.history.events import EventKind, read_history
+from harness.history.events import EventKind, HistoryEvent, read_history
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.supervisor import RuntimeFailed
 from harness.results.model import VariantResult
@@ -139,6 +139,16 @@ def _small() -> dict[str, Any]:
     return {"name": "writes-elsewhere", "workload": {"events": 100, "keys": 10, "rate": 200}}
 
 
+def run_one(
+    env: LocalEnvironment, tmp_path: Path, one: Scenario
+) -> tuple[VariantResult, list[HistoryEvent]]:
+    """The run of a scenario of one lane: its result, and its history."""
+    result = run_scenario(env, one, tmp_path / "run", progress=lambda _m: None)
+    (lane,) = result.variants
+    assert lane.directory is not None
+    return lane, read_history(lane.directory / "history")
+
+
 def test_the_workload_waits_for_every_instance_of_a_program_in_its_group(
     scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:
@@ -147,15 +157,7 @@ def test_the_workload_waits_for_every_instance_of_a_program_in_its_group(
     # a fault at the workload's 200th record does not meet a group still forming.
     program = f"{sys.executable} listener.py insert"
     late = f"sh -c '[ \"$CHAOSLAB_INSTANCE\" = 1 ] && sleep 4; exec {program}'"
-    result = run_scenario(
-        scenario_env,
-        scenario(command("late", late, instances=2)),
-        tmp_path / "run",
-        progress=lambda _m: None,
-    )
-    (lane,) = result.variants
-    assert lane.directory is not None
-    events = read_history(lane.directory / "history")
+    lane, events = run_one(scenario_env, tmp_path, scenario(command("late", late, instances=2)))
     ready = next(e.t for e in events if e.kind is EventKind.ASSIGNED)
     caught_up = next(e.t for e in events if e.kind is EventKind.CAUGHT_UP)
     states = [(e.t, e.detail) for e in events if e.kind is EventKind.GROUP]
@@ -172,18 +174,8 @@ def test_a_program_frozen_past_its_session_loses_its_partitions_and_says_so_when
     # Frozen for 12 s with a 6 s session, instance 0 is put out of the group, which gives its
     # partitions to instance 1; thawed, it finds itself out - and writes the batch it held.
     freeze = {"kind": "consumer-freeze", "at_event": 200, "duration": 12, "consumer": 0}
-    result = run_scenario(
-        scenario_env,
-        scenario(
-            command("insert", f"{sys.executable} listener.py insert {SHORT}", instances=2),
-            faults=[freeze],
-        ),
-        tmp_path / "run",
-        progress=lambda _m: None,
-    )
-    (lane,) = result.variants
-    assert lane.directory is not None
-    events = read_history(lane.directory / "history")
+    insert = command("insert", f"{sys.executable} listener.py insert {SHORT}", instances=2)
+    lane, events = run_one(scenario_env, tmp_path, scenario(insert, faults=[freeze]))
     start = next(e.t for e in events if e.kind is EventKind.FAULT_START)
     end = next(e.t for e in events if e.kind is EventKind.FAULT_END)
     assert 11.5 <= end - start <= 20

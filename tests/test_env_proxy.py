@@ -38,7 +38,7 @@ from harness.kafka.clients import (
 from harness.kafka.protocol import FAILABLE_APIS, ApiKey, api_name
 from harness.kafka.wire import Malformed
 from harness.readiness import NotReady, wait_for
-from tests.support import unique, value_text
+from tests.support import leader_in_view, unique, value_text
 
 NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS = 16, 14
 OFFSET_COMMIT, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, API_VERSIONS = 8, 10, 11, 12, 18
@@ -742,8 +742,7 @@ def test_a_delay_adds_at_least_its_time_each_way(env: LocalEnvironment) -> None:
     assert kafka_round_trip() >= 2 * 0.250  # the request, then the response, each held 250 ms
     assert env.remove_link_rule(rule_id) >= 2
     # On one node's link only: the partition's leader is slow, another node is not.
-    leader = env.cluster_view().leader_of(topic, 0)
-    assert leader is not None
+    leader = leader_in_view(env, topic)
     other = next(n for n in env.broker_ids if n != leader)
     rule_id = env.add_link_rule(LinkRule(Link.PRODUCER_KAFKA, "delay", delay_ms=250, broker=other))
     kafka_round_trip()
