@@ -164,6 +164,16 @@ class ConnectSettings:
             return None
         return self.worker_index(urlsplit(latest[1]).netloc)
 
+    def joined(self) -> int:
+        """How many of the workers have logged joining the workers' group (``JOINED``)."""
+        count = 0
+        for index in range(self.workers):
+            try:
+                count += bool(JOINED.search(self.log(index).read_text(errors="replace")))
+            except FileNotFoundError:
+                continue
+        return count
+
     def rest_urls(self) -> list[str]:
         """The REST addresses the workers wrote (a restarted worker writes its new one)."""
         found = []

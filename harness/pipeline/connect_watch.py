@@ -23,7 +23,7 @@ class ConnectorWatch:
     """Creates connector ``name`` with ``config`` on the cluster, then follows its status."""
 
     def __init__(self, settings: ConnectSettings, name: str, config: dict[str, str]) -> None:
-        self.name, self.config = name, config
+        self.name, self.config, self.settings = name, config, settings
         self.rest = ConnectRest(settings, timeout=5.0)
         self.started = time.monotonic()
         self.created = False
@@ -33,6 +33,12 @@ class ConnectorWatch:
     def poll(self, history: HistoryWriter) -> None:
         try:
             if not self.created:
+                # Not before every worker is in the workers' group: a connector created while
+                # one is still joining has its tasks all on the first, and the join moves them
+                # (connect-worker-loss once had connect-default's three moved to the worker it
+                # killed half a second later: they had written nothing yet, so no copy).
+                if self.settings.joined() < self.settings.workers:
+                    return
                 self.rest.put_config(self.name, self.config)
                 self.created = True
                 created = connector_state("connector", f"{self.name} created")
