@@ -1,8 +1,9 @@
 """One Connect lane's connector, put on the run's cluster and watched through Connect's REST API
-from the lane's observer (``harness.pipeline.observer``): its config is PUT once a worker
-answers, then each poll reads its status and writes what changed into the lane's history - the
-connector's state and each task's (RUNNING, UNASSIGNED while a departed worker's tasks wait for
-the scheduled rebalance, FAILED with the first line of its trace).
+from the lane's observer (``harness.pipeline.observer``): its config is PUT once every worker
+has joined the workers' group and one answers, then each poll reads its status and writes what
+changed into the lane's history - the connector's state and each task's (RUNNING, UNASSIGNED
+while a departed worker's tasks wait for the scheduled rebalance, FAILED with the first line of
+its trace).
 
 A task that FAILED stays failed: Connect does not restart it (a user restarts it through REST).
 The lane's pipeline has stopped for good, and the history says so (FAILED_FOR_GOOD), so the run
