@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -152,11 +152,7 @@ class ConnectSettings:
         """The worker that leads the workers' group now, as the last rebalance any worker
         logged says (``Joined group at generation N ... leaderUrl='http://HOST:PORT/'``)."""
         latest: tuple[str, str] | None = None  # (the line's time, the leader's URL)
-        for index in range(self.workers):
-            try:
-                text = self.log(index).read_text(errors="replace")
-            except FileNotFoundError:
-                continue
+        for text in self._logs():
             for found in JOINED.finditer(text):
                 if latest is None or found["t"] > latest[0]:
                     latest = (found["t"], found["url"])
@@ -166,13 +162,15 @@ class ConnectSettings:
 
     def joined(self) -> int:
         """How many of the workers have logged joining the workers' group (``JOINED``)."""
-        count = 0
+        return sum(bool(JOINED.search(text)) for text in self._logs())
+
+    def _logs(self) -> Iterator[str]:
+        """The text of each worker's log that exists yet."""
         for index in range(self.workers):
             try:
-                count += bool(JOINED.search(self.log(index).read_text(errors="replace")))
+                yield self.log(index).read_text(errors="replace")
             except FileNotFoundError:
                 continue
-        return count
 
     def rest_urls(self) -> list[str]:
         """The REST addresses the workers wrote (a restarted worker writes its new one)."""
