@@ -9,6 +9,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import NoReturn
 
 import psutil
 import pytest
@@ -111,3 +112,16 @@ def leader_in_view(env: Environment, topic: str, partition: int = 0) -> int:
         return leader
 
     return wait_for(known, what=f"the leader of {topic}[{partition}]", timeout=30)
+
+
+# `make test` installs what the suite's containers and browser tests need where it can (Debian, as
+# root) and then says so in this variable; there, and under CI=true, a test that finds one
+# missing fails: a skip would hide a broken install behind a green run.
+TOOLS_VAR = "CHAOSLAB_TOOLS"
+
+
+def lacking(reason: str) -> NoReturn:
+    """Skip a test for a tool this machine lacks - or fail it where the tool must be there."""
+    if os.environ.get("CI", "").lower() == "true" or os.environ.get(TOOLS_VAR) == "required":
+        pytest.fail(f"{reason}; make test installs it here ({TOOLS_VAR}=required or CI=true)")
+    pytest.skip(reason)

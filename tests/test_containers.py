@@ -38,13 +38,21 @@ from harness.paths import project_root
 from harness.readiness import wait_for
 from harness.scenario import load_scenario
 from tests.connect_plugin import SINK, build_plugin, orders_scenario
-from tests.support import chaoslab
+from tests.support import chaoslab, lacking
 from tests.test_library import replayed_by_crashes
 
 ENGINE_PROBLEM = engine_problem()
-needs_engine = pytest.mark.skipif(
-    ENGINE_PROBLEM is not None, reason=f"no container engine: {ENGINE_PROBLEM}"
-)
+
+
+@pytest.fixture(scope="session")
+def engine() -> None:
+    """A container engine the lab can use: skipped without one, failed where `make test` set
+    one up (tests.support.lacking)."""
+    if ENGINE_PROBLEM is not None:
+        lacking(f"no container engine: {ENGINE_PROBLEM}")
+
+
+needs_engine = pytest.mark.usefixtures("engine")
 
 
 def labelled(engine_url: str, env_id: str | None = None) -> list[str]:
@@ -62,7 +70,9 @@ def labelled(engine_url: str, env_id: str | None = None) -> list[str]:
 # Per test worker, like the local environment (no xdist group: the suite's Spark chain already
 # holds one worker, and these tests balance across both).
 @pytest.fixture(scope="module")
-def containers_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainersEnvironment]:
+def containers_env(
+    engine: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ContainersEnvironment]:
     directory = tmp_path_factory.mktemp("containers")
     with ContainersEnvironment(directory, progress=print) as env:
         yield env

@@ -23,7 +23,7 @@ from tests.jupyter_server import (
     quiet_lab_settings,
     run_notebook_cells,
 )
-from tests.support import SPARK, chaoslab, processes_started_in
+from tests.support import SPARK, chaoslab, lacking, processes_started_in
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("[0-9]*.ipynb"))
@@ -264,7 +264,7 @@ def test_a_notebook_runs_with_its_kernel_in_an_unrelated_folder(
 
     # The executed notebook, opened in JupyterLab in a browser, shows the run's timeline.
     if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing (make test installs Debian's chromium)")
+        lacking(f"{CHROMIUM} is missing (make test installs Debian's chromium)")
     home = tmp_path / "jupyter"
     quiet_lab_settings(home / "config")
     with jupyter_server(tmp_path, home) as server:
