@@ -6,8 +6,11 @@ its output, and nothing of it is left running."""
 
 from __future__ import annotations
 
+import math
 import sys
+import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +20,16 @@ from pymongo import MongoClient
 from harness import paths
 from harness.environment.local import LocalEnvironment
 from harness.errors import LabError
-from harness.history.events import EventKind, HistoryEvent, read_history
+from harness.faults.base import Target
+from harness.faults.kinds import parse_fault
+from harness.faults.nemesis import Nemesis
+from harness.faults.schedule import plan
+from harness.history.events import EventKind, HistoryEvent, HistoryWriter, read_history
 from harness.pipeline.runtime import RuntimeConfig
-from harness.pipeline.supervisor import RuntimeFailed
+from harness.pipeline.runtimes import COMMAND
+from harness.pipeline.supervisor import Lane, RuntimeFailed, RuntimeSupervisor, stop_all
+from harness.readiness import NotReady, wait_for
+from harness.results.fired import unfired
 from harness.results.model import VariantResult
 from harness.run.runner import run_scenario
 from harness.scenario import Scenario, parse_scenario
@@ -190,3 +200,119 @@ def test_a_program_frozen_past_its_session_loses_its_partitions_and_says_so_when
     assert any("command-0" in d and ("SESSTMOUT" in d or "ASSIGNMENT_LOST" in d) for d in told)
     assert (lane.verdict.duplicates, lane.verdict.lost) == recount(scenario_env, lane)
     assert lane.verdict.lost == 0
+
+
+def test_a_kill_due_while_its_instance_is_down_waits_until_it_is_back(
+    scenario_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    # Notebook 08's kills - every instance, then instance 1 again - with the first kill's
+    # restart (4 s) still to come when the second is due (~1 s later, at 100 records/s): the
+    # second kill waits until the supervisor has started instance 1 again, then kills it.
+    # Without the wait its SIGKILL reached no process: two kills of three, and nothing said.
+    kills = [
+        {"kind": "consumer-kill", "name": "all", "at_event": 60},
+        {"kind": "consumer-kill", "name": "again", "at_event": 150, "consumer": 1},
+    ]
+    raw = {
+        "name": "kill-while-down",
+        "seed": 32,
+        "workload": {"events": 300, "keys": 50, "partitions": 3, "rate": 100},
+        "pipeline": {"timeout_s": 120, "restart_delay_s": 4},
+        "variants": [
+            command("insert", f"{sys.executable} listener.py insert {SHORT}", instances=2)
+        ],
+        "faults": kills,
+    }
+    lane, events = run_one(scenario_env, tmp_path, parse_scenario(raw, EXAMPLE / "scenario.yaml"))
+    assert lane.crashes == 3 and lane.unfired == (), lane
+    steps = [(e.t, e.detail, e.count) for e in events
+             if e.kind is EventKind.FAULT_STEP and e.fault == "again"]  # fmt: skip
+    assert len(steps) == 2, steps
+    (waits_at, waits, _), (killed_at, killed, count) = steps
+    assert waits.startswith("command-1 down, restarting in ") and waits.endswith(
+        "the kill waits until it is back"
+    ), waits
+    assert killed.startswith("command-1 SIGKILL, after waiting ") and count == 1, killed
+    assert killed.endswith(" s for command-1 to be back"), killed
+    # It waited for the restart, and killed the process started then.
+    starts = [
+        e.t for e in events if e.kind is EventKind.RUNTIME_START and e.consumer == "command-1"
+    ]
+    assert waits_at < starts[1] < killed_at < min(starts[2:], default=math.inf), (starts, steps)
+    waited = float(killed.split("after waiting ")[1].split(" s")[0])
+    assert waited == pytest.approx(killed_at - waits_at, abs=0.2) and waited > 1.0, steps
+    start = next(e.t for e in events if e.kind is EventKind.FAULT_START and e.fault == "again")
+    end = next(e.t for e in events if e.kind is EventKind.FAULT_END and e.fault == "again")
+    assert start <= waits_at and killed_at <= end  # its window is the wait: the timeline shows it
+    assert lane.verdict.lost == 0
+
+
+def _sleepers(env: LocalEnvironment, tmp_path: Path, restart_delay: float) -> Target:
+    """Two instances of a program that only sleeps, supervised as a lane's consumers: what a
+    kill finds down or running, without a workload."""
+    config = RuntimeConfig(
+        runtime="command",
+        bootstrap=env.kafka_bootstrap,
+        mongo_uri=env.mongo_uri,
+        topic="unused",
+        group="unused",
+        database="unused",
+        variant="command",
+        variant_options={},
+        run_dir=str(tmp_path),
+        command=("sleep", "120"),
+    )
+    history = HistoryWriter(config.history_dir, "nemesis", "sleepers")
+    lane = Lane(config, tmp_path / "runtime.json", HistoryWriter(config.history_dir, "harness"))
+    # Not watched from outside (the observer): there is no group or collection to watch.
+    runtime = replace(COMMAND, black_box=False)
+    supervisor = RuntimeSupervisor(
+        env, [lane], consumers=2, restart_delay=restart_delay, log_dir=tmp_path / "logs",
+        runtime=runtime,
+    )  # fmt: skip
+    return Target(history, supervisor, tmp_path, runtime, label="sleepers")
+
+
+def _seen_killed(supervisor: RuntimeSupervisor, kills: int) -> None:
+    supervisor.check()  # notices the consumers that ended
+    if supervisor.crashes < kills:
+        raise NotReady(f"{supervisor.crashes} of {kills} kills seen")
+
+
+def test_a_kill_of_an_instance_down_for_good_is_reported_not_done(
+    lab_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    # A restart delay longer than any run: instance 1, killed first, is down for good. A kill of
+    # every instance then kills instance 0 at once - it does not wait 600 s, nor its deadline,
+    # for instance 1 - and says instance 1 was not killed, which is how the run reports it.
+    target = _sleepers(lab_env, tmp_path, restart_delay=600)
+    faults = (
+        parse_fault({"kind": "consumer-kill", "at": 0, "consumer": 1}, "first"),
+        parse_fault({"kind": "consumer-kill", "at": 0.5}, "all"),
+    )
+    nemesis = Nemesis(lab_env, plan(faults, 1), [target])
+    supervisor = target.supervisor
+    supervisor.start()
+    started = time.monotonic()
+    try:
+        while not nemesis.done and time.monotonic() - started < 10:
+            nemesis.tick(time.monotonic() - started, 0)
+            supervisor.check()
+            time.sleep(0.05)  # the run loop's pace (POLL_S), not a wait for a condition
+        assert nemesis.done, nemesis.under_way()
+        assert time.monotonic() - started < 5  # not held for the deadline
+        wait_for(lambda: _seen_killed(supervisor, 2), what="two kills seen", timeout=10)
+        assert supervisor.restarts == 0
+    finally:
+        stop_all([supervisor])
+    events = read_history(tmp_path / "history")
+    said = [(e.fault, e.detail, e.count) for e in events if e.kind is EventKind.FAULT_STEP]
+    assert said[0] == ("first", "command-1 SIGKILL", 1), said
+    assert said[1] == ("all", "command-0 SIGKILL", 1), said
+    assert len(said) == 3 and said[2][0] == "all" and said[2][2] is None, said
+    detail = said[2][1]
+    assert detail.startswith("command-1 down, its restart due in ") and detail.endswith(
+        " s, past the kill's 60 s: not killed"
+    ), detail
+    (missed,) = unfired(faults, events, workload_events=0)
+    assert (missed.name, missed.reason) == ("all", detail)

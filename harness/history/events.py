@@ -67,8 +67,10 @@ class EventKind(StrEnum):
     SCHEDULE_START = "schedule-start"  # the nemesis's clock starts: fault times count from here
     FAULT_START = "fault-start"  # fault: the fault's name; detail: its kind
     FAULT_END = "fault-end"
-    # An instant inside a fault window (fault: its name; count: which, 1-based): each
-    # broker bounce of a restart or rolling restart, when the broker was taken down.
+    # An instant inside a fault window (fault: its name; detail: what the lab did; count:
+    # which, 1-based, or how many it acted on): each broker bounce of a restart or rolling
+    # restart, when the broker was taken down; a consumer kill's SIGKILL, and its wait for a
+    # consumer that was down when the kill was due (harness.faults.families.consumer).
     FAULT_STEP = "fault-step"
     # The variant's consumers have committed past every acknowledged record: its work is done,
     # and a fault that starts later hits nothing (it did not fire, for this variant).

@@ -171,12 +171,14 @@ class RuntimeSupervisor:
         for observer in self.observers:
             observer.start()
 
+    def _aimed(self, index: int | None) -> list[_Consumer]:
+        return [c for c in self.consumers if index is None or c.index == index]
+
     def freeze(self, index: int | None = None) -> None:
         """SIGSTOP a consumer (or all) until ``thaw``: a fault's pause, from outside."""
-        for c in self.consumers:
-            if index is None or c.index == index:
-                self.frozen.add(c.index)
-                self.env.signal_client(self._process_name(c), signal.SIGSTOP)
+        for c in self._aimed(index):
+            self.frozen.add(c.index)
+            self.env.signal_client(self._process_name(c), signal.SIGSTOP)
 
     def thaw(self) -> None:
         for c in self.consumers:
@@ -188,11 +190,27 @@ class RuntimeSupervisor:
     def restarts(self) -> int:
         return sum(max(c.starts - 1, 0) for c in self.consumers)
 
-    def kill(self, index: int | None = None) -> None:
-        """SIGKILL a consumer (or all) with everything it started; ``check`` restarts it."""
-        for c in self.consumers:
-            if index is None or c.index == index:
-                self.env.signal_client(self._process_name(c), signal.SIGKILL)
+    def kill(self, index: int | None = None) -> list[str]:
+        """SIGKILL a consumer (or all) with everything it started; ``check`` restarts it. The
+        names of those it reached: one that is down (not started again yet) has no process."""
+        return [
+            c.name
+            for c in self._aimed(index)
+            if self.env.signal_client(self._process_name(c), signal.SIGKILL)
+        ]
+
+    def down(self, index: int | None = None) -> dict[str, float | None]:
+        """The consumers aimed at (``index``, or all) that are not running now, by name, each
+        with when ``check`` starts it again (``time.monotonic``; None: never - it is not
+        supervised any more)."""
+        now = time.monotonic()
+        found: dict[str, float | None] = {}
+        for c in self._aimed(index):
+            if c.handle is None:
+                found[c.name] = c.restart_at
+            elif not c.handle.alive():  # ended, and ``check`` has not seen it yet
+                found[c.name] = now + self.restart_delay
+        return found
 
     def stop_cleanly(self, index: int) -> None:
         """SIGTERM consumer ``index``: its own shutdown runs (a JVM's hooks: a Connect worker

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from harness.environment.base import BackendAbilities
@@ -20,11 +22,13 @@ from harness.faults.base import (
     Setting,
     Space,
     Step,
+    Target,
     Timed,
     positive,
 )
 from harness.history.events import EventKind
 from harness.pipeline.crash import CrashPlan, CrashPoint
+from harness.pipeline.supervisor import RuntimeSupervisor
 from harness.records import Problem
 
 # The points where a sink's consumer can be struck (the relay's is relay-crash's).
@@ -207,7 +211,7 @@ class ConsumerPause(_AtPoint):
         return {"point": "mid_write", "after_docs": 10, "at_batch": 2, "duration": duration}
 
 
-KILL = "kill-consumers"
+KILL, KILL_WHEN_BACK = "kill-consumers", "kill-consumers-when-back"
 
 
 class _OnTheConsumers(Timed):
@@ -237,16 +241,133 @@ class _OnTheConsumers(Timed):
         ]
 
 
+# How long a kill waits at most for a consumer it aims at that is down - killed earlier and not
+# started again yet - to be back: a restart delay that brings a consumer back is an
+# orchestrator's few seconds; a longer one (connect-worker-loss's 600 s) means it is gone for
+# good, and waiting would hold the run past its work for a kill that could land on nothing.
+BACK_WITHIN_S = 60.0
+# Ends a FAULT_STEP's detail that names a consumer the kill was aimed at and did not kill.
+NOT_KILLED = "not killed"
+
+
+@dataclass
+class _Group:
+    """The consumers one supervisor runs, as a kill sees them: the lanes they serve (several
+    when lanes share them: a Connect cluster's workers, a Spark driver's queries), each lane's
+    history told the same, and those the kill waits for."""
+
+    targets: list[Target]
+    waits_for: list[str] = field(default_factory=list)
+
+    @property
+    def supervisor(self) -> RuntimeSupervisor:
+        return self.targets[0].supervisor
+
+    def record(self, fault: Fault, detail: str, count: int | None = None) -> None:
+        for target in self.targets:
+            target.history.record(EventKind.FAULT_STEP, fault=fault.name, detail=detail,
+                                  count=count)  # fmt: skip
+
+
+def _groups(targets: Sequence[Target]) -> list[_Group]:
+    """The targets by supervisor: a process that serves several lanes is killed once."""
+    groups: dict[int, _Group] = {}
+    for target in targets:
+        groups.setdefault(id(target.supervisor), _Group([])).targets.append(target)
+    return list(groups.values())
+
+
 @dataclass
 class _Killer(Actor):
+    """SIGKILLs the consumers it aims at. One that is down when the kill is due (killed, or
+    ended, and the pipeline's restart delay not over) is waited for, up to BACK_WITHIN_S: a
+    SIGKILL that reaches no process kills nothing, and a scenario's count of kills would
+    depend on how soon its restarts came. The history says what it did (FAULT_STEP events):
+    that the kill waits, and for whom; whom it killed (``count`` of them), and after how long
+    a wait; and each consumer aimed at and not killed, ending in NOT_KILLED, which
+    ``why_unfired`` reports."""
+
     fault: ConsumerKill
     context: Context
+    due: float = 0.0  # time.monotonic() when the kill was due
+    waiting: list[_Group] = field(default_factory=list)
+
+    @property
+    def deadline(self) -> float:
+        return self.due + BACK_WITHIN_S
 
     def take(self, step: Step) -> None:
-        if step.action != KILL:
+        if step.action == KILL:
+            self.due = time.monotonic()
+            for group in _groups(self.context.targets):
+                down = group.supervisor.down(self.fault.consumer)
+                # A kill of every consumer that finds one down waits for it, then kills them
+                # all at once - not those running now and the others as they come back: a
+                # group killed whole leaves no member to take the others' partitions over,
+                # and one killed instance by instance is another fault (a rolling kill).
+                if self._coming(down):
+                    group.waits_for = list(down)
+                    self.waiting.append(group)
+                    self._record_wait(group, down)
+                else:
+                    self._kill(group, down)
+        elif step.action == KILL_WHEN_BACK:
+            for group in self.waiting:
+                self._kill(group, group.supervisor.down(self.fault.consumer))
+            self.waiting = []
+        else:
             super().take(step)
-        for target in self.context.targets:
-            target.supervisor.kill(self.fault.consumer)
+
+    def holds(self, step: Step) -> bool:
+        """Every consumer waited for is back, or will not be before the deadline."""
+        if time.monotonic() >= self.deadline:
+            return True
+        return not any(self._coming(g.supervisor.down(self.fault.consumer)) for g in self.waiting)
+
+    def _coming(self, down: dict[str, float | None]) -> bool:
+        """Whether a consumer that is down is to be started again before the deadline."""
+        return any(at is not None and at <= self.deadline for at in down.values())
+
+    def _record_wait(self, group: _Group, down: dict[str, float | None]) -> None:
+        now = time.monotonic()
+        soon = [at - now for at in down.values() if at is not None and at <= self.deadline]
+        they = "it is" if len(down) == 1 else "they are"
+        group.record(
+            self.fault,
+            f"{', '.join(down)} down, restarting in {max(0.0, *soon):.1f} s: the kill waits "
+            f"until {they} back",
+        )
+
+    def _kill(self, group: _Group, down: dict[str, float | None]) -> None:
+        """SIGKILL the group's consumers that run; say which were down, and why not killed."""
+        killed = group.supervisor.kill(self.fault.consumer)
+        now = time.monotonic()
+        if killed:
+            awaited = ", ".join(group.waits_for)
+            waited = f", after waiting {now - self.due:.1f} s for {awaited} to be back"
+            waited = waited if awaited else ""
+            group.record(self.fault, f"{', '.join(killed)} SIGKILL{waited}", len(killed))
+        for name, at in down.items():
+            if at is None:
+                why = "not to be started again"
+            elif at > self.deadline:
+                why = f"its restart due in {at - now:.0f} s, past the kill's {BACK_WITHIN_S:.0f} s"
+            else:
+                why = f"not back within {BACK_WITHIN_S:.0f} s"
+            group.record(self.fault, f"{name} down, {why}: {NOT_KILLED}")
+        if not killed and not down:
+            group.record(self.fault, f"no consumer process {self.fault.consumer}: {NOT_KILLED}")
+
+    def undo(self) -> None:
+        """The run ended while the kill waited: it killed none of those."""
+        for group in self.waiting:
+            for name in group.waits_for:
+                group.record(self.fault, f"{name} down until the run ended: {NOT_KILLED}")
+        self.waiting = []
+
+    @property
+    def about(self) -> str:
+        return ", ".join(n for g in self.waiting for n in g.waits_for)
 
 
 @dataclass(frozen=True)
@@ -264,10 +385,22 @@ class ConsumerKill(_OnTheConsumers):
         return self.trigger_problems() + self.consumer_problems()
 
     def steps(self, seed: int) -> tuple[Step, ...]:
-        return (self.opening(seed), Step(KILL), Step(END))
+        return (self.opening(seed), Step(KILL), Step(KILL_WHEN_BACK, waits=True), Step(END))
 
     def actor(self, context: Context) -> Actor:
         return _Killer(self, context)
+
+    def why_unfired(self, seen: Seen) -> str:
+        """Also: a consumer it was aimed at was down and not back in time (``_Killer``)."""
+        if why := super().why_unfired(seen):
+            return why
+        return "; ".join(
+            e.detail
+            for e in seen.events
+            if e.kind is EventKind.FAULT_STEP
+            and e.fault == self.name
+            and e.detail.endswith(NOT_KILLED)
+        )
 
     @classmethod
     def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
