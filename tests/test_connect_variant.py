@@ -13,10 +13,25 @@ import yaml
 from harness.checker.promise import AT_LEAST_ONCE, EXACTLY_ONCE
 from harness.environment.base import BackendAbilities
 from harness.errors import BadInput
-from harness.faults.families.connect import ConnectWorkerKill
+from harness.faults.base import END, START
+from harness.faults.families.connect import (
+    KILL_WORKER,
+    KILL_WORKER_WHEN_BACK,
+    TASKS_PLACED,
+    ConnectWorkerKill,
+    placed_within_s,
+    unplaced,
+)
 from harness.faults.kinds import parse_fault
+from harness.faults.nemesis import WAIT_TIMEOUT_S
 from harness.kafka.clients import CONSUMER_CLIENT
-from harness.pipeline.connect import SINK_CONNECTOR, ConnectSettings, TaskState, log_lines
+from harness.pipeline.connect import (
+    SINK_CONNECTOR,
+    ConnectorState,
+    ConnectSettings,
+    TaskState,
+    log_lines,
+)
 from harness.pipeline.runtimes import CONNECT
 from harness.pipeline.variants import make_variant
 from harness.pipeline.variants.base import Place
@@ -240,3 +255,41 @@ def test_a_failed_tasks_reason_is_its_first_line_and_its_root_cause() -> None:
         "com.fasterxml.jackson.core.io.JsonEOFException: Unexpected end-of-input)"
     )
     assert TaskState(0, "RUNNING", "w").reason == ""
+
+
+def test_a_worker_kill_waits_until_connect_has_started_every_task_on_a_worker_that_runs(
+    tmp_path: Path,
+) -> None:
+    kill = parse_fault({"kind": "connect-worker-kill", "worker": "follower", "at": 1}, "k")
+    steps = kill.steps(1)
+    assert [(s.action, s.waits) for s in steps] == [
+        (START, False), (KILL_WORKER, False), (KILL_WORKER_WHEN_BACK, True),
+        (TASKS_PLACED, True), (END, False),
+    ]  # fmt: skip
+    # Until when: the workers' session timeout, the scheduled rebalance's delay, a margin -
+    # past the nemesis's deadline for a waiting step with Connect's defaults (its own, then).
+    scenario = {"scheduled.rebalance.max.delay.ms": 60000}
+    minute = ConnectSettings.for_run(scenario, bootstrap="b:1", group="g", folder=tmp_path,
+                                     base=tmp_path)  # fmt: skip
+    assert placed_within_s(minute) == 60 + 10 + 30
+    defaults = ConnectSettings.for_run({}, bootstrap="b:1", group="g", folder=tmp_path,
+                                       base=tmp_path)  # fmt: skip
+    assert placed_within_s(defaults) == 300 + 10 + 30 > WAIT_TIMEOUT_S
+    # What: a task is placed once it runs - or failed, which it stays - on a worker that runs.
+    # Connect's status says RUNNING on a dead worker until its scheduled rebalance.
+    dead, alive = "127.0.0.1:8300", "127.0.0.1:8301"
+    tasks = (
+        TaskState(0, "RUNNING", dead),
+        TaskState(1, "RUNNING", alive),
+        TaskState(2, "UNASSIGNED", alive),
+        TaskState(3, "FAILED", alive, "org.apache.kafka.connect.errors.ConnectException"),
+    )
+    state = ConnectorState("run.connect-a", "RUNNING", alive, tasks)
+    assert unplaced("a", state, {alive}.__contains__) == [
+        f"task 0 of a (RUNNING on {dead})",
+        f"task 2 of a (UNASSIGNED on {alive})",
+    ]
+    assert (
+        unplaced("a", ConnectorState("c", "RUNNING", alive, tasks[1:2]), {alive}.__contains__) == []
+    )
+    assert unplaced("a", None, {alive}.__contains__) == ["a's tasks (Connect lists none)"]

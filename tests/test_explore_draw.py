@@ -224,6 +224,13 @@ def test_explore_takes_a_connector_its_runtime_beside_and_draws_connects_faults(
     trial = draw_trial(planned.explored, 1, 1)
     assert any(r.connect for r in trial.scenario().setting.runtimes)
     assert {str(f["kind"]) for f in trial.faults} <= set(CONNECT_KINDS) and trial.faults
+    # A lost worker's tasks are placed again within the trial's time, not Connect's 5 minutes;
+    # a trial without a connector keeps the pipeline's own settings.
+    delay = "scheduled.rebalance.max.delay.ms"
+    assert trial.scenario().pipeline.connect == {delay: 20_000}
+    listener_only = plan(runtime="listener", variants=["naive"], kinds=None, backend=LOCAL,
+                         budget="60", seed=1, out=Path("."))  # fmt: skip
+    assert draw_trial(listener_only.explored, 1, 1).scenario().pipeline.connect == {}
     # A variant that runs on another of the lab's runtimes is still refused.
     with pytest.raises(BadInput, match="--variant connector-sink: does not run on listener"):
         plan(runtime="listener", variants=["connector-sink"], kinds=None, backend=LOCAL,

@@ -4,13 +4,16 @@ into the steps the nemesis will take."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from types import SimpleNamespace
+from typing import Any, ClassVar, cast
 
 import pytest
 
 from harness.environment.base import Environment
-from harness.faults.base import END, START, Context, Step, Target
+from harness.faults import nemesis as nemesis_module
+from harness.faults.base import END, START, Actor, Context, FaultStuck, Step, Target, Timed
 from harness.faults.families.broker import Do
 from harness.faults.families.consumer import ConsumerFreeze
 from harness.faults.families.mongo import OFF as FAILPOINT_OFF
@@ -267,6 +270,68 @@ def test_a_thawed_consumer_has_its_aftermath_before_the_run_may_end() -> None:
         time.sleep(0.05)
     assert not nemesis.settling
     assert time.monotonic() - thawed >= ConsumerFreeze.aftermath_s - 0.5
+
+
+@dataclass
+class _Patient(Actor):
+    until: float  # time.monotonic() its wait comes true
+    own: bool  # and says so: a deadline of its own
+
+    def take(self, step: Step) -> None:
+        pass  # it only waits
+
+    def holds(self, step: Step) -> bool:
+        return time.monotonic() >= self.until
+
+    def waits_until(self, step: Step) -> float | None:
+        return self.until if self.own else None
+
+
+@dataclass(frozen=True)
+class _Waits(Timed):
+    """A fault whose one step waits ``for_s`` seconds from the start (test-only)."""
+
+    kind: ClassVar[str] = "waits"
+    name: str
+    for_s: float
+    own: bool
+    at: float | None = 0.0
+    at_event: int | None = None
+    jitter: float = 0.0
+
+    def steps(self, seed: int) -> tuple[Step, ...]:
+        return (self.opening(seed), Step("wait", waits=True), Step(END))
+
+    def actor(self, context: Context) -> Actor:
+        return _Patient(time.monotonic() + self.for_s, self.own)
+
+    @classmethod
+    def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
+        return {}
+
+
+def _play(fault: _Waits, tmp_path: Path) -> None:
+    # No server: the environment is only named in a stuck fault's message (its logs' folder).
+    env = cast(Environment, SimpleNamespace(directory=tmp_path))
+    nemesis = Nemesis(env=env, schedule=plan((fault,), 1), targets=[])
+    deadline = time.monotonic() + 10
+    while not nemesis.done and time.monotonic() < deadline:
+        nemesis.tick(1000.0, 0)
+        time.sleep(0.01)
+    assert nemesis.done
+
+
+def test_a_wait_with_a_deadline_of_its_own_outlasts_the_nemesis_s(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # connect-worker-kill waits for Connect's scheduled rebalance, five minutes by default: its
+    # wait ends at its own deadline (holds says so), not as a stuck fault at the nemesis's.
+    monkeypatch.setattr(nemesis_module, "WAIT_TIMEOUT_S", 0.3)
+    started = time.monotonic()
+    _play(_Waits("own", for_s=1.0, own=True), tmp_path)
+    assert time.monotonic() - started >= 1.0
+    with pytest.raises(FaultStuck, match="stuck: wait did not come true within"):
+        _play(_Waits("stuck", for_s=1.0, own=False), tmp_path)
 
 
 @pytest.mark.parametrize(

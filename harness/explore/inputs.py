@@ -14,7 +14,7 @@ from harness.checker.promise import NOTHING
 from harness.environment.base import BackendAbilities
 from harness.errors import BadInput
 from harness.explore.model import REPLAYS, Plan
-from harness.explore.trial import Explored, drawable
+from harness.explore.trial import Explored, drawable, variant_entry
 from harness.pipeline.runtimes import get_runtime, names
 from harness.pipeline.variants import BUILT_IN, make_variant
 
@@ -76,10 +76,7 @@ def plan(
             entries.append(entry)
     if runtime in names():
         for entry in entries:
-            name = entry if isinstance(entry, str) else str(entry["name"])
-            options = (
-                {} if isinstance(entry, str) else {k: v for k, v in entry.items() if k != "name"}
-            )
+            name, options = variant_entry(entry)
             # A connector brings its runtime (Kafka Connect's) and runs beside ``runtime``'s.
             if not make_variant(name, options).runs_with(get_runtime(runtime)):
                 problems.append(f"--variant {name}: does not run on {runtime}")

@@ -17,9 +17,14 @@ from harness.faults.base import Fault, Space
 from harness.faults.kinds import KINDS
 from harness.pipeline import mongo_options
 from harness.pipeline.runtimes import get_runtime
+from harness.pipeline.variants import make_variant
 from harness.scenario import Scenario, ScenarioError, parse_scenario, runnable
 
 MAX_FAULTS = 4
+# A trial's Connect cluster hands a lost worker's tasks out after this, not Connect's five
+# minutes: a worker kill is under way until Connect has placed them again (the fault family
+# waits for it), and a trial has 180 s in all.
+TRIAL_REBALANCE_DELAY_MS = 20_000
 # Tries to draw one fault before its slot stays empty: a family refused for the setting (a
 # consumer index beyond the consumers) is drawn again.
 TRIES = 20
@@ -110,6 +115,11 @@ class Trial:
                 "consumers": s.consumers,
                 "timeout_s": 180,
                 **({"mongo": dict(s.mongo)} if s.mongo else {}),
+                **(
+                    {"connect": {"scheduled.rebalance.max.delay.ms": TRIAL_REBALANCE_DELAY_MS}}
+                    if self.beside_connect
+                    else {}
+                ),
             },
             "variants": [v if isinstance(v, str) else dict(v) for v in self.variants],
             "faults": [dict(f) for f in self.faults],
@@ -120,6 +130,12 @@ class Trial:
 
     def scenario(self) -> Scenario:
         return parse_scenario(self.document(), f"<{self.name}>")
+
+    @property
+    def beside_connect(self) -> bool:
+        """Whether a variant of it brings a Kafka Connect lane."""
+        brought = [make_variant(*variant_entry(v)).own_runtime() for v in self.variants]
+        return any(runtime is not None and runtime.connect for runtime in brought)
 
     def schedule(self) -> str:
         """One line: each fault's kind and fields."""
@@ -202,3 +218,10 @@ def refused(trial: Trial, backend: BackendAbilities) -> str:
     except ScenarioError as exc:
         return str(exc)
     return ""
+
+
+def variant_entry(variant: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A variant's entry (a name, or a scenario file's mapping) as (name, options)."""
+    if isinstance(variant, str):
+        return variant, {}
+    return str(variant["name"]), {k: v for k, v in variant.items() if k != "name"}

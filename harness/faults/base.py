@@ -208,6 +208,13 @@ class Actor:
         not; a transient error of the cluster counts as not yet)."""
         return True
 
+    def waits_until(self, step: Step) -> float | None:
+        """When a waiting step's own deadline comes (``time.monotonic()``), if it has one:
+        ``holds`` says True by then whatever the servers do, and the nemesis does not give it
+        up as stuck before - a wait that may outlast the nemesis's WAIT_TIMEOUT_S (Connect's
+        scheduled rebalance, five minutes by default)."""
+        return None
+
     def undo(self) -> None:
         """Undo whatever is still in force (the run ended, or failed, inside its window),
         without waiting for the servers."""

@@ -23,7 +23,9 @@ from harness.faults.schedule import FaultPlan
 from harness.history.events import EventKind
 
 CHECK_EVERY_S = 0.5  # how often a waiting step asks the cluster (a Metadata request or so)
-WAIT_TIMEOUT_S = 240.0  # a node not gone, or not back, by then is a broken environment
+# A node not gone, or not back, by then is a broken environment; a wait with a deadline of its
+# own (``Actor.waits_until``) is given until then instead, if that is later.
+WAIT_TIMEOUT_S = 240.0
 
 
 @dataclass
@@ -137,11 +139,13 @@ class Nemesis:
         progress.checked_at = now
         if progress.actor.holds(step):
             return True
-        if now - progress.waiting_since > WAIT_TIMEOUT_S:
+        stuck = max(progress.waiting_since + WAIT_TIMEOUT_S, progress.actor.waits_until(step) or 0)
+        if now > stuck:
             about = f" for {progress.actor.about}" if progress.actor.about else ""
             raise FaultStuck(
                 f"{progress.plan.name}: {step.action}{about} did not come true within "
-                f"{WAIT_TIMEOUT_S:.0f}s (see the servers' logs in {self.env.directory}/logs)"
+                f"{now - progress.waiting_since:.0f}s (see the servers' logs in "
+                f"{self.env.directory}/logs)"
             )
         return False
 

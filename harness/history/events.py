@@ -70,7 +70,8 @@ class EventKind(StrEnum):
     # An instant inside a fault window (fault: its name; detail: what the lab did; count:
     # which, 1-based, or how many it acted on): each broker bounce of a restart or rolling
     # restart, when the broker was taken down; a consumer kill's SIGKILL, and its wait for a
-    # consumer that was down when the kill was due (harness.faults.families.consumer).
+    # consumer that was down when the kill was due (harness.faults.families.consumer); a
+    # Connect worker's kill, and when Connect had started its tasks again (families.connect).
     FAULT_STEP = "fault-step"
     # The variant's consumers have committed past every acknowledged record: its work is done,
     # and a fault that starts later hits nothing (it did not fire, for this variant).

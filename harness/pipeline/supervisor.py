@@ -212,13 +212,21 @@ class RuntimeSupervisor:
                 found[c.name] = now + self.restart_delay
         return found
 
-    def stop_cleanly(self, index: int) -> None:
+    def stop_cleanly(self, index: int) -> list[str]:
         """SIGTERM consumer ``index``: its own shutdown runs (a JVM's hooks: a Connect worker
-        stops its tasks and commits their offsets); ``check`` restarts it."""
-        for c in self.consumers:
-            if c.index == index:
+        stops its tasks and commits their offsets); ``check`` restarts it. The names of those
+        it reached: one that is down is not stopping, and its next exit is not a clean stop."""
+        reached = []
+        for c in self._aimed(index):
+            if self.env.signal_client(self._process_name(c), signal.SIGTERM):
                 c.stopping = True
-                self.env.signal_client(self._process_name(c), signal.SIGTERM)
+                reached.append(c.name)
+        return reached
+
+    def handle(self, index: int) -> proc.ProcessHandle | None:
+        """The process consumer ``index`` runs now (None while it is down): a fault that
+        stopped it sees it gone when this one is no longer alive, however soon it restarts."""
+        return next((c.handle for c in self._aimed(index)), None)
 
     def _thaw_paused(self, c: _Consumer, now: float) -> None:
         """A consumer that froze itself at a pause point is thawed after its pause."""

@@ -7,24 +7,66 @@ restarted after ``pipeline.restart_delay_s`` as an orchestrator would restart it
 worker: ``worker`` (its index), or the one running task ``task`` of the connector of the lane
 ``of`` names - asked of Connect when the fault acts, since Connect decides where tasks run.
 Nothing is emulated: the workers' group notices the loss itself (its session timeout), and the
-lost tasks wait for the scheduled rebalance (``scheduled.rebalance.max.delay.ms``).
+lost tasks wait for the scheduled rebalance (``scheduled.rebalance.max.delay.ms``). A worker
+lost is a fault under way until Connect has placed every task of the run's connectors on a
+worker that runs again - the scheduled rebalance, or the restarted worker, or a new leader's
+assignment at once: the run does not end before the timeline shows it.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 
 from harness.environment.base import BackendAbilities
+from harness.environment.process import ProcessHandle
 from harness.errors import LabError
-from harness.faults.base import END, Actor, Context, Setting, Space, Step, Target, Timed
+from harness.faults.back import NOT_KILLED, BackWait, Down, ran_out, unkilled
+from harness.faults.base import END, Actor, Context, Seen, Setting, Space, Step, Target, Timed
 from harness.history.events import EventKind
-from harness.pipeline.connect import ConnectError, ConnectRest, ConnectSettings
+from harness.pipeline.connect import ConnectError, ConnectorState, ConnectRest, ConnectSettings
 from harness.records import FieldError, Problem
 
 KILL_WORKER, RESTART_TASK = "kill-worker", "restart-task"
+KILL_WORKER_WHEN_BACK, TASKS_PLACED = "kill-worker-when-back", "await-tasks-placed"
 ROLES = ("leader", "follower")
+# Connect's defaults of the worker settings a lost worker's tasks wait out: the workers' group
+# notices the loss after its session timeout, and holds the tasks for the scheduled rebalance's
+# delay from then (docs/connect.md).
+REBALANCE_DELAY_MS, WORKER_SESSION_MS = 300_000, 10_000
+# Beyond those: the rebalance itself and the tasks' start on the worker given them, slow on a
+# loaded machine (connect-worker-loss's tasks started 71-73 s after the kill, of 60 s + 10 s).
+PLACED_MARGIN_S = 30.0
+# A task is placed once Connect started it on a worker: RUNNING, or FAILED there - a failed
+# task stays failed (its lane stops for good) and waiting for it to run would only hold the
+# run until the deadline.
+PLACED = ("RUNNING", "FAILED")
+LOOK_TIMEOUT_S = 2.0  # a worker that does not answer Connect's status soon is asked next time
+
+
+def placed_within_s(settings: ConnectSettings) -> float:
+    """How long after a worker's loss Connect may take to place its tasks on another: the
+    workers' session timeout, the scheduled rebalance's delay and a margin."""
+    delay = int(settings.worker.get("scheduled.rebalance.max.delay.ms", REBALANCE_DELAY_MS))
+    session = int(settings.worker.get("session.timeout.ms", WORKER_SESSION_MS))
+    return (delay + session) / 1000 + PLACED_MARGIN_S
+
+
+def unplaced(lane: str, state: ConnectorState | None, live: Callable[[str], bool]) -> list[str]:
+    """The tasks of ``lane``'s connector Connect has not placed on a worker that runs (``live``,
+    asked of a worker's id), each as ``task 1 of LANE (RUNNING on HOST:PORT)`` - Connect's status
+    says RUNNING on a dead worker until its scheduled rebalance."""
+    if state is None or not state.tasks:
+        return [f"{lane}'s tasks (Connect lists none)"]
+    return [
+        f"task {t.task} of {lane} ({t.state} on {t.worker})"
+        for t in state.tasks
+        if t.state not in PLACED or not live(t.worker)
+    ]
 
 
 @dataclass(frozen=True)
@@ -152,6 +194,10 @@ class ConnectWorkerKill(_OnConnect):
     of: str = ""
     task: int = 0
     hard: bool = True  # SIGKILL (a machine lost); false: SIGTERM, Connect's clean shutdown
+    # Connect's placing the tasks again is seen by the nemesis and by each lane's watch
+    # (harness.pipeline.connect_watch), each polling on its own: the run goes on a few of the
+    # watch's polls, so each lane's history has the tasks' new workers too.
+    aftermath_s: ClassVar[float] = 2.0
 
     def problems(self) -> list[Problem]:
         found = self.trigger_problems()
@@ -174,17 +220,28 @@ class ConnectWorkerKill(_OnConnect):
     def aim(self) -> str:
         return "a Connect worker running a task" if self.of else "a Connect worker"
 
-    def act(self, lane: Target) -> str:
+    def steps(self, seed: int) -> tuple[Step, ...]:
+        return (
+            self.opening(seed),
+            Step(KILL_WORKER),
+            Step(KILL_WORKER_WHEN_BACK, waits=True),
+            Step(TASKS_PLACED, waits=True),
+            Step(END),
+        )
+
+    def actor(self, context: Context) -> Actor:
+        return _WorkerKiller(self, context)
+
+    def pick(self, lane: Target) -> tuple[int, str]:
+        """The index of the worker it aims at now, and why that one (for the history)."""
         if self.of:
             index, worker = self._task_worker(lane)
-            why = f" ({worker}), which ran task {self.task} of {lane.label}"
-        else:
-            index, why = self.worker.pick(self.settings(lane))
-        if not self.hard:
-            lane.supervisor.stop_cleanly(index)
-            return f"stopped worker connect-{index} cleanly (SIGTERM){why}"
-        lane.supervisor.kill(index)
-        return f"SIGKILLed worker connect-{index}{why}"
+            return index, f" ({worker}), which ran task {self.task} of {lane.label}"
+        return self.worker.pick(self.settings(lane))
+
+    def why_unfired(self, seen: Seen) -> str:
+        """Also: the worker it was aimed at was down and not back in time (``_WorkerKiller``)."""
+        return super().why_unfired(seen) or unkilled(self.name, seen)
 
     @classmethod
     def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
@@ -196,6 +253,144 @@ class ConnectWorkerKill(_OnConnect):
         # depends on whether the worker's last offsets were committed.
         hard = rng.random() < 0.5
         return {**space.when(rng), "worker": rng.choice([*range(workers), *roles]), "hard": hard}
+
+
+@dataclass
+class _WorkerKiller(Actor):
+    """Kills (or stops cleanly) the worker its fault picks - one that is down then is waited
+    for (``harness.faults.back``) - then waits until Connect has placed every task of the run's
+    Connect lanes' connectors on a worker that runs, up to ``placed_within_s`` after the kill.
+    The history says (FAULT_STEP events) whom it killed, after what wait; when every task was
+    placed again, or which were not by the deadline - the kill happened either way: Connect's
+    being slow is a finding of the run, not a fault that did not fire."""
+
+    fault: ConnectWorkerKill
+    context: Context
+    back: BackWait = field(default_factory=BackWait)
+    lane: Target | None = None  # the Connect lane its worker was picked by
+    index: int = 0  # the worker aimed at
+    why: str = ""  # why that one, for the history
+    waiting: str = ""  # the worker, while the kill waits for it to be back
+    struck: ProcessHandle | None = None  # the process killed, while its tasks are not placed
+    struck_at: float = 0.0  # time.monotonic() then
+    placed_by: float = 0.0  # the wait's deadline
+    unplaced: list[str] = field(default_factory=list)  # what Connect had not placed, last look
+
+    def take(self, step: Step) -> None:
+        if step.action == KILL_WORKER:
+            self.back.start()
+            self.lane = self.fault.lanes(self.context)[0]
+            self.index, self.why = self.fault.pick(self.lane)
+            down = self._down()
+            if self.back.coming(down):
+                self.waiting = ", ".join(down)
+                self._record(self.back.waits(down))
+            else:
+                self._strike(down)
+        elif step.action == KILL_WORKER_WHEN_BACK:
+            if self.waiting:
+                self._strike(self._down())
+        elif step.action == TASKS_PLACED:
+            self._placed()
+        else:
+            super().take(step)
+
+    def holds(self, step: Step) -> bool:
+        if step.action == KILL_WORKER_WHEN_BACK:
+            return not self.waiting or self.back.over or not self.back.coming(self._down())
+        if step.action != TASKS_PLACED or self.struck is None:
+            return True  # nothing killed: nothing to wait for
+        self.unplaced = self._look()
+        return not self.unplaced or time.monotonic() >= self.placed_by
+
+    def waits_until(self, step: Step) -> float | None:
+        return self.placed_by if step.action == TASKS_PLACED and self.struck is not None else None
+
+    def _record(self, detail: str) -> None:
+        self.context.record(EventKind.FAULT_STEP, self.fault, detail=detail)
+
+    def _down(self) -> Down:
+        assert self.lane is not None  # picked by the kill's first step
+        return self.lane.supervisor.down(self.index)
+
+    def _strike(self, down: Down) -> None:
+        """Kill (or stop) the worker unless it is down still; say which, after what wait."""
+        assert self.lane is not None
+        awaited, self.waiting = self.waiting, ""
+        supervisor = self.lane.supervisor
+        for name, at in down.items():
+            self._record(self.back.not_killed(name, at))
+        if down:
+            return
+        handle = supervisor.handle(self.index)
+        stop = supervisor.kill if self.fault.hard else supervisor.stop_cleanly
+        reached = stop(self.index)
+        if not reached or handle is None:  # it ended between the look and the signal
+            self._record(f"no worker process connect-{self.index}: {NOT_KILLED}")
+            return
+        self.struck, self.struck_at = handle, time.monotonic()
+        self.placed_by = self.struck_at + placed_within_s(self.fault.settings(self.lane))
+        waited = self.back.waited([awaited] if awaited else [])
+        if self.fault.hard:
+            self._record(f"SIGKILLed worker {reached[0]}{self.why}{waited}")
+        else:
+            self._record(f"stopped worker {reached[0]} cleanly (SIGTERM){self.why}{waited}")
+
+    def _look(self) -> list[str]:
+        """What Connect has not placed on a worker that runs yet (the worker struck not gone
+        yet: nothing Connect says counts)."""
+        assert self.struck is not None
+        if self.struck.alive():
+            return [f"connect-{self.index}, not gone yet"]
+        found = []
+        for lane in [t for t in self.context.targets if t.runtime.connect]:
+            settings = self.fault.settings(lane)
+            try:
+                state = ConnectRest(settings, timeout=LOOK_TIMEOUT_S).status(lane.group)
+            except ConnectError:
+                return [f"{lane.label}'s tasks (no worker answered)"]
+            found += unplaced(lane.label, state, partial(_live, lane, settings))
+        return found
+
+    def _placed(self) -> None:
+        """The end of the wait for Connect: every task placed again, or the deadline."""
+        if self.struck is None:
+            return
+        after = time.monotonic() - self.struck_at
+        what = "kill" if self.fault.hard else "stop"
+        if self.unplaced:
+            self._record(
+                f"Connect had not placed {', '.join(self.unplaced)} {after:.1f} s after the "
+                f"{what} (its scheduled rebalance's delay, the workers' session timeout and "
+                f"{PLACED_MARGIN_S:.0f} s more): the fault ends without them"
+            )
+        else:
+            self._record(f"Connect's tasks all started on live workers again, {after:.1f} s "
+                         f"after the {what}")  # fmt: skip
+        self.struck, self.unplaced = None, []
+
+    def undo(self) -> None:
+        """The run ended while it waited: say for what."""
+        if self.waiting:
+            self._record(ran_out(self.waiting))
+            self.waiting = ""
+        if self.struck is not None:
+            unplaced = ", ".join(self.unplaced) or "its tasks"
+            self._record(f"the run ended before Connect placed {unplaced} again")
+            self.struck = None
+
+    @property
+    def about(self) -> str:
+        if self.waiting:
+            return self.waiting
+        return ", ".join(self.unplaced) if self.struck is not None else ""
+
+
+def _live(lane: Target, settings: ConnectSettings, worker: str) -> bool:
+    """Whether the worker Connect calls ``worker`` is one of ``lane``'s that runs now (a
+    restarted worker listens on a new port: a dead one's id names none)."""
+    index = settings.worker_index(worker)
+    return index is not None and not lane.supervisor.down(index)
 
 
 @dataclass(frozen=True)

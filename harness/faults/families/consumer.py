@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from harness.environment.base import BackendAbilities
+from harness.faults.back import NOT_KILLED, BackWait, Down, ran_out, unkilled
 from harness.faults.base import (
     END,
     Actor,
@@ -241,15 +241,6 @@ class _OnTheConsumers(Timed):
         ]
 
 
-# How long a kill waits at most for a consumer it aims at that is down - killed earlier and not
-# started again yet - to be back: a restart delay that brings a consumer back is an
-# orchestrator's few seconds; a longer one (connect-worker-loss's 600 s) means it is gone for
-# good, and waiting would hold the run past its work for a kill that could land on nothing.
-BACK_WITHIN_S = 60.0
-# Ends a FAULT_STEP's detail that names a consumer the kill was aimed at and did not kill.
-NOT_KILLED = "not killed"
-
-
 @dataclass
 class _Group:
     """The consumers one supervisor runs, as a kill sees them: the lanes they serve (several
@@ -279,36 +270,29 @@ def _groups(targets: Sequence[Target]) -> list[_Group]:
 
 @dataclass
 class _Killer(Actor):
-    """SIGKILLs the consumers it aims at. One that is down when the kill is due (killed, or
-    ended, and the pipeline's restart delay not over) is waited for, up to BACK_WITHIN_S: a
-    SIGKILL that reaches no process kills nothing, and a scenario's count of kills would
-    depend on how soon its restarts came. The history says what it did (FAULT_STEP events):
-    that the kill waits, and for whom; whom it killed (``count`` of them), and after how long
-    a wait; and each consumer aimed at and not killed, ending in NOT_KILLED, which
-    ``why_unfired`` reports."""
+    """SIGKILLs the consumers it aims at. One that is down when the kill is due is waited for
+    (``harness.faults.back``); the history says what it did (FAULT_STEP events): that the kill
+    waits, and for whom; whom it killed (``count`` of them), and after how long a wait; and
+    each consumer aimed at and not killed."""
 
     fault: ConsumerKill
     context: Context
-    due: float = 0.0  # time.monotonic() when the kill was due
+    back: BackWait = field(default_factory=BackWait)
     waiting: list[_Group] = field(default_factory=list)
-
-    @property
-    def deadline(self) -> float:
-        return self.due + BACK_WITHIN_S
 
     def take(self, step: Step) -> None:
         if step.action == KILL:
-            self.due = time.monotonic()
+            self.back.start()
             for group in _groups(self.context.targets):
                 down = group.supervisor.down(self.fault.consumer)
                 # A kill of every consumer that finds one down waits for it, then kills them
                 # all at once - not those running now and the others as they come back: a
                 # group killed whole leaves no member to take the others' partitions over,
                 # and one killed instance by instance is another fault (a rolling kill).
-                if self._coming(down):
+                if self.back.coming(down):
                     group.waits_for = list(down)
                     self.waiting.append(group)
-                    self._record_wait(group, down)
+                    group.record(self.fault, self.back.waits(down))
                 else:
                     self._kill(group, down)
         elif step.action == KILL_WHEN_BACK:
@@ -320,41 +304,20 @@ class _Killer(Actor):
 
     def holds(self, step: Step) -> bool:
         """Every consumer waited for is back, or will not be before the deadline."""
-        if time.monotonic() >= self.deadline:
+        if self.back.over:
             return True
-        return not any(self._coming(g.supervisor.down(self.fault.consumer)) for g in self.waiting)
-
-    def _coming(self, down: dict[str, float | None]) -> bool:
-        """Whether a consumer that is down is to be started again before the deadline."""
-        return any(at is not None and at <= self.deadline for at in down.values())
-
-    def _record_wait(self, group: _Group, down: dict[str, float | None]) -> None:
-        now = time.monotonic()
-        soon = [at - now for at in down.values() if at is not None and at <= self.deadline]
-        they = "it is" if len(down) == 1 else "they are"
-        group.record(
-            self.fault,
-            f"{', '.join(down)} down, restarting in {max(0.0, *soon):.1f} s: the kill waits "
-            f"until {they} back",
+        return not any(
+            self.back.coming(g.supervisor.down(self.fault.consumer)) for g in self.waiting
         )
 
-    def _kill(self, group: _Group, down: dict[str, float | None]) -> None:
+    def _kill(self, group: _Group, down: Down) -> None:
         """SIGKILL the group's consumers that run; say which were down, and why not killed."""
         killed = group.supervisor.kill(self.fault.consumer)
-        now = time.monotonic()
         if killed:
-            awaited = ", ".join(group.waits_for)
-            waited = f", after waiting {now - self.due:.1f} s for {awaited} to be back"
-            waited = waited if awaited else ""
+            waited = self.back.waited(group.waits_for)
             group.record(self.fault, f"{', '.join(killed)} SIGKILL{waited}", len(killed))
         for name, at in down.items():
-            if at is None:
-                why = "not to be started again"
-            elif at > self.deadline:
-                why = f"its restart due in {at - now:.0f} s, past the kill's {BACK_WITHIN_S:.0f} s"
-            else:
-                why = f"not back within {BACK_WITHIN_S:.0f} s"
-            group.record(self.fault, f"{name} down, {why}: {NOT_KILLED}")
+            group.record(self.fault, self.back.not_killed(name, at))
         if not killed and not down:
             group.record(self.fault, f"no consumer process {self.fault.consumer}: {NOT_KILLED}")
 
@@ -362,7 +325,7 @@ class _Killer(Actor):
         """The run ended while the kill waited: it killed none of those."""
         for group in self.waiting:
             for name in group.waits_for:
-                group.record(self.fault, f"{name} down until the run ended: {NOT_KILLED}")
+                group.record(self.fault, ran_out(name))
         self.waiting = []
 
     @property
@@ -392,15 +355,7 @@ class ConsumerKill(_OnTheConsumers):
 
     def why_unfired(self, seen: Seen) -> str:
         """Also: a consumer it was aimed at was down and not back in time (``_Killer``)."""
-        if why := super().why_unfired(seen):
-            return why
-        return "; ".join(
-            e.detail
-            for e in seen.events
-            if e.kind is EventKind.FAULT_STEP
-            and e.fault == self.name
-            and e.detail.endswith(NOT_KILLED)
-        )
+        return super().why_unfired(seen) or unkilled(self.name, seen)
 
     @classmethod
     def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
