@@ -23,10 +23,11 @@ jars: $(STAMP)
 demo: $(STAMP) jars
 	$(BIN)/chaoslab demo
 
-# The whole library, two scenarios at a time where they may share the environment (the demo is
-# its headline cut); keeps the measured times --shard balances by.
+# The whole library at full size, two scenarios at a time where they may share the environment
+# (`make test` runs each scenario's cut); keeps the measured times --shard balances by.
+# `make library SHARD=1/2` runs one of two balanced shares, as CI's sharded job does.
 library: $(STAMP) jars
-	$(BIN)/chaoslab matrix --together 2 --durations scenarios/durations.json
+	$(BIN)/chaoslab matrix --together 2 --durations scenarios/durations.json $(if $(SHARD),--shard $(SHARD))
 
 # The JupyterLab screenshot test opens a notebook in Debian's Chromium, driven by Playwright (which
 # would otherwise download a browser of its own, which these machines cannot). Installed once, on

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from harness import paths
+from harness.console import say
 from harness.environment import doctor, jars, spark_cds
 from harness.environment.backends import (
     DEFAULT,
@@ -51,12 +52,7 @@ from harness.run import shards
 from harness.run.loop import Progress
 from harness.run.matrix import SECOND_ENV, Planned, RunOne, prefixed, run_on_environments
 from harness.run.runner import run_scenario
-from harness.scenario import Scenario, load_scenario, runnable
-
-
-def say(message: str) -> None:
-    print(message, flush=True)
-
+from harness.scenario import CUTS, Scenario, load_scenario, runnable
 
 # -- the environment ---------------------------------------------------------------------------
 
@@ -206,8 +202,8 @@ def _every(items: Sequence[T], do: Callable[[T], R]) -> list[R]:
             done.append(do(item))
         except BadInput as exc:
             problems.append(str(exc))
-    if problems:
-        raise BadInput("\n".join(problems))
+    if problems:  # a command-line override's problem is every file's: named once
+        raise BadInput("\n".join(dict.fromkeys(problems)))
     return done
 
 
@@ -218,12 +214,24 @@ def _parse_all(files: Sequence[Path]) -> list[Scenario]:
 
 def _prepare(args: argparse.Namespace, parsed: Scenario, abilities: BackendAbilities) -> Scenario:
     """A scenario with the command line's overrides, refused if the backend cannot run it."""
-    scenario = parsed.with_overrides(
+    return _checked(_overridden(args, parsed), abilities)
+
+
+def _overridden(args: argparse.Namespace, parsed: Scenario) -> Scenario:
+    """A scenario as ``--cut`` cuts it, with the command line's overrides over that, checked as
+    its file is (nothing started)."""
+    cut = parsed.cut(args.cut) if args.cut else parsed
+    return cut.with_overrides(
         seed=args.seed,
         events=args.events,
         variants=_split(getattr(args, "variants", None)),
         runtimes=_split(args.runtime),
     )
+
+
+def _checked(scenario: Scenario, abilities: BackendAbilities) -> Scenario:
+    """``scenario``, refused if the backend cannot run it: Kafka Connect's own word on its
+    connectors' configs is a JVM."""
     if any(get_runtime(r).connect for r, _spec in scenario.lanes):
         say(f"{scenario.name}: Kafka Connect validating the connector configs (a JVM, ~10 s)")
     for note in runnable(scenario, abilities):
@@ -277,7 +285,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return cmd_matrix(repeat_matrix(args))
     parsed = _parse_all([args.scenario])
     _scenario_backend(args, parsed)
-    scenario = _prepare(args, parsed[0], _abilities(args))
+    abilities = _abilities(args)
+    _say_cut(args, [_overridden(args, parsed[0])])
+    scenario = _prepare(args, parsed[0], abilities)
     out = _run_dir(args, scenario.name)
     env, owned = _environment_for_run(args, out)
     with stop_on_termination(), ExitStack() as stack:
@@ -305,34 +315,54 @@ def _repeated(scenarios: Sequence[Scenario], repeat: int) -> list[tuple[Scenario
     ]
 
 
-def cmd_matrix(args: argparse.Namespace) -> int:
-    files = args.scenarios or paths.library()
-    if not files:
-        raise BadInput(f"no scenarios given and none in {paths.scenarios_dir()}")
-    problems = [] if args.repeat >= 1 else [f"--repeat must be >= 1, got {args.repeat}"]
-    if args.together < 1:
-        problems.append(f"--together must be >= 1, got {args.together}")
-    scenarios: list[Scenario] = []
-    try:
-        parsed = _parse_all(files)
-        if args.demo:
-            parsed = _demo_cuts(parsed)
-        _scenario_backend(args, parsed)
-        # the backend's problems once, not once per file
-        abilities = _abilities(args)
-        scenarios = _every(parsed, lambda s: _prepare(args, s, abilities))
-    except BadInput as exc:
-        problems.append(str(exc))
+def _matrix_options(args: argparse.Namespace) -> tuple[shards.Shard, list[str]]:
+    """The matrix's own options: its shard, and their problems ([] if none)."""
+    problems = [
+        f"--{option} must be >= 1, got {getattr(args, option)}"
+        for option in ("repeat", "together")
+        if getattr(args, option) < 1
+    ]
     shard = shards.Shard()
     if args.shard is not None:
         try:
             shard = shards.Shard.parse(args.shard)
         except BadInput as exc:
             problems.append(str(exc))
-    if problems:
+    for option, path in (("--durations", args.durations), ("--soak-page", args.soak_page)):
+        if path is not None and path.is_dir():
+            problems.append(f"{option}: {path} is a directory, not a file")
+    if args.durations is not None and not args.durations.parent.is_dir():
+        problems.append(f"--durations: no folder {args.durations.parent} to write it in")
+    return shard, problems
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    files = args.scenarios or paths.library()
+    # Its own options and the files as read are refused first, together: checking what the
+    # scenarios ask of the backend may start a JVM per Kafka Connect scenario (~10 s each).
+    shard, problems = _matrix_options(args)
+    if not files:
+        problems.append(f"no scenarios given and none in {paths.scenarios_dir()}")
+    abilities: BackendAbilities | None = None  # known once every file is read
+    try:
+        parsed = _parse_all(files)
+        cuts = _demo_cuts(parsed) if args.demo else parsed  # each cut by _overridden
+        overridden = _every(cuts, lambda s: _overridden(args, s))
+        _scenario_backend(args, overridden)
+        abilities = _abilities(args)  # the backend's problems once, not once per file
+    except BadInput as exc:
+        problems.append(str(exc))
+    if problems or abilities is None:
         raise BadInput("\n".join(problems))
-    if shard.count > 1:
-        scenarios = _share(scenarios, shard)
+    if args.demo:
+        say(
+            f"demo: {len(overridden)} of {len(parsed)} scenarios, each cut to the variants that "
+            "show its difference (the whole library: chaoslab matrix, make library)"
+        )
+    if shard.count > 1:  # before the check: a shard validates only the connectors it runs
+        overridden = _share(overridden, shard)
+    _say_cut(args, overridden)
+    scenarios = _every(overridden, lambda s: _checked(s, abilities))
     out = _run_dir(args, "demo" if args.demo else "matrix" if args.repeat == 1 else "soak")
     started = time.monotonic()
     runs = _repeated(scenarios, args.repeat)
@@ -403,15 +433,21 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def _demo_cuts(scenarios: Sequence[Scenario]) -> list[Scenario]:
-    """The demo cuts of the scenarios that have one; said before anything starts."""
-    cuts = [s.demo_cut() for s in scenarios if s.demo is not None]
+    """The demo cuts of the scenarios that have one."""
+    cuts = [s for s in scenarios if s.demo is not None]
     if not cuts:
         raise BadInput("--demo: none of the scenarios has a demo: section")
-    say(
-        f"demo: {len(cuts)} of {len(scenarios)} scenarios, each cut to the variants that show "
-        "its difference (the whole library: chaoslab matrix, make library)"
-    )
     return cuts
+
+
+def _say_cut(args: argparse.Namespace, scenarios: Sequence[Scenario]) -> None:
+    """Which cut each scenario runs at, before it runs (``--cut``; the demo says its own)."""
+    if not args.cut or args.demo:
+        return
+    for scenario in scenarios:
+        section = scenario.section(args.cut)
+        said = f"its {args.cut} cut ({section})" if section else f"whole (it has no {args.cut} cut)"
+        say(f"{scenario.name}: {said}; the whole scenario: make library")
 
 
 def _share(scenarios: list[Scenario], shard: shards.Shard) -> list[Scenario]:
@@ -429,7 +465,8 @@ def _share(scenarios: list[Scenario], shard: shards.Shard) -> list[Scenario]:
 
 def _manifest(args: argparse.Namespace, shard: shards.Shard, folders: list[str]) -> shards.Manifest:
     """What this matrix runs, and the options every shard of one merge must share."""
-    options = [(k, getattr(args, k)) for k in ("seed", "events", "runtime", "repeat", "backend")]
+    given = ("seed", "events", "runtime", "repeat", "backend", "cut")
+    options = [(k, getattr(args, k)) for k in given]
     options.append(("demo", args.demo or None))
     return shards.Manifest(
         shard=str(shard),
@@ -473,6 +510,7 @@ def demo_matrix(args: argparse.Namespace) -> argparse.Namespace:
         "together": DEMO_TOGETHER,
         **MATRIX_ONLY,
         "demo": True,
+        "cut": "demo",
     }
     external = {"kafka_bootstrap": None, "mongo_uri": None, "spark_master": None}
     return argparse.Namespace(**vars(args), **defaults, **external, backend=DEFAULT)
@@ -613,6 +651,13 @@ def _add_scenario_options(p: argparse.ArgumentParser, what: str) -> None:
         "--out", type=Path, help="where results and the report go (default: the project's runs/)"
     )
     p.add_argument("--env", type=Path, help="use the environment running in this directory")
+    p.add_argument(
+        "--cut",
+        choices=CUTS,
+        help=f"run {what} at its cut, the variants, runtimes and events that still show its "
+        "point, judged by the same expectations: demo (make demo's) or ci (make test's; the "
+        "demo's where it has none); whole where it has none (default: whole)",
+    )
     p.add_argument(
         "--backend",
         choices=names(),

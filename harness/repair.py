@@ -58,6 +58,7 @@ from pymongo import MongoClient
 from pymongo.collection import Collection
 from pymongo.errors import ConfigurationError, InvalidName, OperationFailure, PyMongoError
 
+from harness.console import say
 from harness.errors import BadInput, LabError
 
 KEEP_CHOICES = ("earliest", "latest")
@@ -491,10 +492,6 @@ def render(report: RepairReport) -> str:
 
 
 # -- the command --------------------------------------------------------------------------------
-
-
-def say(message: str) -> None:
-    print(message, flush=True)
 
 
 def cmd_repair(args: argparse.Namespace) -> int:

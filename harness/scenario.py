@@ -186,11 +186,16 @@ class PipelineSpec:
         return found
 
 
+CUTS = ("demo", "ci")  # the sections a scenario may cut itself by, and --cut's choices
+
+
 @dataclass(frozen=True)
-class DemoSpec:
-    """The demo's cut of a library scenario (``chaoslab demo``): the variants that show its
-    difference, on the runtimes that show it, over a smaller workload where the figure still
-    shows (its description says which). The whole scenario is the library's (``make library``)."""
+class Cut:
+    """A smaller run of a library scenario that still shows its point, judged by the same
+    expectations: ``demo:`` is ``chaoslab demo``'s first look, ``ci:`` the suite's (``make
+    test``; the demo's cut where it has no ``ci:``). The variants that show its difference, on
+    the runtimes that show it, over a smaller workload; the whole scenario is the library's
+    (``make library``)."""
 
     variants: tuple[str, ...] = ()  # its variants' labels or names; all unless given
     runtimes: tuple[str, ...] = ()  # its runtimes; all unless given
@@ -200,6 +205,14 @@ class DemoSpec:
         if self.events is not None and self.events < 1:
             return [("events", f"must be >= 1, got {self.events}")]
         return []
+
+    def __str__(self) -> str:
+        """What it keeps, in docs/scenarios.md's words: ``naive, transactional; listener; 1,200
+        events``, or ``whole``."""
+        kept = [", ".join(self.variants), ", ".join(self.runtimes)]
+        if self.events is not None:
+            kept.append(f"{self.events:,} events")
+        return "; ".join(k for k in kept if k) or "whole"
 
 
 @dataclass(frozen=True)
@@ -261,7 +274,8 @@ class Scenario:
     # Kafka, the scenario's (first) sink variant storing the target topics downstream.
     outbox: OutboxSpec | None = None
     relays: tuple[RelaySpec, ...] = ()
-    demo: DemoSpec | None = None  # its cut for the demo; a scenario without one is not in it
+    demo: Cut | None = None  # its cut for the demo; a scenario without one is not in it
+    ci: Cut | None = None  # its cut for the suite, where the demo's is too big or absent
 
     @property
     def crash_plans(self) -> tuple[CrashPlan, ...]:
@@ -362,14 +376,21 @@ class Scenario:
             new = replace(new, variants=tuple(chosen))
         return new
 
-    def demo_cut(self) -> Self:
-        """The scenario as the demo runs it (``demo``'s cut; itself without one)."""
-        if self.demo is None:
+    def section(self, which: str) -> Cut | None:
+        """Its ``which`` cut's section (``ci``: its own, else the demo's); None if it has none."""
+        if which == "ci":
+            return self.ci or self.demo
+        return self.demo if which == "demo" else None
+
+    def cut(self, which: str) -> Self:
+        """The scenario as its ``which`` cut runs it (``CUTS``); itself where it has none."""
+        section = self.section(which)
+        if section is None:
             return self
         return self.with_overrides(
-            events=self.demo.events,
-            variants=list(self.demo.variants) or None,
-            runtimes=list(self.demo.runtimes) or None,
+            events=section.events,
+            variants=list(section.variants) or None,
+            runtimes=list(section.runtimes) or None,
         )
 
 
@@ -425,7 +446,7 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
     if backend is not None and backend not in backend_names():
         pr.add("backend", f"unknown backend {backend!r} ({', '.join(backend_names())})")
     producer = _section(pr, "producer", ProducerSpec, top.get("producer", {}))
-    demo = _section(pr, "demo", DemoSpec, top["demo"]) if "demo" in top else None
+    cuts = {w: _section(pr, w, Cut, top[w]) if w in top else None for w in CUTS}
     outbox = _section(pr, "outbox", OutboxSpec, top["outbox"]) if "outbox" in top else None
     relays = [
         _relay(pr, f"relays[{i}]", r)
@@ -461,12 +482,15 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
         for key in expect:
             if key.split("@")[0] not in labels:
                 pr.add(f"expect.{key}", f"no such variant (have: {sorted(labels)})")
-        for i, label in enumerate(demo.variants if demo else ()):
-            if label not in labels - {"*"}:
-                pr.add(f"demo.variants[{i}]", f"no such variant (have: {sorted(labels - {'*'})})")
-    for i, runtime in enumerate(demo.runtimes if demo else ()):
-        if runtime not in runtimes:
-            pr.add(f"demo.runtimes[{i}]", f"not one of its runtimes ({', '.join(runtimes)})")
+        for which, cut in cuts.items():
+            for i, label in enumerate(cut.variants if cut else ()):
+                if label not in labels - {"*"}:
+                    have = sorted(labels - {"*"})
+                    pr.add(f"{which}.variants[{i}]", f"no such variant (have: {have})")
+    for which, cut in cuts.items():
+        for i, runtime in enumerate(cut.runtimes if cut else ()):
+            if runtime not in runtimes:
+                pr.add(f"{which}.runtimes[{i}]", f"not one of its runtimes ({', '.join(runtimes)})")
     pr.raise_any()
     assert name is not None and seed is not None and workload is not None
     assert partitions is not None and rate is not None and pipeline is not None
@@ -488,7 +512,8 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
         backend=backend,
         outbox=outbox,
         relays=tuple(r for r in relays if r is not None),
-        demo=demo,
+        demo=cuts["demo"],
+        ci=cuts["ci"],
     )
 
 

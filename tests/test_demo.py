@@ -19,7 +19,7 @@ SEEDS = {f"{n:03d}" for n in range(5)}  # the write-ups in ../shared/seeds
 
 
 def demo() -> list[Scenario]:
-    return [s.demo_cut() for s in map(load_scenario, paths.library()) if s.demo is not None]
+    return [s.cut("demo") for s in map(load_scenario, paths.library()) if s.demo is not None]
 
 
 def test_the_demo_shows_every_seeds_incident_on_both_runtimes_and_connect() -> None:
@@ -33,13 +33,9 @@ def test_the_demo_shows_every_seeds_incident_on_both_runtimes_and_connect() -> N
     assert len(cut) < len(paths.library())
 
 
-def test_a_cut_keeps_its_variants_and_events_and_says_so() -> None:
+def test_a_cut_keeps_its_whole_scenarios_expectations_and_the_demo_says_what_it_cut() -> None:
     for scenario in demo():
         whole = load_scenario(scenario.path)
-        assert scenario.demo is not None
-        labels = [v.label for v in scenario.variants]
-        assert labels == (list(scenario.demo.variants) or [v.label for v in whole.variants])
-        assert scenario.workload.events == (scenario.demo.events or whole.workload.events)
         # The description says what the cut leaves out (the whole scenario is the library's).
         assert "The demo" in scenario.description, scenario.name
         # Every lane the cut runs is judged, by the whole scenario's expectations of it.
@@ -47,6 +43,58 @@ def test_a_cut_keeps_its_variants_and_events_and_says_so() -> None:
             kept = scenario.expectations_for(spec, runtime)
             assert kept, (scenario.name, runtime, spec.label)
             assert kept == whole.expectations_for(spec, runtime), (scenario.name, spec.label)
+
+
+CUTS = """\
+name: cuts
+runtimes: [listener, spark]
+workload: {events: 1000}
+variants: [naive, idempotent, {name: dedup-log, expiry_s: 5}]
+"""
+
+
+def lanes(scenario: Scenario) -> list[str]:
+    return [f"{runtime}/{spec.label}" for runtime, spec in scenario.lanes]
+
+
+WHOLE = [f"{rt}/{v}" for rt in ("listener", "spark")
+         for v in ("naive", "idempotent", "dedup-log[expiry_s=5]")]  # fmt: skip
+NAIVE = ["listener/naive", "spark/naive"]
+
+
+@pytest.mark.parametrize(
+    ("sections", "demo_cut", "ci_cut"),
+    [
+        # No section: the scenario whole, for both.
+        ("", (1000, WHOLE), (1000, WHOLE)),
+        # The demo's cut only: the suite's is the demo's.
+        ("demo: {variants: [naive], events: 300}", (300, NAIVE), (300, NAIVE)),
+        # A suite's cut of its own; no demo: section is the scenario whole for the demo.
+        ("ci: {runtimes: [listener], events: 200}", (1000, WHOLE), (200, WHOLE[:3])),
+        (
+            "demo: {variants: [idempotent]}\nci: {variants: ['dedup-log[expiry_s=5]']}",
+            (1000, ["listener/idempotent", "spark/idempotent"]),
+            (1000, ["listener/dedup-log[expiry_s=5]", "spark/dedup-log[expiry_s=5]"]),
+        ),
+        # An empty section is the scenario whole.
+        ("demo: {variants: [naive]}\nci: {}", (1000, NAIVE), (1000, WHOLE)),
+    ],
+)
+def test_each_cut_takes_its_own_section_and_the_suites_falls_back_to_the_demos(
+    sections: str, demo_cut: tuple[int, list[str]], ci_cut: tuple[int, list[str]]
+) -> None:
+    whole = parse_scenario(yaml.safe_load(f"{CUTS}{sections}"))
+    for which, expected in (("demo", demo_cut), ("ci", ci_cut)):
+        cut = whole.cut(which)
+        assert (cut.workload.events, lanes(cut)) == expected, which
+        assert cut.expect == whole.expect and cut.faults == whole.faults, which
+
+
+def test_every_library_scenario_has_a_cut_for_the_suite() -> None:
+    """`make test` runs each library scenario at its cut (tests/test_library.py): a file
+    without one would run whole there, or its section would be forgotten."""
+    lacking = [p.stem for p in paths.library() if load_scenario(p).section("ci") is None]
+    assert lacking == [], f"give these a ci: (or demo:) section: {lacking}"
 
 
 def minimal(section: object) -> dict[str, object]:
@@ -73,7 +121,7 @@ def test_matrix_demo_of_files_without_a_cut_is_refused_before_anything_starts(
     tmp_path: Path,
 ) -> None:
     whole = parse_scenario(minimal({}))  # an empty cut: the scenario whole
-    assert whole.demo is not None and whole.demo_cut() == whole
+    assert whole.demo is not None and whole.cut("demo") == whole
     path = tmp_path / "mine.yaml"
     path.write_text(yaml.safe_dump({k: v for k, v in minimal({}).items() if k != "demo"}))
     done = chaoslab("matrix", "--demo", str(path), "--out", "out", cwd=tmp_path)

@@ -33,6 +33,7 @@ DISCOVERED: dict[str, tuple[str, ...]] = {
 LAYERS = (
     "harness.errors",
     "harness.paths",
+    "harness.console",
     "harness.readiness",
     "harness.records",
     "harness.history",

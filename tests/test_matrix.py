@@ -4,14 +4,19 @@ run (the lab's own seam; the runs with servers are in tests/test_library.py)."""
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 import threading
+import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from harness import paths
+from harness.console import say
 from harness.results.model import ScenarioResult
 from harness.run.loop import Progress, RunTimeout
 from harness.run.matrix import Planned, RunOne, prefixed, run_matrix, split
@@ -235,3 +240,42 @@ def test_a_failed_runs_error_is_kept_in_its_results(tmp_path: Path) -> None:
     failed.write(tmp_path / "results.json")
     read = ScenarioResult.from_json(json.loads((tmp_path / "results.json").read_text()))
     assert read.error == "consumers did not catch up" and not read.passed
+
+
+class Unhurried(io.StringIO):
+    """Standard output that hands the processor to another thread at every write, as a write
+    to a pipe a slow reader drains (a CI log) may: whatever a line leaves between its writes,
+    another thread's line takes."""
+
+    def write(self, text: str) -> int:
+        time.sleep(0)  # the interpreter's lock goes to a thread waiting for it
+        return super().write(text)
+
+
+def test_lines_said_by_runs_together_are_written_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commands' ``say`` (chaoslab's progress) under runs side by side: every line written
+    is a line some run said, each once (a CI log once read ``=== [2/6] concurrent-duplicates
+    ===msk-rolling-upgrade | === [4/6] msk-rolling-upgrade ===``)."""
+    out = Unhurried()
+    monkeypatch.setattr(sys, "stdout", out)
+    runs = [r for r in library() if r.scenario.keeps_to_its_runs][:4]
+    said: list[str] = []
+
+    def tee(message: str) -> None:
+        said.append(message)
+        say(message)
+
+    def run_one(
+        s: Scenario, folder: str, progress: Progress, stop: threading.Event
+    ) -> ScenarioResult:
+        for k in range(100):
+            progress(f"line {k} of {folder}" + ("\n  and its second line" if k % 10 == 0 else ""))
+        return result(s, folder)
+
+    run_matrix(runs, run_one, together=len(runs), progress=tee)
+    assert len(runs) == 4 and len(said) > 4 * 100
+    lines = "\n".join(said).splitlines()
+    written = out.getvalue().splitlines()
+    known = set(lines)
+    assert [line for line in written if line not in known][:3] == []  # none spliced
+    assert Counter(written) == Counter(lines)  # none lost, none split

@@ -5,13 +5,16 @@ directories, and refuses directories that do not belong together."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
 from harness import paths
 from harness.environment.local import LocalEnvironment
 from harness.errors import BadInput
+from harness.pipeline.runtimes import get_runtime
 from harness.report.write import REPORT_MD
 from harness.results.model import RESULTS
 from harness.run.shards import (
@@ -25,29 +28,51 @@ from harness.run.shards import (
     split,
     tree_id,
 )
+from harness.scenario import load_scenario
 from tests.support import chaoslab
 
 
 def test_a_split_is_balanced_deterministic_and_runs_each_scenario_once() -> None:
-    times = {"a": 300.0, "b": 200.0, "c": 100.0, "d": 100.0, "e": 90.0, "f": 10.0}
-    shares = split(times, 2)
-    assert sorted(n for s in shares for n in s) == sorted(times)
-    loads = [sum(times[n] for n in s) for s in shares]
-    assert abs(loads[0] - loads[1]) <= 100  # the greedy's bound: the smallest-but-one
-    assert split(dict(reversed(times.items())), 2) == shares  # not the mapping's order
+    """Longest first, each to the share with the least time so far. Taken as given (shortest
+    first here) or by name, the same greedy makes 90/120 of these on two shares and 50/70/90 on
+    three, where longest-first makes 110/100 and 70/70/70."""
+    times = {"a": 10.0, "b": 20.0, "c": 30.0, "d": 40.0, "e": 50.0, "f": 60.0}
+    assert split(times, 2) == [["f", "c", "b"], ["e", "d", "a"]]  # 110 / 100
+    assert split(times, 3) == [["f", "a"], ["e", "b"], ["d", "c"]]  # 70 each
+    for count in (2, 3, 4, 9):
+        assert split(dict(reversed(times.items())), count) == split(times, count)
+        assert longest_first_broken(times, split(times, count)) == []
     assert split(times, 9)[6:] == [[], [], []]  # more shards than scenarios: some empty
+    tied = {"x": 5.0, "w": 5.0, "v": 5.0}  # ties: by name, to the lower share
+    assert split(tied, 2) == [["v", "x"], ["w"]]
 
 
 def test_the_librarys_shards_together_run_every_scenario_exactly_once() -> None:
     names = [p.stem for p in paths.library()]
     times = load_durations()
     assert set(times) >= set(names), f"untimed: {sorted(set(names) - set(times))}"
+    timed = {n: times[n] for n in names}
     for count in (2, 3, 4):
-        ran = [n for k in range(1, count + 1) for n in share_of(names, Shard(k, count), times)]
-        assert sorted(ran) == sorted(names), count
-        loads = [sum(times[n] for n in share_of(names, Shard(k, count), times))
-                 for k in range(1, count + 1)]  # fmt: skip
-        assert max(loads) - min(loads) <= max(times.values()), (count, loads)
+        shares = [share_of(names, Shard(k, count), times) for k in range(1, count + 1)]
+        assert sorted(n for share in shares for n in share) == sorted(names), count
+        assert longest_first_broken(timed, shares) == [], count
+
+
+def longest_first_broken(times: Mapping[str, float], shares: Sequence[Sequence[str]]) -> list[str]:
+    """Where ``shares`` are not longest-first's split of ``times`` (name -> seconds): each
+    scenario must be in the share that had the least time of the scenarios before it (longer,
+    or as long and named before), the lower share of those tied."""
+    order = sorted(times, key=lambda n: (-times[n], n))
+    rank = {n: i for i, n in enumerate(order)}
+    where = {n: k for k, share in enumerate(shares) for n in share}
+    broken = []
+    for name in order:
+        # rounded: a share's names come in another order than the split added them in
+        before = [round(sum(times[n] for n in s if rank[n] < rank[name]), 6) for s in shares]
+        least = min(range(len(shares)), key=lambda k: (before[k], k))
+        if where[name] != least:
+            broken.append(f"{name} in share {where[name] + 1}, not {least + 1}: had {before}")
+    return broken
 
 
 @pytest.mark.parametrize("text", ["0/2", "3/2", "1", "a/b", "1/0", "-1/2"])
@@ -57,10 +82,16 @@ def test_a_shard_that_is_not_k_of_n_is_refused(text: str) -> None:
 
 
 def test_the_cli_refuses_a_bad_shard_with_exit_2_and_starts_nothing(tmp_path: Path) -> None:
-    done = chaoslab("matrix", "--shard", "3/2", "--out", "m", cwd=tmp_path)
+    """The matrix's own options are refused before a scenario is checked against the backend:
+    that check is a Kafka Connect JVM per connect scenario of the library."""
+    library = [load_scenario(p) for p in paths.library()]
+    assert any(get_runtime(r).connect for s in library for r, _v in s.lanes)  # what it would run
+    done = chaoslab("matrix", "--shard", "3/2", "--together", "0", "--out", "m", cwd=tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "--shard: K/N with 1 <= K <= N (e.g. 1/2), got '3/2'" in done.stderr
-    assert not (tmp_path / "m").exists() and "starting" not in done.stdout
+    assert "--together must be >= 1, got 0" in done.stderr  # every problem, at once
+    assert "Kafka Connect validating the connector configs" not in done.stdout
+    assert done.stdout == "" and not (tmp_path / "m").exists()
 
 
 def test_durations_are_recorded_beside_the_ones_not_measured(tmp_path: Path) -> None:
@@ -124,39 +155,127 @@ def test_a_merge_names_a_missing_directory_and_an_unreadable_manifest_once_each(
     assert "Traceback" not in said and not (tmp_path / "merged").exists()
 
 
-def test_two_shards_merged_equal_one_matrix_in_scenarios_and_verdicts(
+# No fault, yet the naive consumer is expected to store duplicates: its expectation fails.
+EXPECTS_DUPLICATES = """\
+name: expects-duplicates
+description: No fault, yet duplicates are expected of the naive consumer; it fails.
+seed: 3
+workload: {events: 300, keys: 50, partitions: 3}
+runtimes: [listener]
+variants: [naive]
+expect:
+  naive: {duplicates: ">0"}
+"""
+# Its consumers are given no time to get ready, as those that never catch up: the run errors
+# (a RunTimeout, the matrix's result with its error), judged nothing.
+NEVER_READY = """\
+name: never-ready
+description: Its consumers have no time to get ready; the run errors, with no verdict.
+seed: 3
+workload: {events: 300, keys: 50, partitions: 3}
+runtimes: [listener]
+pipeline: {timeout_s: 0}
+variants: [naive]
+expect:
+  naive: {duplicates: 0}
+"""
+
+
+def test_shards_merged_equal_one_matrix_in_verdicts_failures_and_exit_code(
     scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:
-    """Three scenarios, small, on the listener: one matrix of all three, and shards 1/2 and
-    2/2 of them, merged."""
-    chosen = ("baseline", "producer-resend", "poison-records")
-    common = ("--runtime", "listener", "--events", "800", "--env", str(scenario_env.directory))
+    """baseline, a scenario whose expectation fails and one whose run errors, small, on the
+    listener: one matrix of all three, and splits of them in two shards, each merged. A merge
+    carries every verdict, and exits 1 for a failed scenario, for an errored one and for one
+    that left no results.json - each merged beside passing runs only, so each alone fails it."""
+    (tmp_path / "expects-duplicates.yaml").write_text(EXPECTS_DUPLICATES)
+    (tmp_path / "never-ready.yaml").write_text(NEVER_READY)
+    common = ("--runtime", "listener", "--events", "300", "--env", str(scenario_env.directory))
 
-    def matrix(out: str, *more: str) -> dict[str, str]:
-        done = chaoslab("matrix", *chosen, *common, *more, "--out", out, cwd=tmp_path, timeout=900)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    def matrix(out: str, *args: str, code: int) -> dict[str, str]:
+        done = chaoslab("matrix", *args, *common, "--out", out, cwd=tmp_path, timeout=900)
+        assert done.returncode == code, done.stdout[-3000:] + done.stderr[-3000:]
         return verdicts(tmp_path / out)
 
-    whole = matrix("whole")
-    one, two = matrix("shard-1", "--shard", "1/2"), matrix("shard-2", "--shard", "2/2")
-    assert one and two and not set(one) & set(two)
-    merged = chaoslab("report", "shard-1", "shard-2", "--out", "merged", cwd=tmp_path)
-    assert merged.returncode == 0, merged.stdout + merged.stderr
-    assert {**one, **two} == whole
-    page = (tmp_path / "merged" / REPORT_MD).read_text()
+    def shards(name: str, *args: str, failing: str = "") -> dict[str, str]:
+        """Shards 1/2 and 2/2 of the scenarios ``args``, in ``name-1`` and ``name-2``; each
+        exits 1 where it ran ``failing``."""
+        found: dict[str, str] = {}
+        for k in (1, 2):
+            ran = share_of([Path(a).stem for a in args], Shard(k, 2), load_durations())
+            share = matrix(f"{name}-{k}", *args, "--shard", f"{k}/2", code=int(failing in ran))
+            assert list(share) == sorted(ran) and not set(share) & set(found)
+            found |= share
+        return found
+
+    def merge(name: str, code: int, out: str = "") -> str:
+        """``name-1`` and ``name-2`` merged into ``out`` (default: ``name``); its report."""
+        out = out or name
+        done = chaoslab("report", f"{name}-1", f"{name}-2", "--out", out, cwd=tmp_path)
+        assert done.returncode == code, done.stdout + done.stderr
+        return (tmp_path / out / REPORT_MD).read_text()
+
+    whole = matrix("whole", "baseline", "expects-duplicates.yaml", "never-ready.yaml", code=1)
+    assert whole["expects-duplicates"] == "listener/naive=fail", whole
+    never = "error: the consumers of every lane not ready within 0s: listener/naive"
+    assert whole["never-ready"] == never, whole
+
+    # Every run passed: exit 0. Shard 2/2 of one scenario runs nothing.
+    passed = shards("pass", "baseline")
+    page = merge("pass", code=0)
     assert "# Scenario matrix: pass" in page and "## Shards" in page
-    for k, share in ((1, one), (2, two)):
-        assert f"* shard {k}/2 ({tmp_path / f'shard-{k}'}): {', '.join(share)}" in page
-    assert (tmp_path / "merged" / "junit.xml").read_text().count("<testsuite ") == 3
+    assert f"* shard 1/2 ({tmp_path / 'pass-1'}): baseline" in page
+    assert f"* shard 2/2 ({tmp_path / 'pass-2'}): nothing" in page
+    assert junit(tmp_path / "pass") == {"baseline": ("0", "0", "")}
+
+    # A failed expectation: exit 1, its verdict carried.
+    failed = shards("fail", "expects-duplicates.yaml", failing="expects-duplicates")
+    page = merge("fail", code=1)
+    assert "# Scenario matrix: FAIL" in page and "1 failed their expectations." in page
+    assert "[expects-duplicates](" in page and "): FAIL: No fault" in page
+    assert junit(tmp_path / "fail") == {"expects-duplicates": ("1", "0", "expectation")}
+
+    # A run that errored, in one shard, and baseline passing in the other: exit 1.
+    errored = shards("error", "baseline", "never-ready.yaml", failing="never-ready")
+    assert passed == {"baseline": whole["baseline"]} and {**failed, **errored} == whole
+    page = merge("error", code=1)
+    assert "0 failed their expectations, 1 left no results." in page
+    assert "[never-ready](" in page and "): NO RESULTS: Its consumers" in page
+    assert junit(tmp_path / "error") == {
+        "baseline": ("0", "0", ""),
+        "never-ready": ("0", "1", "no-results"),
+    }
+
+    # A shard's machine died mid-run: the run's folder has no results.json. Exit 1, named.
+    (run,) = tmp_path.glob("error-?/never-ready")
+    (run / RESULTS).unlink()
+    page = merge("error", code=1, out="error-again")
+    assert f"no results: {run / RESULTS}: no results.json in this run directory" in page
+    assert junit(tmp_path / "error-again")["never-ready"] == ("0", "1", "no-results")
     # Each shard says what it ran, of which tree.
-    assert json.loads((tmp_path / "shard-1" / MANIFEST).read_text())["tree"] == tree_id()
+    assert json.loads((tmp_path / "error-1" / MANIFEST).read_text())["tree"] == tree_id()
+
+
+def junit(directory: Path) -> dict[str, tuple[str, str, str]]:
+    """Each testsuite of ``directory``'s junit.xml: its failures, its errors, and the type of
+    its failures and errors."""
+    found = {}
+    for suite in ElementTree.parse(directory / "junit.xml").getroot().iter("testsuite"):
+        kinds = {e.get("type", "") for e in [*suite.iter("failure"), *suite.iter("error")]}
+        found[suite.get("name", "")] = (
+            suite.get("failures", ""),
+            suite.get("errors", ""),
+            ",".join(sorted(kinds)),
+        )
+    return found
 
 
 def verdicts(directory: Path) -> dict[str, str]:
-    """Each scenario's verdict per runtime/variant, from its results.json."""
+    """Each scenario's verdict per runtime/variant, or its error, from its results.json."""
     found = {}
     for path in sorted(directory.glob(f"*/{RESULTS}")):
         raw = json.loads(path.read_text())
         cells = sorted(f"{r['runtime']}/{r['variant']}={r['expectation']}" for r in raw["results"])
-        found[raw["scenario"]["name"]] = "; ".join(cells)
+        error = raw.get("error", "").split(" (see ")[0]  # not where its logs are
+        found[raw["scenario"]["name"]] = "; ".join(cells) or f"error: {error}"
     return found
