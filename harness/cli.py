@@ -442,7 +442,7 @@ def _demo_cuts(scenarios: Sequence[Scenario]) -> list[Scenario]:
 
 def _say_cut(args: argparse.Namespace, scenarios: Sequence[Scenario]) -> None:
     """Which cut each scenario runs at, before it runs (``--cut``; the demo says its own)."""
-    if not args.cut or args.demo:
+    if not args.cut or getattr(args, "demo", False):  # run has no --demo
         return
     for scenario in scenarios:
         section = scenario.section(args.cut)

@@ -76,8 +76,20 @@ def child_harness(
 
 
 def test_down_stops_every_server(tmp_path: Path) -> None:
-    up = chaoslab("up", "--dir", str(tmp_path))
-    assert up.returncode == 0, up.stderr
+    # Its output read as `chaoslab up | head -1` reads it: a reader that goes away silences the
+    # progress lines, not the start (a failed line once cut the stopping of what had started).
+    up = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "up", "--dir", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert up.stdout is not None and up.stdout.readline().startswith("starting")
+        up.stdout.close()
+        _, errors = up.communicate(timeout=180)
+        assert up.returncode == 0 and "Traceback" not in errors, errors
+    except BaseException:
+        LocalEnvironment(tmp_path).stop()  # what a failed start left
+        raise
     handles = server_handles(tmp_path)
     assert set(handles) == {"kafka-1", "kafka-2", "kafka-3", "mongo", "proxy"}
     assert still_alive(handles) == {n: h.pid for n, h in handles.items()}
