@@ -200,6 +200,7 @@ class Cut:
     variants: tuple[str, ...] = ()  # its variants' labels or names; all unless given
     runtimes: tuple[str, ...] = ()  # its runtimes; all unless given
     events: int | None = None  # the workload's events; the scenario's unless given
+    faults: tuple[str, ...] = ()  # the names of the faults it keeps; all unless given
 
     def problems(self) -> list[Problem]:
         if self.events is not None and self.events < 1:
@@ -207,12 +208,15 @@ class Cut:
         return []
 
     def __str__(self) -> str:
-        """What it keeps, in docs/scenarios.md's words: ``naive, transactional; listener; 1,200
-        events``, or ``whole``."""
-        kept = [", ".join(self.variants), ", ".join(self.runtimes)]
+        """What it keeps, as docs/scenarios.md names it: ``naive, transactional on listener;
+        1,200 events; faults: gc pause``, or ``whole``."""
+        on = f" on {', '.join(self.runtimes)}" if self.runtimes else ""
+        kept = [f"{', '.join(self.variants) or 'every variant'}{on}"]
         if self.events is not None:
             kept.append(f"{self.events:,} events")
-        return "; ".join(k for k in kept if k) or "whole"
+        if self.faults:
+            kept.append(f"faults: {', '.join(self.faults)}")
+        return "whole" if self == Cut() else "; ".join(kept)
 
 
 @dataclass(frozen=True)
@@ -361,8 +365,11 @@ class Scenario:
                 raise BadInput(f"--runtime: unknown {unknown} (choose from {', '.join(names())})")
             new = replace(new, runtimes=tuple(runtimes))
         if variants:
-            known = {v.label: v for v in self.variants} | {v.name: v for v in self.variants}
-            chosen = []
+            # A label names one variant, a name the first of its variants (the label ``naive``
+            # is the plain one, not the ``naive[retryWrites=false]`` after it).
+            by_name = {v.name: v for v in reversed(self.variants)}
+            known = by_name | {v.label: v for v in self.variants}
+            chosen: list[VariantSpec] = []
             for entry in variants:
                 # A name, or a scenario file's entry: {name: spark-job, job: mypkg.jobs:ingest}
                 options = dict(entry) if isinstance(entry, dict) else {}
@@ -373,6 +380,10 @@ class Scenario:
                     raise ScenarioError.one(self.path, "--variants", problem)
                 else:
                     chosen.append(VariantSpec(name, options))
+            labels = [v.label for v in chosen]
+            if twice := sorted({label for label in labels if labels.count(label) > 1}):
+                # Two lanes of one label would share their topics, groups and database.
+                raise ScenarioError.one(self.path, "--variants", f"{', '.join(twice)} given twice")
             new = replace(new, variants=tuple(chosen))
         return new
 
@@ -387,10 +398,17 @@ class Scenario:
         section = self.section(which)
         if section is None:
             return self
-        return self.with_overrides(
+        cut = self.with_overrides(
             events=section.events,
             variants=list(section.variants) or None,
             runtimes=list(section.runtimes) or None,
+        )
+        if not section.faults:
+            return cut
+        faults = [f for f in self.faults if f.name in section.faults]
+        # A burst of the workload (poison, resends) is a fault's: it goes with it.
+        return replace(
+            cut, faults=tuple(faults), workload=replace(cut.workload, bursts=_bursts(faults))
         )
 
 
@@ -491,6 +509,7 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
         for i, runtime in enumerate(cut.runtimes if cut else ()):
             if runtime not in runtimes:
                 pr.add(f"{which}.runtimes[{i}]", f"not one of its runtimes ({', '.join(runtimes)})")
+        _cut_fault_problems(pr, which, cut, [f for f in faults if f is not None])
     pr.raise_any()
     assert name is not None and seed is not None and workload is not None
     assert partitions is not None and rate is not None and pipeline is not None
@@ -638,6 +657,19 @@ def _sequence_problems(pr: Problems, faults: list[Fault | None]) -> None:
             following = before.after if isinstance(before, Timed) else None
         if following is not None:
             pr.add(f"faults[{i}].after", f"{' -> '.join([*chain, following])}: a cycle")
+
+
+def _cut_fault_problems(pr: Problems, which: str, cut: Cut | None, faults: list[Fault]) -> None:
+    """A cut keeps faults the scenario has, and with each the one it starts ``after``."""
+    named = {f.name: f for f in faults}
+    for i, name in enumerate(cut.faults if cut else ()):
+        fault = named.get(name)
+        if fault is None:
+            pr.add(f"{which}.faults[{i}]", f"no such fault (have: {sorted(named)})")
+        elif isinstance(fault, Timed) and fault.after and cut and fault.after not in cut.faults:
+            pr.add(
+                f"{which}.faults[{i}]", f"starts after {fault.after!r}, which the cut leaves out"
+            )
 
 
 def _bursts(faults: list[Fault]) -> tuple[Burst, ...]:

@@ -20,7 +20,6 @@ from harness.kafka.clients import admin, read_topic
 from harness.outbox.relay import target
 from harness.outbox.writer import read_written
 from harness.pipeline.runtime import RuntimeConfig
-from harness.pipeline.variants import make_variant
 from harness.report.table import BESIDE_NOTE, beside
 from harness.results.model import RESULTS, load
 from harness.scenario import RelaySpec, VariantSpec, load_scenario
@@ -109,6 +108,11 @@ def lost_at_publish(env: LocalEnvironment, row: dict[str, Any], topics: list[str
     return [e for e in read_written(Path(row["ledger"])) if e.entry_id not in published]
 
 
+# Where the library's connectors store (none of its configs names a collection): said here, not
+# asked of the variant the checker asks, so that a recount does not share the checker's mistake.
+CONNECTORS_COLLECTION = "events"
+
+
 def recount(env: LocalEnvironment, row: dict[str, Any]) -> tuple[int, int, int, int]:
     """(documents of changes, extra copies, changes lost, documents of poison records) of a
     lane's landing collection, counted here from its documents' event ids and the ledger - not
@@ -116,15 +120,38 @@ def recount(env: LocalEnvironment, row: dict[str, Any]) -> tuple[int, int, int, 
     ledger = {r.event_id: r for r in read_ledger(Path(row["ledger"]))}
     expected = {(r.order_id, r.version) for r in ledger.values() if r.kind is not Kind.POISON}
     config = RuntimeConfig.load(str(Path(row["directory"]) / "runtime.json"))
-    collection = make_variant(config.variant, config.variant_options).landing().collection
     mongo: MongoClient[dict[str, Any]] = MongoClient(env.mongo_uri)
     with mongo:
-        docs = list(mongo[config.database][collection].find({}, {"event_id": 1}))
+        database = mongo[config.database]
+        assert database.list_collection_names() != [], (row["variant"], "no collection at all")
+        docs = list(database[CONNECTORS_COLLECTION].find({}, {"event_id": 1}))
     rows = [ledger[d["event_id"]] for d in docs]
     changes = [r for r in rows if r.kind is not Kind.POISON]
     stored = Counter((r.order_id, r.version) for r in changes)
     extra, lost = sum(n - 1 for n in stored.values()), len(expected - set(stored))
     return len(changes), extra, lost, len(rows) - len(changes)
+
+
+def committed(row: dict[str, Any]) -> dict[int, int]:
+    """Each partition's offset the lane committed last, from its history: what its consumers
+    said (COMMIT) or what the lab saw of its group (COMMITTED)."""
+    done: dict[int, int] = {}
+    for e in read_history(Path(row["directory"]) / "history"):
+        if e.kind in (EventKind.COMMIT, EventKind.COMMITTED):
+            for p, offset in e.offsets.items():
+                done[p] = max(done.get(p, 0), offset)
+    return done
+
+
+def poison_past_its_commits(row: dict[str, Any]) -> int:
+    """The poison records at or after the offsets a lane committed: a lane that stopped read
+    none past its last commit but those its commit lagged behind (Connect flushes on a clock)."""
+    done = committed(row)
+    return sum(
+        1
+        for r in read_ledger(Path(row["ledger"]))
+        if r.kind is Kind.POISON and r.offset >= done.get(r.partition, 0)
+    )
 
 
 def counted(row: dict[str, Any]) -> tuple[int, int, int, int]:
@@ -142,8 +169,14 @@ def assert_connector_replay(env: LocalEnvironment, rows: dict[tuple[str, str], A
         events = read_history(Path(r["directory"]) / "history")
         lost = [e for e in events if e.kind is EventKind.EXECUTOR_LOST]
         assert len(lost) == 1 and "executor PID" in lost[0].detail, (variant, lost)
-        if not r["stopped"]:
-            crashes = [e for e in events if e.kind is EventKind.CRASH]
+        crashes = [e for e in events if e.kind is EventKind.CRASH]
+        if r["stopped"]:
+            # It stopped on the lost task's batch: Spark's retry of the task inserted its first
+            # 40 documents again (E11000), every restart of the query did, and it never reached
+            # the batch whose commit the crash was to interrupt.
+            failed = {e.batch for e in events if e.kind is EventKind.QUERY_FAILED}
+            assert failed == {lost[0].batch} and not crashes, (variant, failed, crashes)
+        else:
             assert [c.detail for c in crashes] == ["after_write_before_commit"], variant
             # Spark replayed the killed batch from its checkpoint: written again.
             written = [e.batch for e in events if e.kind is EventKind.WRITTEN]
@@ -167,16 +200,17 @@ def assert_connect_worker_loss(env: LocalEnvironment, rows: dict[tuple[str, str]
     for (runtime, variant), r in rows.items():
         assert runtime == "connect"
         events = read_history(Path(r["directory"]) / "history")
-        killed = [e.detail for e in events if e.kind is EventKind.FAULT_STEP]
+        steps = [e for e in events if e.kind is EventKind.FAULT_STEP]
+        killed = [e.detail for e in steps if e.detail.startswith("SIGKILLed")]
         assert len(killed) == 1 and killed[0].endswith(", a follower"), killed
         exits = [e.detail for e in events if e.kind is EventKind.RUNTIME_EXIT]
         assert exits == [f"{killed[0].split()[2].rstrip(',')} killed by SIGKILL"], (variant, exits)
-        # Connect moved no task before the scheduled rebalance's minute had passed (the run
-        # may end before it: the connector's other tasks took the partitions over first).
-        kill = next(e.t for e in events if e.kind is EventKind.FAULT_STEP)
+        # Connect moved the dead worker's tasks, and none before the scheduled rebalance's
+        # minute had passed (the fault lasts until it has).
+        kill = next(e.t for e in steps if e.detail.startswith("SIGKILLed"))
         moved = [e.t - kill for e in events if e.kind is EventKind.CONNECTOR_STATE
                  and e.t > kill and e.detail.startswith("task ")]  # fmt: skip
-        assert all(m >= 60 for m in moved), (variant, moved)
+        assert moved and min(moved) >= 60, (variant, moved)
         if variant == "connect-default":
             # Its dead tasks' partitions went to its other tasks once their consumers' session
             # (45 s) had timed out: what it stored again.
@@ -223,14 +257,16 @@ def test_the_library_has_every_scenario_the_issue_names() -> None:
         assert "what to see" in scenario.description.lower() or scenario.name == "baseline", path
 
 
-# One test per scenario, its runtimes side by side as `chaoslab run` and the demo run them (the
-# Spark lanes beside the listener lanes take about as long as the Spark lanes alone: run apart,
-# each scenario's listener run was as much again); a scenario with Spark lanes waits its turn on
-# the Spark worker (SPARK).
+# One test per scenario, at its cut (its ci: or demo: section: the lanes and events that still
+# show its point, judged by the same expectations; the whole library is `make library`), its
+# runtimes side by side as `chaoslab run` and the demo run them; a scenario with Spark lanes in
+# its cut waits its turn on the Spark worker (SPARK).
 @pytest.mark.parametrize(
     "path",
     [
-        pytest.param(p, marks=[SPARK] if "spark" in load_scenario(p).runtimes else [], id=p.stem)
+        pytest.param(
+            p, marks=[SPARK] if "spark" in load_scenario(p).cut("ci").runtimes else [], id=p.stem
+        )
         for p in LIBRARY
     ],
 )
@@ -238,7 +274,7 @@ def test_a_library_scenario_holds_its_expectations(
     scenario_env: LocalEnvironment, tmp_path: Path, path: Path
 ) -> None:
     out = tmp_path / "run"
-    result, report = run_cli(scenario_env, out, "run", str(path))
+    result, report = run_cli(scenario_env, out, "run", str(path), "--cut", "ci")
     failed = [f"{r['runtime']}/{r['variant']}: {r['reason']}" for r in report["results"]
               if r["expectation"] != "pass"]  # fmt: skip
     assert result.returncode == 0, (failed, result.stderr[-2000:])
@@ -246,8 +282,12 @@ def test_a_library_scenario_holds_its_expectations(
     # between the progress lines.
     assert "|FAIL|" not in result.stdout + result.stderr, result.stdout[-2000:]
     rows = {(r["runtime"], r["variant"]): r for r in report["results"]}
-    loaded = load_scenario(path)
+    loaded = load_scenario(path).cut("ci")
     runtimes = loaded.runtimes
+    # Every lane of the cut ran, and no other (an outbox scenario's rows are its relays').
+    relays = [("relay", r.label) for r in loaded.relays]
+    lanes = relays if loaded.outbox else [(rt, spec.label) for rt, spec in loaded.lanes]
+    assert set(lanes) == set(rows), (sorted(lanes), sorted(rows))
 
     # An outbox scenario's rows are its relays' (seed 003); a command consumer, or a connector,
     # runs on its own runtime beside the listed runtimes' variants (listed, or the default, when
@@ -261,10 +301,14 @@ def test_a_library_scenario_holds_its_expectations(
     for (rt, variant), r in rows.items():
         assert r["phantoms"] == 0, variant
         # Every poison record dead-lettered, or stored as a document (a Connect lane's: counted
-        # apart) - but where the lane stopped, or the scenario expects some dropped.
+        # apart) - but where the scenario expects some dropped; a lane that stopped, every one
+        # before the point it stopped at.
         expected = {e.field for e in loaded.expectations_for(specs[variant], rt)}
         vanished = r["poison_missing"] - r["poison_stored"]
-        assert vanished == 0 or r["stopped"] or "poison_missing" in expected, (variant, vanished)
+        if r["stopped"]:
+            assert vanished <= poison_past_its_commits(r), (variant, vanished, committed(r))
+        elif "poison_missing" not in expected:
+            assert vanished == 0, (variant, vanished)
         if variant == "transactional" and rt != "relay":  # the sink variant, not the relay
             assert (r["duplicates"], r["lost"]) == (0, 0)
             assert r["offsets_consistent"] is True
@@ -275,7 +319,7 @@ def test_a_library_scenario_holds_its_expectations(
         assert set(rows) == {(rt, v) for rt in runtimes for v in variants}
         for key, r in rows.items():
             assert (r["duplicates"], r["lost"], r["stale"]) == (0, 0, 0), key
-            assert r["acked"] == r["produced"] == 1000, key
+            assert r["acked"] == r["produced"] == loaded.workload.events, key
             assert r["dead_lettered"] > 0, key
             assert r["in_sink"] == r["acked"] - r["dead_lettered"], key
         print("\nbaseline events/s:")  # printed, not asserted: figures for the closing note
@@ -463,10 +507,15 @@ def test_a_library_scenario_holds_its_expectations(
             assert recount(scenario_env, r) == counted(r), (name, variant)
     if name == "connect-mongo-outage":  # Connect's own words for the failed task
         stopped = rows[("connect", "connect-idempotent")]["stopped"]
-        # The driver's own exception at the root: a server selection that timed out, or the
-        # reset connection itself (which of the two fails the write varies run to run).
-        causes = ("MongoTimeoutException", "Connection reset", "MongoSocket")
-        assert "FAILED" in stopped and any(c in stopped for c in causes), stopped
+        # The driver's own exception at the root: its server selection timed out after its 30 s
+        # (the connections it opened were reset), or a write's own socket was reset (which of
+        # the two fails the write varies run to run).
+        assert "FAILED" in stopped and "(caused by " in stopped, stopped
+        root = stopped.rsplit("(caused by ", 1)[1]
+        assert root.startswith((
+            "com.mongodb.MongoTimeoutException: Timed out after 30000 ms while waiting to connect",
+            "java.net.SocketException: Connection reset",
+        )), root  # fmt: skip
     if name == "commit-failure-storm":
         naive = rows[("listener", "naive")]
         assert {"2", "3"} <= set(naive["copies"]), naive["copies"]  # seed 002's 2 and 3 copies

@@ -294,3 +294,16 @@ def test_runtimes_are_registered_records() -> None:
         assert scenario.runtimes == ("listener-2",)
     finally:
         del REGISTRY[extra.name]
+
+
+def test_a_variant_chosen_by_label_is_that_one_and_by_name_the_first_of_its_name() -> None:
+    """mongo-ack-lost has naive and naive[retryWrites=false]: ``naive`` is the plain one (its
+    label), ``naive[retryWrites=false]`` the other; one given twice is refused (two lanes of one
+    label would share a topic)."""
+    scenario = load_scenario("scenarios/mongo-ack-lost.yaml")
+    chosen = scenario.with_overrides(variants=["naive", "naive[retryWrites=false]", "idempotent"])
+    assert [v.label for v in chosen.variants] == [
+        "naive", "naive[retryWrites=false]", "idempotent[retryWrites=false]"
+    ]  # fmt: skip
+    with pytest.raises(ScenarioError, match=r"--variants: naive given twice"):
+        scenario.with_overrides(variants=["naive", "naive"])
