@@ -97,24 +97,46 @@ def test_every_library_scenario_has_a_cut_for_the_suite() -> None:
     assert lacking == [], f"give these a ci: (or demo:) section: {lacking}"
 
 
-def minimal(section: object) -> dict[str, object]:
+FAULTS = [
+    {"kind": "consumer-kill", "name": "first", "at": 1},
+    {"kind": "consumer-kill", "name": "second", "after": "first", "at": 1},
+    {"kind": "poison", "name": "burst", "start_event": 10, "events": 20, "fraction": 0.5},
+]
+
+
+def minimal(section: object, which: str = "demo") -> dict[str, object]:
     return {"name": "d", "runtimes": ["listener"], "variants": ["naive", "idempotent"],
-            "demo": section}  # fmt: skip
+            "faults": FAULTS, which: section}  # fmt: skip
 
 
+@pytest.mark.parametrize("which", ["demo", "ci"])
 @pytest.mark.parametrize(
     ("section", "where", "why"),
     [
-        ({"events": 0}, "demo.events", "must be >= 1"),
-        ({"variants": ["nave"]}, "demo.variants[0]", "no such variant"),
-        ({"runtimes": ["spark"]}, "demo.runtimes[0]", "not one of its runtimes"),
-        ({"speed": 2}, "demo.speed", "unknown field"),
+        ({"events": 0}, "events", "must be >= 1"),
+        ({"variants": ["nave"]}, "variants[0]", "no such variant"),
+        ({"runtimes": ["spark"]}, "runtimes[0]", "not one of its runtimes"),
+        ({"speed": 2}, "speed", "unknown field"),
+        ({"faults": ["third"]}, "faults[0]", "no such fault (have: ['burst', 'first', 'second'])"),
+        ({"faults": ["second"]}, "faults[0]", "starts after 'first', which the cut leaves out"),
     ],
 )
-def test_a_bad_demo_section_is_named(section: object, where: str, why: str) -> None:
+def test_a_bad_cut_section_is_named(section: object, where: str, why: str, which: str) -> None:
     with pytest.raises(ScenarioError) as raised:
-        parse_scenario(minimal(section))
-    assert where in str(raised.value) and why in str(raised.value), str(raised.value)
+        parse_scenario(minimal(section, which))
+    said = str(raised.value)
+    assert f"{which}.{where}" in said and why in said, said
+
+
+def test_a_cut_keeps_the_faults_it_names_and_their_bursts_of_the_workload() -> None:
+    whole = parse_scenario(minimal({"faults": ["first", "second"]}, "ci"))
+    assert len(whole.workload.bursts) == 1
+    cut = whole.cut("ci")
+    assert [f.name for f in cut.faults] == ["first", "second"] and cut.workload.bursts == ()
+    kept = parse_scenario(minimal({"faults": ["burst"]}, "ci")).cut("ci")
+    assert [f.name for f in kept.faults] == [
+        "burst"
+    ] and kept.workload.bursts == whole.workload.bursts
 
 
 def test_matrix_demo_of_files_without_a_cut_is_refused_before_anything_starts(

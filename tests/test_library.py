@@ -237,6 +237,10 @@ def assert_connect_rolling_upgrade(rows: dict[tuple[str, str], Any]) -> None:
         assert downs == [f"node {(first - 1 + i) % 3 + 1} SIGKILL" for i in range(3)], downs
         said = [e.detail for e in events if e.kind is EventKind.CONSUMER_LOG]
         failed += [line for line in said if "Commit of offsets threw" in line]
+        # A copy comes only from a partition delivered again: after the task's group took its
+        # partitions away (short-session's race with the machine's load; the others' none).
+        taken = [line for line in said if "Revoke previously" in line or "Lost previously" in line]
+        assert r["duplicates"] == 0 or taken, (variant, r["duplicates"])
     assert failed, "no task's offset commit failed during the restarts"
 
 
