@@ -561,50 +561,18 @@ def test_the_relay_crash_holds_over_other_seeds(
         assert_stages_add_up(r)
 
 
-def test_the_matrix_runs_several_scenarios_on_one_environment(
-    scenario_env: LocalEnvironment, tmp_path: Path
-) -> None:
-    out = tmp_path / "matrix"
-    before = set(admin(scenario_env.kafka_bootstrap).list_topics(timeout=10).topics)
-    result = chaoslab(
-        "matrix", "scenarios/baseline.yaml", "scenarios/mongo-partition.yaml",
-        "--runtime", "listener", "--events", "600",
-        "--env", str(scenario_env.directory), "--out", str(out), timeout=900,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    assert "=== [1/2] baseline ===" in result.stdout
-    assert "=== [2/2] mongo-partition" in result.stdout
-    for scenario in ("baseline", "mongo-partition"):
-        report = json.loads((out / scenario / "results.json").read_text())
-        assert {r["acked"] for r in report["results"]} == {600}
-        assert f"{scenario}" in result.stdout.split("scenarios in")[0]
-    suites = ET.parse(out / "junit.xml").getroot().findall("testsuite")
-    assert len(suites) == 2
-    assert "mongo-partition" in (out / "report.md").read_text()
-    # Each run's topics were deleted once judged (they would slow the later runs); the
-    # databases stay for inspection.
-    assert result.stdout.count("deleted the run's") >= 2
-    topics = set(admin(scenario_env.kafka_bootstrap).list_topics(timeout=10).topics) - before
-    assert not [t for t in topics if t.startswith(("baseline.", "mongo-partition."))]
-    client: MongoClient[dict[str, Any]] = MongoClient(scenario_env.mongo_uri)
-    with client:
-        for scenario in ("baseline", "mongo-partition"):
-            for r in json.loads((out / scenario / "results.json").read_text())["results"]:
-                runtime = json.loads((Path(r["directory"]) / "runtime.json").read_text())
-                assert client[runtime["database"]].events.count_documents({}) == r["in_sink"]
-
-
 def test_scenarios_that_keep_to_their_runs_run_together_and_the_others_alone(
     scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:
     out = tmp_path / "matrix"
+    names = ("baseline", "producer-exactly-once", "mongo-partition")
+    before = set(admin(scenario_env.kafka_bootstrap).list_topics(timeout=10).topics)
     result = chaoslab(
-        "matrix", "baseline", "producer-exactly-once", "mongo-partition",
-        "--runtime", "listener", "--events", "600", "--together", "2",
+        "matrix", *names, "--runtime", "listener", "--events", "600", "--together", "2",
         "--env", str(scenario_env.directory), "--out", str(out), timeout=900, cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    runs = {n: load(out / n) for n in ("baseline", "producer-exactly-once", "mongo-partition")}
+    runs = {n: load(out / n) for n in names}
     # mongo-partition cuts every consumer's link to MongoDB: it had the environment to itself.
     assert beside(runs["mongo-partition"], list(runs.values())) == []
     assert [r.name for r in beside(runs["baseline"], list(runs.values()))] == [
@@ -612,9 +580,27 @@ def test_scenarios_that_keep_to_their_runs_run_together_and_the_others_alone(
     ]
     assert all(run.passed for run in runs.values())
     # The lines of runs side by side carry their scenario's name; the table marks their walls.
+    assert "=== [3/3] mongo-partition ===" in result.stdout
     assert "baseline | [5/5] listener: naive" in result.stdout
     assert "producer-exactly-once | " in result.stdout
     assert BESIDE_NOTE in result.stdout
+    for name in names:
+        report = json.loads((out / name / "results.json").read_text())
+        assert {r["produced"] for r in report["results"]} == {600}
+    suites = ET.parse(out / "junit.xml").getroot().findall("testsuite")
+    assert len(suites) == 3
+    assert "mongo-partition" in (out / "report.md").read_text()
+    # Each run's topics were deleted once judged (they would slow the later runs); the
+    # databases stay for inspection.
+    assert result.stdout.count("deleted the run's") >= 3
+    topics = set(admin(scenario_env.kafka_bootstrap).list_topics(timeout=10).topics) - before
+    assert not [t for t in topics if t.startswith(tuple(f"{n}." for n in names))]
+    client: MongoClient[dict[str, Any]] = MongoClient(scenario_env.mongo_uri)
+    with client:
+        for name in names:
+            for r in json.loads((out / name / "results.json").read_text())["results"]:
+                runtime = json.loads((Path(r["directory"]) / "runtime.json").read_text())
+                assert client[runtime["database"]].events.count_documents({}) == r["in_sink"]
 
 
 def test_a_scenario_whose_fault_acts_on_the_environment_runs_on_a_second_one_beside_the_rest(
