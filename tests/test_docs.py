@@ -10,6 +10,8 @@ import re
 import tokenize
 from pathlib import Path
 
+from harness import paths
+from harness.scenario import load_scenario
 from tests.test_imports import LAYERS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,3 +111,14 @@ def test_code_comments_carry_no_dates() -> None:
         if DATE.search(text)
     ]
     assert dated == []
+
+
+def test_the_scenarios_page_names_each_scenarios_cut_as_its_file_has_it() -> None:
+    """docs/scenarios.md's table says which cut `make test` runs of each library scenario: the
+    file's own ``ci:`` (or ``demo:``) section, as ``Cut`` says it."""
+    rows = re.findall(r"^\| \[`([\w.-]+)`\]\(#[\w-]+\) \| [^|]+ \| [^|]+ \| ([^|]+) \|$",
+                      (DOCS / "scenarios.md").read_text(), re.M)  # fmt: skip
+    named = {name: cut.strip() for name, cut in rows}
+    for path in paths.library():
+        section = load_scenario(path).section("ci")
+        assert named.get(path.stem) == str(section), path.stem
