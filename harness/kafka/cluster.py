@@ -106,14 +106,8 @@ def cluster_view(bootstrap: str, *, timeout: float = 10.0) -> ClusterView:
 def quorum_leader(host: str, port: int, *, timeout: float = 10.0) -> int | None:
     """The node leading the KRaft quorum, by DescribeQuorum (v0) to any broker (brokers
     forward it to the controllers); None while there is no leader."""
-    correlation = next(_correlation) & 0x7FFFFFFF
-    request = (
+    body = (
         Writer()
-        .int16(ApiKey.DESCRIBE_QUORUM)
-        .int16(0)
-        .int32(correlation)
-        .nullable_string(HARNESS_CLIENT, compact=False)  # header v2: never compact
-        .uvarint(0)  # header tagged fields
         .uvarint(2)  # one topic (compact arrays carry count + 1)
         .nullable_string(METADATA_TOPIC, compact=True)
         .uvarint(2)  # one partition
@@ -121,15 +115,8 @@ def quorum_leader(host: str, port: int, *, timeout: float = 10.0) -> int | None:
         .uvarint(0)
         .uvarint(0)
         .uvarint(0)
-        .bytes()
     )
-    with socket.create_connection((host, port), timeout=timeout) as conn:
-        conn.sendall(struct.pack(">i", len(request)) + request)
-        size = struct.unpack(">i", _read_exactly(conn, 4))[0]
-        r = Reader(_read_exactly(conn, size))
-    if r.int32() != correlation:
-        raise Malformed("DescribeQuorum: the response answers another request")
-    r.skip_tagged_fields()  # response header v1
+    r = _ask(host, port, ApiKey.DESCRIBE_QUORUM, 0, body, timeout)
     if r.int16() != 0:
         return None  # e.g. NOT_LEADER_OR_FOLLOWER while the quorum elects
     r.uvarint()  # topics
@@ -140,6 +127,51 @@ def quorum_leader(host: str, port: int, *, timeout: float = 10.0) -> int | None:
         return None
     leader = r.int32()
     return leader if leader >= 0 else None
+
+
+def group_states(host: str, port: int, *, timeout: float = 5.0) -> dict[str, str]:
+    """The consumer groups one broker coordinates, by their state as Kafka names it
+    (``Stable``, ``PreparingRebalance``...): ListGroups (v4) to that broker alone.
+
+    Not the Admin API's ListConsumerGroups, which asks every broker at once: while one of them
+    was down, librdkafka's main thread spun until the request timed out (a fifth of a core per
+    client), and the lab watches a group every half second through every broker fault."""
+    body = Writer().uvarint(1).uvarint(0)  # no states filter; tagged fields
+    r = _ask(host, port, ApiKey.LIST_GROUPS, 4, body, timeout)
+    r.int32()  # throttle time
+    if r.int16() != 0:
+        return {}  # e.g. COORDINATOR_LOAD_IN_PROGRESS: none listed yet
+    states = {}
+    for _ in range(r.uvarint() - 1):
+        group = r.string(compact=True)
+        r.string(compact=True)  # protocol type
+        states[group] = r.string(compact=True)
+        r.skip_tagged_fields()
+    return states
+
+
+def _ask(host: str, port: int, api: ApiKey, version: int, body: Writer, timeout: float) -> Reader:
+    """One request of a flexible version (request header v2) on a connection of its own; the
+    response past its header (v1)."""
+    correlation = next(_correlation) & 0x7FFFFFFF
+    request = (
+        Writer()
+        .int16(api)
+        .int16(version)
+        .int32(correlation)
+        .nullable_string(HARNESS_CLIENT, compact=False)  # header v2: never compact
+        .uvarint(0)  # header tagged fields
+        .raw(body.bytes())
+        .bytes()
+    )
+    with socket.create_connection((host, port), timeout=timeout) as conn:
+        conn.sendall(struct.pack(">i", len(request)) + request)
+        size = struct.unpack(">i", _read_exactly(conn, 4))[0]
+        r = Reader(_read_exactly(conn, size))
+    if r.int32() != correlation:
+        raise Malformed(f"{api.title}: the response answers another request")
+    r.skip_tagged_fields()  # response header v1
+    return r
 
 
 def _read_exactly(conn: socket.socket, size: int) -> bytes:

@@ -1,29 +1,39 @@
 """A consumer group as an outsider sees it: its state, and the offsets it committed - what the
 lab can know of a consumer it did not write (``harness.pipeline.observer``).
 
-A group is watched through every broker fault with ListGroups and OffsetFetch only: librdkafka
-can abort its process when DescribeConsumerGroups is polled while a broker restarts
-(docs/environment.md). That is asked (``members``) only while a lane starts, before any fault
-of its run can act: a group stable with fewer members than a black box's instances is still
-forming, and the next instance's join rebalances it.
+A group is watched through every broker fault with ListGroups (each broker asked alone,
+``harness.kafka.cluster.group_states``) and OffsetFetch only: librdkafka can abort its process
+when DescribeConsumerGroups is polled while a broker restarts (docs/environment.md). That is
+asked (``members``) only while a lane starts, before any fault of its run can act: a group
+stable with fewer members than a black box's instances is still forming, and the next
+instance's join rebalances it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, ConsumerGroupState, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from harness.kafka.clients import HARNESS_SETTINGS, admin, consumer_config
+from harness.kafka.cluster import group_states
+from harness.kafka.wire import Malformed
 
 # librdkafka's "no committed offset" (OFFSET_INVALID).
 NO_OFFSET = -1001
 UNLISTED = "unlisted"
 
 
-def _name(state: ConsumerGroupState) -> str:
-    return state.name.lower().replace("_", "-")
+# Kafka's names of a classic group's states, as the history has always written them (librdkafka's
+# names, which the watch once read); a state of another protocol is "unknown", as it was there.
+STATES = {
+    "Stable": "stable",
+    "PreparingRebalance": "preparing-rebalancing",
+    "CompletingRebalance": "completing-rebalancing",
+    "Empty": "empty",
+    "Dead": "dead",
+}
 
 
 @dataclass(frozen=True)
@@ -47,34 +57,45 @@ class GroupWatch:
 
     def __init__(self, bootstrap: str, group: str, topic: str) -> None:
         self.bootstrap, self.group, self.topic = bootstrap, group, topic
-        self._clients: tuple[AdminClient, Consumer] | None = None
-        self._partitions: list[TopicPartition] = []
+        self._offsets: Consumer | None = None
+        self._admin: AdminClient | None = None  # for members() alone
 
-    def _connected(self) -> tuple[AdminClient, Consumer]:
-        if self._clients is None:
+    def _consumer(self) -> Consumer:
+        if self._offsets is None:
             # Never subscribes: a consumer of the group's id only reads its committed offsets.
-            offsets = Consumer(consumer_config(self.bootstrap, self.group, **HARNESS_SETTINGS))
-            self._clients = (admin(self.bootstrap), offsets)
-        return self._clients
+            self._offsets = Consumer(
+                consumer_config(self.bootstrap, self.group, **HARNESS_SETTINGS)
+            )
+        return self._offsets
 
     def view(self, timeout: float = 5.0) -> GroupView:
-        """The group now; KafkaException (or TimeoutError) if the cluster cannot say."""
+        """The group now; KafkaException (or TimeoutError, OSError) if the cluster cannot
+        say."""
         try:
-            return self._view(*self._connected(), timeout)
+            return self._view(self._consumer(), timeout)
         except BaseException:
             self.close()
             raise
 
-    def _view(self, admin_client: AdminClient, offsets: Consumer, timeout: float) -> GroupView:
-        listed = admin_client.list_consumer_groups(request_timeout=timeout).result(timeout)
-        states = {g.group_id: _name(g.state) for g in listed.valid}
-        state = states.get(self.group, UNLISTED)
-        if not self._partitions:
-            meta = offsets.list_topics(self.topic, timeout=timeout).topics[self.topic]
-            self._partitions = [TopicPartition(self.topic, p) for p in sorted(meta.partitions)]
+    def _view(self, offsets: Consumer, timeout: float) -> GroupView:
+        meta = offsets.list_topics(self.topic, timeout=timeout)
+        states: dict[str, str] = {}
+        answered = 0
+        for broker in meta.brokers.values():
+            try:
+                states.update(group_states(broker.host, broker.port, timeout=timeout))
+                answered += 1
+            except (OSError, Malformed):
+                continue  # a broker down: its groups are unlisted until it is back
+        if not answered:
+            raise KafkaException(f"no broker of {self.bootstrap} answered ListGroups")
+        state = STATES.get(states[self.group], "unknown") if self.group in states else UNLISTED
+        partitions = [
+            TopicPartition(self.topic, p) for p in sorted(meta.topics[self.topic].partitions)
+        ]
         committed = {
             tp.partition: tp.offset
-            for tp in offsets.committed(self._partitions, timeout=timeout)
+            for tp in offsets.committed(partitions, timeout=timeout)
             if tp.error is None and tp.offset != NO_OFFSET
         }
         return GroupView(state, committed)
@@ -83,8 +104,9 @@ class GroupWatch:
         """How many members the group has now (DescribeConsumerGroups: not while a broker may
         restart, see above); KafkaException (or TimeoutError) if the cluster cannot say."""
         try:
-            admin_client, _ = self._connected()
-            (described,) = admin_client.describe_consumer_groups(
+            if self._admin is None:
+                self._admin = admin(self.bootstrap)
+            (described,) = self._admin.describe_consumer_groups(
                 [self.group], request_timeout=timeout
             ).values()
             return len(described.result(timeout).members)
@@ -93,6 +115,6 @@ class GroupWatch:
             raise
 
     def close(self) -> None:
-        if self._clients is not None:
-            self._clients[1].close()
-            self._clients = None
+        if self._offsets is not None:
+            self._offsets.close()
+        self._offsets = self._admin = None
