@@ -333,6 +333,16 @@ def _matrix_options(args: argparse.Namespace) -> tuple[shards.Shard, list[str]]:
             problems.append(f"{option}: {path} is a directory, not a file")
     if args.durations is not None and not args.durations.parent.is_dir():
         problems.append(f"--durations: no folder {args.durations.parent} to write it in")
+    # Read now, not after the runs: --shard splits by the library's times, and --durations adds
+    # to the file it names (an unreadable one would end a long matrix in a traceback).
+    read: list[Path | None] = [None] if args.shard is not None else []
+    if args.durations is not None and args.durations.is_file():
+        read.append(args.durations)
+    for path in read:
+        try:
+            shards.load_durations(path)
+        except BadInput as exc:
+            problems.append(str(exc))
     return shard, problems
 
 

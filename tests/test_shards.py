@@ -101,6 +101,24 @@ def test_durations_are_recorded_beside_the_ones_not_measured(tmp_path: Path) -> 
     assert load_durations(path) == {"a": 12.3, "b": 7.0}
 
 
+def test_an_unreadable_durations_file_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """Not after the runs, when the matrix adds its times to it (a traceback, the runs' times
+    lost)."""
+    bad = tmp_path / "durations.json"
+    for text, why in (('{"baseline": 114.2', "Expecting"), ('{"baseline": "2 min"}', "")):
+        bad.write_text(text)
+        done = chaoslab("matrix", "baseline", "--durations", str(bad), "--together", "0",
+                        "--out", "m", cwd=tmp_path)  # fmt: skip
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert f"{bad}: not measured times (a JSON object of scenario names and seconds)" in (
+            done.stderr
+        )
+        assert why in done.stderr and "Traceback" not in done.stderr
+        assert "--together must be >= 1, got 0" in done.stderr  # every problem, at once
+        assert done.stdout == "" and not (tmp_path / "m").exists()
+        assert bad.read_text() == text  # left as it was
+
+
 def manifest(shard: str, **changed: object) -> Manifest:
     fields: dict[str, object] = {
         "shard": shard,
