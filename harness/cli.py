@@ -203,7 +203,7 @@ def _every(items: Sequence[T], do: Callable[[T], R]) -> list[R]:
         except BadInput as exc:
             problems.append(str(exc))
     if problems:  # a command-line override's problem is every file's: named once
-        raise BadInput("\n".join(dict.fromkeys(problems)))
+        raise BadInput("\n".join(dict.fromkeys(ln for p in problems for ln in p.splitlines())))
     return done
 
 

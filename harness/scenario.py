@@ -351,19 +351,23 @@ class Scenario:
         variants: Sequence[str | dict[str, Any]] | None = None,
         runtimes: list[str] | None = None,
     ) -> Self:
-        """The scenario with command-line overrides applied (validated like the file)."""
+        """The scenario with command-line overrides applied (validated like the file); BadInput
+        naming every problem of them at once."""
         new = self
+        problems: list[str] = []  # the command line's own, the same for every file
+        found: list[tuple[str, str]] = []  # this file's variants
         if seed is not None:
             new = replace(new, seed=seed, workload=replace(new.workload, seed=seed))
         if events is not None:
             if events < 0:
-                raise BadInput(f"--events must be >= 0, got {events}")
-            new = replace(new, workload=replace(new.workload, events=events))
+                problems.append(f"--events must be >= 0, got {events}")
+            else:
+                new = replace(new, workload=replace(new.workload, events=events))
         if runtimes:
-            unknown = [r for r in runtimes if r not in names()]
-            if unknown:
-                raise BadInput(f"--runtime: unknown {unknown} (choose from {', '.join(names())})")
-            new = replace(new, runtimes=tuple(runtimes))
+            if unknown := [r for r in runtimes if r not in names()]:
+                problems.append(f"--runtime: unknown {unknown} (choose from {', '.join(names())})")
+            else:
+                new = replace(new, runtimes=tuple(runtimes))
         if variants:
             # A label names one variant, a name the first of its variants (the label ``naive``
             # is the plain one, not the ``naive[retryWrites=false]`` after it).
@@ -377,14 +381,20 @@ class Scenario:
                 if name in known and not options:
                     chosen.append(known[name])
                 elif problem := _variant_problem(name, options):
-                    raise ScenarioError.one(self.path, "--variants", problem)
+                    found.append(("--variants", problem))
                 else:
                     chosen.append(VariantSpec(name, options))
             labels = [v.label for v in chosen]
             if twice := sorted({label for label in labels if labels.count(label) > 1}):
                 # Two lanes of one label would share their topics, groups and database.
-                raise ScenarioError.one(self.path, "--variants", f"{', '.join(twice)} given twice")
+                found.append(("--variants", f"{', '.join(twice)} given twice"))
             new = replace(new, variants=tuple(chosen))
+        if problems:
+            raise BadInput(
+                "\n".join([*problems, *([str(ScenarioError(self.path, found))] if found else [])])
+            )
+        if found:
+            raise ScenarioError(self.path, found)
         return new
 
     def section(self, which: str) -> Cut | None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.checker.model import Verdict
+from harness.errors import BadInput
 from harness.faults.families.broker import (
     BrokerBounce,
     BrokerKill,
@@ -307,3 +308,16 @@ def test_a_variant_chosen_by_label_is_that_one_and_by_name_the_first_of_its_name
     ]  # fmt: skip
     with pytest.raises(ScenarioError, match=r"--variants: naive given twice"):
         scenario.with_overrides(variants=["naive", "naive"])
+
+
+def test_every_problem_of_the_overrides_is_named_at_once() -> None:
+    scenario = load_scenario("scenarios/mongo-ack-lost.yaml")
+    with pytest.raises(BadInput) as refused:
+        scenario.with_overrides(events=-1, runtimes=["nope"], variants=["bogus", "naive", "naive"])
+    lines = str(refused.value).splitlines()
+    assert lines[:2] == [
+        "--events must be >= 0, got -1",
+        "--runtime: unknown ['nope'] (choose from listener, spark)",
+    ]
+    assert lines[2].startswith("scenarios/mongo-ack-lost.yaml: --variants: unknown variant 'bogus'")
+    assert lines[3:] == ["scenarios/mongo-ack-lost.yaml: --variants: naive given twice"]
