@@ -68,20 +68,19 @@ def load_durations(path: Path | None = None) -> dict[str, float]:
     """The measured seconds of each scenario ({} if none were written); BadInput, naming the
     file, if it is not a JSON object of names and seconds."""
     path = path or durations_file()
+    refused = f"{path}: not measured times (a JSON object of scenario names and seconds)"
+    again = "write it again with chaoslab matrix --durations, or remove it"
     try:
         raw = json.loads(path.read_text())
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        raw = exc
+        raise BadInput(f"{refused} ({exc}); {again}") from exc
+    seconds = (int, float)
     if not isinstance(raw, dict) or not all(
-        isinstance(v, int | float) and not isinstance(v, bool) for v in raw.values()
+        isinstance(v, seconds) and not isinstance(v, bool) for v in raw.values()
     ):
-        why = f" ({raw})" if isinstance(raw, Exception) else ""
-        raise BadInput(
-            f"{path}: not measured times (a JSON object of scenario names and seconds){why}; "
-            "write it again with chaoslab matrix --durations, or remove it"
-        )
+        raise BadInput(f"{refused}; {again}")
     return {str(k): float(v) for k, v in raw.items()}
 
 
