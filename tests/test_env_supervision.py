@@ -252,3 +252,32 @@ def test_another_process_restarts_the_broker_of_an_environment_it_does_not_own(
     topic = unique("after-restart")
     create_topic(lab_env.kafka_bootstrap, topic, 1)
     assert end_offsets(lab_env.kafka_bootstrap, topic) == {0: 0}
+
+
+def test_a_spawned_process_carries_its_marker_as_soon_as_spawn_returns(tmp_path: Path) -> None:
+    # A fault aimed at a consumer started a moment ago finds it by its marker: Popen returns
+    # before the kernel has set up the new program's environment, and a signal sent in that
+    # window reached no one (a consumer kill at second 0 said "no consumer process"). The
+    # spawns share one CPU with this thread, as on a busy machine: the parent, woken by the
+    # exec, then runs while the child is still inside it (more than half of them read empty
+    # before spawn waited for the marker).
+    env_id = unique("marker")
+    started: list[psutil.Process] = []
+    missed = []
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        for i in range(50):
+            server = f"sleeper-{i}"
+            handle = process.spawn(
+                ["sleep", "60"], env_id=env_id, server=server, log_path=tmp_path / "sleep.log"
+            )
+            started.append(psutil.Process(handle.pid))
+            # Read at once, where ``marked`` reads it (its scan of every process can outlast
+            # the window; it did not on a loaded CI machine).
+            if started[-1].environ().get(process.SERVER_VAR) != server:
+                missed.append(i)
+    finally:
+        os.sched_setaffinity(0, cpus)
+        process.kill(started)  # every exit status collected
+    assert not missed, f"{len(missed)} of 50 new processes without their marker: {missed}"
