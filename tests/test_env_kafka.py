@@ -32,7 +32,8 @@ from harness.kafka.clients import (
     partition_offset,
     producer_config,
 )
-from harness.kafka.cluster import OFFSETS_TOPIC
+from harness.kafka.cluster import OFFSETS_TOPIC, group_states
+from harness.kafka.groups import GroupWatch
 from harness.readiness import NotReady, wait_for
 from harness.workload import WorkloadSpec, generate
 from harness.workload.ledger import read_ledger
@@ -311,12 +312,39 @@ def test_kill_9_of_the_coordinator_while_a_consumer_commits_loses_nothing(
         coordinator = lab_env.cluster_view().coordinator_of(t.group)
         assert coordinator is not None
         killed = server_handles(lab_env.directory)[f"kafka-{coordinator}"]
+        nodes = admin(lab_env.kafka_bootstrap).list_topics(timeout=10).brokers.values()
+        addresses = {b.id: (str(b.host), b.port) for b in nodes}
+
+        def listing(node: int) -> str | None:
+            """The group's state as one node alone lists it (ListGroups, as a lane's watch
+            asks), or None."""
+            return group_states(*addresses[node], timeout=5).get(t.group)
+
+        assert {n: listing(n) for n in addresses} == {
+            n: "Stable" if n == coordinator else None for n in addresses
+        }
         lab_env.kill_broker(broker=coordinator)
         assert not killed.alive()
         seen_at_kill = len(t.loop.values)
+        # Each node is asked alone: the dead one fails at once (refused, or closed by the fault
+        # proxy in front of it), the others answer without it (the Admin API's
+        # ListConsumerGroups asked all at once, and spun until it timed out).
+        asked = time.monotonic()
+        with pytest.raises(OSError):
+            listing(coordinator)
+        assert [listing(n) for n in addresses if n != coordinator] == [None, None]
+        assert time.monotonic() - asked < 5
         # The group goes on with the node dead: another broker becomes its coordinator.
         t.loop.poll_until(lambda: len(t.loop.values) >= seen_at_kill + 1500, timeout=120)
-        assert lab_env.cluster_view().coordinator_of(t.group) not in (coordinator, None)
+        moved = lab_env.cluster_view().coordinator_of(t.group)
+        assert moved not in (coordinator, None)
+        assert listing(moved) == "Stable"
+        watch = GroupWatch(lab_env.kafka_bootstrap, t.group, t.topic)  # as a lane's observer
+        try:
+            view = watch.view()
+        finally:
+            watch.close()
+        assert view.stable and sum(view.committed.values()) > seen_at_kill, view
         lab_env.revive(Component.KAFKA, broker=coordinator)
         acked, ends = t.settle()
     assert sum(ends.values()) == len(acked)
