@@ -4,12 +4,14 @@ real standalone cluster - tests/test_library.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harness.environment.backends import get_backend
-from harness.pipeline.crash import CrashPlan, CrashPoint, Struck
+from harness.history.events import HistoryWriter
+from harness.pipeline.crash import Crasher, CrashPlan, CrashPoint, Struck
 from harness.scenario import ScenarioError, parse_scenario, runnable
 
 LOCAL = get_backend("local").abilities
@@ -59,3 +61,30 @@ def test_a_task_that_never_holds_enough_documents_is_refused() -> None:
 def test_a_bad_cluster_name_is_named() -> None:
     with pytest.raises(ScenarioError, match=r"pipeline.spark_cluster: must be one of local, "):
         parse_scenario(scenario(pipeline={"spark_cluster": "yarn"}))
+
+
+def test_a_plan_due_at_a_batch_without_records_is_fired_by_a_later_batchs_task(
+    tmp_path: Path,
+) -> None:
+    # The query's first batch can come before the workload's first records: its write tasks
+    # had nothing to write. The driver arms the plan, and it stays armed into the next batch,
+    # whose task - in a Python worker that never saw the first batch - fires it at its point.
+    # (Drawn in each worker, the plan was due at a batch no task wrote in, and never fired:
+    # spark-connector-replay's transactional lane, "executor-loss#1 never fired".)
+    faults = [{"kind": "executor-loss", "at_batch": 1, "after_docs": 20}]
+    (plan,) = parse_scenario(scenario(faults=faults)).crash_plans
+    history = HistoryWriter(tmp_path / "history", "spark", "naive")
+    driver = Crasher([plan], tmp_path / "crashes", history)
+    driver.settle(driver.arm(CrashPoint.MID_WRITE, 1))  # no task had a record
+    armed = driver.arm(CrashPoint.MID_WRITE, 2)
+    assert [a.index for a in armed] == [0]
+    worker = Crasher([plan], tmp_path / "crashes", history)
+    worker.take_armed(CrashPoint.MID_WRITE, 2, tuple(a.index for a in armed))
+    assert worker.firing(CrashPoint.MID_WRITE, 2, 19) == []
+    assert worker.firing(CrashPoint.MID_WRITE, 2, 20) == [plan]
+    # A retried task is handed the same plans: fired once already, it does not fire again.
+    retried = Crasher([plan], tmp_path / "crashes", history)
+    retried.take_armed(CrashPoint.MID_WRITE, 2, tuple(a.index for a in armed))
+    assert retried.firing(CrashPoint.MID_WRITE, 2, 20) == []
+    driver.settle(armed)
+    assert driver.arm(CrashPoint.MID_WRITE, 3) == []  # fired: armed no more

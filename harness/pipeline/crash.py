@@ -214,6 +214,18 @@ class Crasher:
                 armed.append(Armed(index, plan, fired + 1))
         return armed
 
+    def take_armed(self, point: CrashPoint, batch_no: int, indices: tuple[int, ...]) -> None:
+        """The plans at ``point`` of this ``batch_no``-th batch are the ones another process
+        armed (a Spark driver, for its executors' tasks: ``arm``), not drawn here; ``firing``
+        fires them when their point is reached."""
+        for index, plan in enumerate(self.plans):
+            if plan.point is point:
+                self._drawn[index] = batch_no
+                if index in indices:
+                    self._armed.add(index)
+                else:
+                    self._armed.discard(index)
+
     def settle(self, armed: list[Armed]) -> None:
         """After a batch: a plan the other process fired is no longer armed; one it did not
         reach stays armed for the next batch, as ``firing`` keeps a mid_write plan."""

@@ -16,8 +16,8 @@ from ``foreachBatch`` or as the query's own sink (``harness.pipeline.spark_conne
 
 A query that fails is started again from its checkpoint, as a supervised job would be (Spark
 replays the batch it did not commit), after a delay that doubles as a supervisor's back-off
-does; one that has kept failing for ``FAILING_FOR_GOOD_S`` with no batch committed has failed
-for good: the lane says so and the driver runs on for the others.
+does; one that has kept failing for the pipeline's ``write_retry_s`` with no batch committed
+has failed for good: the lane says so and the driver runs on for the others.
 """
 
 from __future__ import annotations
@@ -64,10 +64,10 @@ from harness.pipeline.variants.spark_job import JobSink, SparkJob, load_job
 
 # A failed query is started again after RESTART_S[0] seconds, twice as long after each failure
 # in a row, at most RESTART_S[1]: a fault that passes (a step-down of seconds) is outlived, as a
-# supervisor's back-off outlives it. One that has kept failing this long with no batch committed
-# has failed for good (a replay that fails as every try did: the connector's E11000 under insert).
+# supervisor's back-off outlives it. One that has kept failing for the pipeline's write_retry_s
+# (a listener's write is retried as long) with no batch committed has failed for good (a replay
+# that fails as every try did: the connector's E11000 under insert).
 RESTART_S = (1.0, 15.0)
-FAILING_FOR_GOOD_S = 60.0
 
 
 class _Committed(StreamingQueryListener):
@@ -131,8 +131,19 @@ class _Lane:
         config = self.config.to_json()
 
         def on_executors(batch_no: int) -> list[Written]:
-            task = functools.partial(write_partition, config, os.getpgid(0), batch_id, batch_no)
-            return records.mapPartitions(task).collect()
+            # The driver draws the batch's mid_write plans, as for the connector's tasks: a plan
+            # stays armed here until one task fires it. Drawn in each task's Python worker, a
+            # plan due at a batch with no records was never drawn, and never fired.
+            crasher = self.handler.crasher
+            armed = crasher.arm(CrashPoint.MID_WRITE, batch_no)
+            indices = tuple(a.index for a in armed)
+            task = functools.partial(
+                write_partition, config, os.getpgid(0), batch_id, batch_no, indices
+            )
+            try:
+                return records.mapPartitions(task).collect()
+            finally:
+                crasher.settle(armed)
 
         self.handler.handle_elsewhere(batch_id, on_executors)
 
@@ -193,7 +204,7 @@ class _Lane:
         would be: Spark replays the batch it did not commit - the redelivery under test. Its
         commit log unwritable is the lab's fault (commit-failure): at once. Any other failure
         is the query's own, recorded in the words that say most: after a back-off, and not
-        after ``FAILING_FOR_GOOD_S`` of failing, which ends the lane."""
+        after ``write_retry_s`` of failing, which ends the lane."""
         assert self.query is not None
         if self.query.isActive or self.failed_for_good:
             return
@@ -210,7 +221,7 @@ class _Lane:
                 self.failures_in_a_row += 1
                 self.failing_since = self.failing_since or now
                 history.record(EventKind.QUERY_FAILED, batch=batch, detail=spark_failure(message))
-                if now - self.failing_since >= FAILING_FOR_GOOD_S:
+                if now - self.failing_since >= self.config.write_retry_s:
                     self.failed_for_good = True
                     history.record(
                         EventKind.FAILED_FOR_GOOD,
@@ -266,12 +277,18 @@ _WRITERS: dict[str, SinkWriter] = {}
 
 
 def write_partition(
-    config_json: str, driver_group: int, batch_id: int, batch_no: int, rows: Iterable[Row]
+    config_json: str,
+    driver_group: int,
+    batch_id: int,
+    batch_no: int,
+    armed: tuple[int, ...],
+    rows: Iterable[Row],
 ) -> Iterator[Written]:
     """A task of a batch's write job, in an executor's Python worker: its Kafka partition's
     records, poison dead-lettered, the rest written by the variant; yields what it wrote.
-    A crash point reached here (mid_write) kills the runtime that runs the driver - its
-    process group, ``driver_group`` - as one reached in the driver would."""
+    A crash point reached here (mid_write: the plans the driver ``armed`` for the batch) kills
+    the runtime that runs the driver - its process group, ``driver_group`` - as one reached
+    in the driver would."""
     raw = sorted(
         (RawRecord(r.partition, r.offset, r.value) for r in rows),
         key=lambda r: (r.partition, r.offset),
@@ -301,6 +318,7 @@ def write_partition(
             detail=f"task {task.partitionId()} attempt {task.attemptNumber()}",
         )
     writer.dead_letter(batch_id, poison)
+    writer.crasher.take_armed(CrashPoint.MID_WRITE, batch_no, armed)
     writer.write(batch, batch_no)
     yield Written(len(batch.records), batch.last_offsets)
 
