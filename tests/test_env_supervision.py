@@ -196,6 +196,17 @@ def test_a_server_that_cannot_start_shows_its_log_and_nothing_is_left(
     assert processes_started_in(directory) == []
     assert not (directory / "state.json").exists()
 
+    # A progress line that cannot be written (the terminal's pipe closed) does not stop the
+    # stop: what was started is stopped, the directory left free.
+    def closed_pipe(line: str) -> None:
+        if line.startswith("stopping"):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    with pytest.raises(BrokenPipeError):
+        LocalEnvironment(directory, progress=closed_pipe).start()
+    assert processes_started_in(directory) == []
+    assert not (directory / "state.json").exists()
+
 
 def test_two_environments_run_side_by_side_and_a_directory_holds_one(tmp_path: Path) -> None:
     with LocalEnvironment(tmp_path / "a") as a, LocalEnvironment(tmp_path / "b") as b:

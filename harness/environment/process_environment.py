@@ -159,8 +159,10 @@ class ProcessEnvironment(Environment, Generic[Options]):
         try:
             self._start_servers()
         except BaseException:
-            self._progress("stopping what was started")
-            self.stop()
+            try:  # a progress line that cannot be written (a closed pipe) does not stop the stop
+                self._progress("stopping what was started")
+            finally:
+                self.stop()
             raise
         if detach:
             with state.updating(self.directory) as st:
