@@ -369,6 +369,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             f"demo: {len(overridden)} of {len(parsed)} scenarios, each cut to the variants that "
             "show its difference (the whole library: chaoslab matrix, make library)"
         )
+    split_of = tuple(s.name for s in overridden)
     if shard.count > 1:  # before the check: a shard validates only the connectors it runs
         overridden = _share(overridden, shard)
     _say_cut(args, overridden)
@@ -377,7 +378,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     started = time.monotonic()
     runs = _repeated(scenarios, args.repeat)
     out.mkdir(parents=True, exist_ok=True)
-    _manifest(args, shard, [folder for _s, folder in runs]).write(out)
+    _manifest(args, shard, [folder for _s, folder in runs], split_of).write(out)
     env, owned = _environment_for_run(args, out, progress=prefixed(say))
     with stop_on_termination(), ExitStack() as stack:
         if owned:
@@ -473,8 +474,11 @@ def _share(scenarios: list[Scenario], shard: shards.Shard) -> list[Scenario]:
     return mine
 
 
-def _manifest(args: argparse.Namespace, shard: shards.Shard, folders: list[str]) -> shards.Manifest:
-    """What this matrix runs, and the options every shard of one merge must share."""
+def _manifest(
+    args: argparse.Namespace, shard: shards.Shard, folders: list[str], split_of: tuple[str, ...]
+) -> shards.Manifest:
+    """What this matrix runs, and what every shard of one merge must share: the options, and
+    the scenarios it was split from."""
     given = ("seed", "events", "runtime", "repeat", "backend", "cut")
     options = [(k, getattr(args, k)) for k in given]
     options.append(("demo", args.demo or None))
@@ -484,6 +488,7 @@ def _manifest(args: argparse.Namespace, shard: shards.Shard, folders: list[str])
         tree=shards.tree_id(),
         revision=revision(),
         options=tuple((k, str(v)) for k, v in options if v is not None),
+        split_of=split_of,
     )
 
 

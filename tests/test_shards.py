@@ -148,6 +148,11 @@ def test_a_merge_names_every_reason_it_is_refused() -> None:
     assert merge_problems([(a, manifest("1/2")), (b, manifest("1/3"))]) == [
         "shards of different splits: 1/2, 1/3"
     ]
+    # Two halves of different lists of scenarios: every shard is there, and still no matrix.
+    assert merge_problems([
+        (a, manifest("1/2", split_of=("s1", "s2"))),
+        (b, manifest("2/2", split_of=("s3", "s2"))),
+    ]) == [f"{b}: a shard of 2 scenarios (s3, s2), {a} of 2 scenarios (s1, s2)"]  # fmt: skip
 
 
 def test_the_cli_refuses_a_merge_of_other_trees_with_exit_2(tmp_path: Path) -> None:

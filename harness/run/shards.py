@@ -121,6 +121,9 @@ class Manifest:
     tree: str
     revision: str
     options: tuple[tuple[str, str], ...]  # the overrides every shard must share (seed...)
+    # The scenarios the whole matrix was given, before the split: every shard of one merge
+    # was split from the same list.
+    split_of: tuple[str, ...] = ()
 
     def write(self, folder: Path) -> None:
         (folder / MANIFEST).write_text(json.dumps(asdict(self), indent=2) + "\n")
@@ -138,6 +141,7 @@ class Manifest:
                 tree=str(raw["tree"]),
                 revision=str(raw["revision"]),
                 options=tuple((str(k), str(v)) for k, v in raw["options"]),
+                split_of=tuple(map(str, raw.get("split_of", ()))),
             )
         except (FileNotFoundError, NotADirectoryError):
             return None
@@ -167,6 +171,11 @@ def merge_problems(found: Iterable[tuple[Path, Manifest | None]]) -> list[str]:
                 f"{folder}: run with {_said(manifest.options)}, {first_dir} with "
                 f"{_said(first.options)}"
             )
+        if manifest.split_of != first.split_of:
+            problems.append(
+                f"{folder}: a shard of {_listed(manifest.split_of)}, {first_dir} of "
+                f"{_listed(first.split_of)}"
+            )
     shards = [Shard.parse(m.shard) for _d, m in known]
     counts = {s.count for s in shards}
     if len(counts) > 1:
@@ -182,6 +191,10 @@ def merge_problems(found: Iterable[tuple[Path, Manifest | None]]) -> list[str]:
                 "shard's directory"
             )
     return problems
+
+
+def _listed(names: Sequence[str]) -> str:
+    return f"{len(names)} scenarios ({', '.join(names)})" if names else "an unsaid list"
 
 
 def _said(options: Sequence[tuple[str, str]]) -> str:
