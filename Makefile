@@ -25,9 +25,10 @@ demo: $(STAMP) jars
 
 # The whole library at full size, two scenarios at a time where they may share the environment
 # (`make test` runs each scenario's cut); keeps the measured times --shard balances by.
-# `make library SHARD=1/2` runs one of two balanced shares, as CI's sharded job does.
+# `make library SHARD=1/2` runs one of two balanced shares, as CI's sharded job does; a shard
+# does not write the times, or the next shard run on the same machine would split by others.
 library: $(STAMP) jars
-	$(BIN)/chaoslab matrix --together 2 --durations scenarios/durations.json $(if $(SHARD),--shard $(SHARD))
+	$(BIN)/chaoslab matrix --together 2 $(if $(SHARD),--shard $(SHARD),--durations scenarios/durations.json)
 
 # The JupyterLab screenshot test opens a notebook in Debian's Chromium, driven by Playwright (which
 # would otherwise download a browser of its own, which these machines cannot). Installed once, on

@@ -153,6 +153,20 @@ def test_a_merge_names_every_reason_it_is_refused() -> None:
         (a, manifest("1/2", split_of=("s1", "s2"))),
         (b, manifest("2/2", split_of=("s3", "s2"))),
     ]) == [f"{b}: a shard of 2 scenarios (s3, s2), {a} of 2 scenarios (s1, s2)"]  # fmt: skip
+    # Halves of one list split by different times (one shard after another on one machine,
+    # each writing the times the next splits by): one scenario twice, one in none.
+    why = (
+        "the shards were split by different measured times (run each with the same durations.json)"
+    )
+    split = ("s1", "s2", "s3")
+    assert merge_problems([
+        (a, manifest("1/2", split_of=split, scenarios=("s1", "s2"))),
+        (b, manifest("2/2", split_of=split, scenarios=("s2", "s3/seed-1", "s3/seed-2"))),
+    ]) == [f"s2 ran in shards 1/2, 2/2: {why}"]  # fmt: skip
+    assert merge_problems([
+        (a, manifest("1/2", split_of=split, scenarios=("s1",))),
+        (b, manifest("2/2", split_of=split, scenarios=("s3",))),
+    ]) == [f"s2 in no shard: {why}"]  # fmt: skip
 
 
 def test_the_cli_refuses_a_merge_of_other_trees_with_exit_2(tmp_path: Path) -> None:

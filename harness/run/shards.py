@@ -190,6 +190,27 @@ def merge_problems(found: Iterable[tuple[Path, Manifest | None]]) -> list[str]:
                 f"shard {', '.join(f'{i}/{count}' for i in lacking)} missing: merge every "
                 "shard's directory"
             )
+        elif not twice and not problems:
+            problems += _partition_problems([m for _d, m in known])
+    return problems
+
+
+def _partition_problems(manifests: Sequence[Manifest]) -> list[str]:
+    """Every scenario of the split in exactly one shard: shards split by different measured
+    times (one run after another on one machine, each writing the file the next splits by) ran
+    some scenarios twice and others in none."""
+    where: dict[str, list[str]] = {}
+    for manifest in manifests:
+        for name in dict.fromkeys(folder.split("/")[0] for folder in manifest.scenarios):
+            where.setdefault(name, []).append(manifest.shard)
+    why = f"the shards were split by different measured times (run each with the same {DURATIONS})"
+    problems = [
+        f"{name} ran in shards {', '.join(ran_in)}: {why}"
+        for name, ran_in in where.items()
+        if len(ran_in) > 1
+    ]
+    if missing := [n for n in manifests[0].split_of if n not in where]:
+        problems.append(f"{', '.join(missing)} in no shard: {why}")
     return problems
 
 
