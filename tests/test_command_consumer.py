@@ -316,3 +316,39 @@ def test_a_kill_of_an_instance_down_for_good_is_reported_not_done(
     ), detail
     (missed,) = unfired(faults, events, workload_events=0)
     assert (missed.name, missed.reason) == ("all", detail)
+
+
+def test_a_freeze_says_whom_it_stopped_and_one_that_stopped_no_one_did_not_fire(
+    lab_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    # Instance 1 killed for good first: a freeze aimed at it alone stops no process, and the
+    # run says it did not fire; a freeze of every instance stops instance 0 and says instance 1
+    # was down. (It said nothing, and counted as fired, before.)
+    target = _sleepers(lab_env, tmp_path, restart_delay=600)
+    faults = (
+        parse_fault({"kind": "consumer-kill", "at": 0, "consumer": 1}, "kill"),
+        parse_fault({"kind": "consumer-freeze", "at": 0.5, "duration": 0.5, "consumer": 1}, "one"),
+        parse_fault({"kind": "consumer-freeze", "at": 1.5, "duration": 0.5}, "all"),
+    )
+    nemesis = Nemesis(lab_env, plan(faults, 1), [target])
+    supervisor = target.supervisor
+    supervisor.start()
+    started = time.monotonic()
+    try:
+        while not nemesis.done and time.monotonic() - started < 10:
+            nemesis.tick(time.monotonic() - started, 0)
+            supervisor.check()
+            time.sleep(0.05)  # the run loop's pace (POLL_S), not a wait for a condition
+        assert nemesis.done, nemesis.under_way()
+    finally:
+        stop_all([supervisor])
+    events = read_history(tmp_path / "history")
+    said = [(e.fault, e.detail, e.count) for e in events if e.kind is EventKind.FAULT_STEP]
+    assert said == [
+        ("kill", "command-1 SIGKILL", 1),
+        ("one", "command-1 down: not frozen", None),
+        ("all", "command-0 SIGSTOP", 1),
+        ("all", "command-1 down: not frozen", None),
+    ], said
+    missed = unfired(faults, events, workload_events=0)
+    assert [(m.name, m.reason) for m in missed] == [("one", "command-1 down: not frozen")]

@@ -174,11 +174,15 @@ class RuntimeSupervisor:
     def _aimed(self, index: int | None) -> list[_Consumer]:
         return [c for c in self.consumers if index is None or c.index == index]
 
-    def freeze(self, index: int | None = None) -> None:
-        """SIGSTOP a consumer (or all) until ``thaw``: a fault's pause, from outside."""
+    def freeze(self, index: int | None = None) -> list[str]:
+        """SIGSTOP a consumer (or all) until ``thaw``: a fault's pause, from outside. The names
+        of those it reached: one that is down has no process to stop."""
+        reached = []
         for c in self._aimed(index):
             self.frozen.add(c.index)
-            self.env.signal_client(self._process_name(c), signal.SIGSTOP)
+            if self.env.signal_client(self._process_name(c), signal.SIGSTOP):
+                reached.append(c.name)
+        return reached
 
     def thaw(self) -> None:
         for c in self.consumers:

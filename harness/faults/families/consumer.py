@@ -372,6 +372,8 @@ def _one_consumer_or_all(rng: random.Random, space: Space) -> dict[str, Any]:
 
 
 FREEZE, THAW = "freeze-consumers", "thaw-consumers"
+# Ends a FAULT_STEP's detail that names a consumer a freeze was aimed at and did not stop.
+NOT_FROZEN = "not frozen"
 
 
 @dataclass
@@ -383,8 +385,18 @@ class _Freezer(Actor):
     def take(self, step: Step) -> None:
         if step.action == FREEZE:
             self.frozen = True
-            for target in self.context.targets:
-                target.supervisor.freeze(self.fault.consumer)
+            for group in _groups(self.context.targets):
+                # Down ones first: a consumer stopped by the freeze is not down.
+                down = group.supervisor.down(self.fault.consumer)
+                frozen = group.supervisor.freeze(self.fault.consumer)
+                if frozen:
+                    group.record(self.fault, f"{', '.join(frozen)} SIGSTOP", len(frozen))
+                for name in down:
+                    group.record(self.fault, f"{name} down: {NOT_FROZEN}")
+                if not frozen and not down:
+                    group.record(
+                        self.fault, f"no consumer process {self.fault.consumer}: {NOT_FROZEN}"
+                    )
         elif step.action == THAW:
             self.undo()
         else:
@@ -424,6 +436,13 @@ class ConsumerFreeze(_OnTheConsumers):
 
     def actor(self, context: Context) -> Actor:
         return _Freezer(self, context)
+
+    def why_unfired(self, seen: Seen) -> str:
+        """Also: it froze no process - each one it was aimed at was down (``_Freezer``)."""
+        steps = [e for e in seen.events if e.kind is EventKind.FAULT_STEP and e.fault == self.name]
+        if not steps or any(e.count for e in steps):
+            return super().why_unfired(seen)
+        return "; ".join(e.detail for e in steps)
 
     @classmethod
     def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
