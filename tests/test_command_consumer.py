@@ -10,6 +10,8 @@ import math
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -279,6 +281,28 @@ def _seen_killed(supervisor: RuntimeSupervisor, kills: int) -> None:
         raise NotReady(f"{supervisor.crashes} of {kills} kills seen")
 
 
+@contextmanager
+def _running(target: Target) -> Iterator[RuntimeSupervisor]:
+    """The target's consumers started, and stopped however the block ends."""
+    target.supervisor.start()
+    try:
+        yield target.supervisor
+    finally:
+        stop_all([target.supervisor])
+
+
+def _until_done(nemesis: Nemesis, supervisor: RuntimeSupervisor) -> float:
+    """Tick the nemesis and the supervisor at the run loop's pace until every fault is done
+    (at most 10 s); the seconds it took."""
+    started = time.monotonic()
+    while not nemesis.done and time.monotonic() - started < 10:
+        nemesis.tick(time.monotonic() - started, 0)
+        supervisor.check()
+        time.sleep(0.05)  # the run loop's pace (POLL_S), not a wait for a condition
+    assert nemesis.done, nemesis.under_way()
+    return time.monotonic() - started
+
+
 def test_a_kill_of_an_instance_down_for_good_is_reported_not_done(
     lab_env: LocalEnvironment, tmp_path: Path
 ) -> None:
@@ -290,21 +314,11 @@ def test_a_kill_of_an_instance_down_for_good_is_reported_not_done(
         parse_fault({"kind": "consumer-kill", "at": 0, "consumer": 1}, "first"),
         parse_fault({"kind": "consumer-kill", "at": 0.5}, "all"),
     )
-    nemesis = Nemesis(lab_env, plan(faults, 1), [target])
-    supervisor = target.supervisor
-    supervisor.start()
-    started = time.monotonic()
-    try:
-        while not nemesis.done and time.monotonic() - started < 10:
-            nemesis.tick(time.monotonic() - started, 0)
-            supervisor.check()
-            time.sleep(0.05)  # the run loop's pace (POLL_S), not a wait for a condition
-        assert nemesis.done, nemesis.under_way()
-        assert time.monotonic() - started < 5  # not held for the deadline
+    with _running(target) as supervisor:
+        took = _until_done(Nemesis(lab_env, plan(faults, 1), [target]), supervisor)
+        assert took < 5  # not held for the deadline
         wait_for(lambda: _seen_killed(supervisor, 2), what="two kills seen", timeout=10)
         assert supervisor.restarts == 0
-    finally:
-        stop_all([supervisor])
     events = read_history(tmp_path / "history")
     said = [(e.fault, e.detail, e.count) for e in events if e.kind is EventKind.FAULT_STEP]
     assert said[0] == ("first", "command-1 SIGKILL", 1), said
@@ -330,18 +344,8 @@ def test_a_freeze_says_whom_it_stopped_and_one_that_stopped_no_one_did_not_fire(
         parse_fault({"kind": "consumer-freeze", "at": 0.5, "duration": 0.5, "consumer": 1}, "one"),
         parse_fault({"kind": "consumer-freeze", "at": 1.5, "duration": 0.5}, "all"),
     )
-    nemesis = Nemesis(lab_env, plan(faults, 1), [target])
-    supervisor = target.supervisor
-    supervisor.start()
-    started = time.monotonic()
-    try:
-        while not nemesis.done and time.monotonic() - started < 10:
-            nemesis.tick(time.monotonic() - started, 0)
-            supervisor.check()
-            time.sleep(0.05)  # the run loop's pace (POLL_S), not a wait for a condition
-        assert nemesis.done, nemesis.under_way()
-    finally:
-        stop_all([supervisor])
+    with _running(target) as supervisor:
+        _until_done(Nemesis(lab_env, plan(faults, 1), [target]), supervisor)
     events = read_history(tmp_path / "history")
     said = [(e.fault, e.detail, e.count) for e in events if e.kind is EventKind.FAULT_STEP]
     assert said == [
