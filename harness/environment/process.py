@@ -103,8 +103,8 @@ def _until_marked(handle: ProcessHandle, env_id: str, server: str) -> None:
     """Return once the new process carries its marker where ``marked`` reads it: Popen returns
     when the exec has closed the parent's pipe, before the kernel has set up the new program's
     environment, and in that window /proc/PID/environ reads empty - a signal sent by marker at
-    once missed the process (measured: 2 in 300 spawns of ``sleep``). Bounded by
-    ``MARKED_WAIT_S``; a process that has already exited is not waited for."""
+    once missed the process. Bounded by ``MARKED_WAIT_S``; a process that has already exited is
+    not waited for."""
     deadline = time.monotonic() + MARKED_WAIT_S
     while time.monotonic() < deadline:
         proc = handle.process()
