@@ -24,6 +24,21 @@ def lab_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEnvironme
         yield env
 
 
+@pytest.fixture(autouse=True)
+def _shared_env_left_running(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test of the shared environment: a server it left down or paused, or a link
+    rule it left in force, is undone and fails that test. Left as it was, every later test of
+    the worker waited out scenario_env's deadline and failed too, and the suite ran past CI's
+    limit instead of naming the one test at fault."""
+    yield
+    if "lab_env" not in request.fixturenames:
+        return
+    env: LocalEnvironment = request.getfixturevalue("lab_env")
+    if env.left_down():
+        undone = env.restore()
+        pytest.fail(f"left the shared environment with {', '.join(undone)}: undone")
+
+
 def _whole(env: LocalEnvironment) -> None:
     status = env.status()
     if not status.healthy:

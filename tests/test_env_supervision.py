@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from harness.environment import process
-from harness.environment.base import EnvironmentBusy, ServerStartError
+from harness.environment.base import EnvironmentBusy, Link, LinkRule, ServerStartError
 from harness.environment.local import LocalEnvironment
 from harness.environment.process import ProcessHandle
 from harness.kafka.clients import create_topic, end_offsets
@@ -233,6 +233,26 @@ def test_pause_and_resume_a_node(lab_env: LocalEnvironment) -> None:
         timeout=60,
     )
 
+
+
+def test_what_a_fault_left_undone_is_named_and_undone(lab_env: LocalEnvironment) -> None:
+    """What the suite's fixture asks after each test of the shared environment: a test that
+    fails between a fault and its undoing leaves no server down for the tests after it."""
+    assert lab_env.left_down() == []
+    lab_env.kill_broker(broker=3)
+    lab_env.pause_mongo()
+    rule = lab_env.add_link_rule(LinkRule(Link.CONSUMER_MONGO, "cut"))
+    left = lab_env.left_down()
+    assert left == [
+        "mongo paused",
+        "kafka-3 down",
+        f"link rule {rule} (cut on mongo) in force",
+    ]
+    assert lab_env.restore() == left
+    assert lab_env.left_down() == []
+    servers = {s.name: s for s in lab_env.status().servers}
+    assert servers["kafka-3"].ready and servers["mongo"].ready
+    assert lab_env.fault_proxy.rules() == []
 
 RESTART_FROM_ANOTHER_PROCESS = """
 import sys

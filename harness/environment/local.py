@@ -269,6 +269,49 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
             process.signal_server(self._st.env_id, server.name, signal.SIGCONT)
             self._record(server.name, paused=False)
 
+    # -- what a fault left behind ---------------------------------------------------------------
+
+    def left_down(self) -> list[str]:
+        """What a fault left undone, read from the state file and the fault proxy alone (no
+        server is probed, so it is cheap enough to ask after every test): each server that
+        was started and has exited or is paused, and each link rule in force."""
+        found = self._reload()
+        down = []
+        for server in self._servers():
+            record = found.servers.get(server.name)
+            if record is None:
+                continue  # never started (the Spark cluster until a run asks for it)
+            if not record.alive():
+                down.append(f"{server.name} down")
+            elif record.paused:
+                down.append(f"{server.name} paused")
+        proxy = found.servers.get("proxy")
+        if proxy is not None and proxy.alive():
+            down += [
+                f"link rule {r.get('id')} ({r.get('action')} on {r.get('listener')}) in force"
+                for r in self.fault_proxy.rules()
+            ]
+        return down
+
+    def restore(self) -> list[str]:
+        """Undo what ``left_down`` names: start each server that is down again, resume each
+        paused one, lift every link rule; returns once each is ready, with what was undone."""
+        undone = self.left_down()
+        found = self._st
+        started = []
+        for server in self._servers():
+            record = found.servers.get(server.name)
+            if record is not None and not record.alive():
+                self._launch(server)
+                started.append(server)
+            elif record is not None and record.paused:
+                process.signal_server(self._st.env_id, server.name, signal.SIGCONT)
+                self._record(server.name, paused=False)
+        for server in started:
+            self._await_ready(server)
+        self.clear_link_rules()
+        return undone
+
     # -- one node, without waiting (the nemesis) ------------------------------------------------
 
     def begin_stop_broker(self, broker: int, *, hard: bool) -> None:
