@@ -234,7 +234,6 @@ def test_pause_and_resume_a_node(lab_env: LocalEnvironment) -> None:
     )
 
 
-
 def test_what_a_fault_left_undone_is_named_and_undone(lab_env: LocalEnvironment) -> None:
     """What the suite's fixture asks after each test of the shared environment: a test that
     fails between a fault and its undoing leaves no server down for the tests after it."""
@@ -253,6 +252,7 @@ def test_what_a_fault_left_undone_is_named_and_undone(lab_env: LocalEnvironment)
     servers = {s.name: s for s in lab_env.status().servers}
     assert servers["kafka-3"].ready and servers["mongo"].ready
     assert lab_env.fault_proxy.rules() == []
+
 
 RESTART_FROM_ANOTHER_PROCESS = """
 import sys
