@@ -34,8 +34,7 @@ def _shared_env_left_running(request: pytest.FixtureRequest) -> Iterator[None]:
     if "lab_env" not in request.fixturenames:
         return
     env: LocalEnvironment = request.getfixturevalue("lab_env")
-    if env.left_down():
-        undone = env.restore()
+    if undone := env.restore():
         pytest.fail(f"left the shared environment with {', '.join(undone)}: undone")
 
 

@@ -243,8 +243,8 @@ def test_what_a_fault_left_undone_is_named_and_undone(lab_env: LocalEnvironment)
     rule = lab_env.add_link_rule(LinkRule(Link.CONSUMER_MONGO, "cut"))
     left = lab_env.left_down()
     assert left == [
-        "mongo paused",
         "kafka-3 down",
+        "mongo paused",
         f"link rule {rule} (cut on mongo) in force",
     ]
     assert lab_env.restore() == left

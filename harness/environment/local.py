@@ -240,10 +240,7 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
     ) -> None:
         servers = self._targets(component, broker)
         self._stop(servers, hard=hard)
-        for server in servers:
-            self._launch(server)
-        for server in servers:
-            self._await_ready(server)
+        self._start_again(servers)
 
     def kill(self, component: Component, *, broker: int | None = None) -> None:
         self._stop(self._targets(component, broker), hard=True)
@@ -254,6 +251,10 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
         running = [s.name for s in servers if records[s.name].alive()]
         if running:
             raise BadInput(f"{', '.join(running)}: running; only a killed server can be revived")
+        self._start_again(servers)
+
+    def _start_again(self, servers: Sequence[LocalServer]) -> None:
+        """Launch each server, then wait until each is ready (they start side by side)."""
         for server in servers:
             self._launch(server)
         for server in servers:
@@ -266,8 +267,11 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
 
     def resume(self, component: Component, *, broker: int | None = None) -> None:
         for server in self._targets(component, broker):
-            process.signal_server(self._st.env_id, server.name, signal.SIGCONT)
-            self._record(server.name, paused=False)
+            self._continue(server)
+
+    def _continue(self, server: LocalServer) -> None:
+        process.signal_server(self._st.env_id, server.name, signal.SIGCONT)
+        self._record(server.name, paused=False)
 
     # -- what a fault left behind ---------------------------------------------------------------
 
@@ -275,42 +279,43 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
         """What a fault left undone, read from the state file and the fault proxy alone (no
         server is probed, so it is cheap enough to ask after every test): each server that
         was started and has exited or is paused, and each link rule in force."""
-        found = self._reload()
-        down = []
-        for server in self._servers():
-            record = found.servers.get(server.name)
-            if record is None:
-                continue  # never started (the Spark cluster until a run asks for it)
-            if not record.alive():
-                down.append(f"{server.name} down")
-            elif record.paused:
-                down.append(f"{server.name} paused")
-        proxy = found.servers.get("proxy")
-        if proxy is not None and proxy.alive():
-            down += [
+        down, paused = self._not_running()
+        return (
+            [f"{s.name} down" for s in down]
+            + [f"{s.name} paused" for s in paused]
+            + [
                 f"link rule {r.get('id')} ({r.get('action')} on {r.get('listener')}) in force"
-                for r in self.fault_proxy.rules()
+                for r in self._rules()
             ]
-        return down
+        )
 
     def restore(self) -> list[str]:
         """Undo what ``left_down`` names: start each server that is down again, resume each
-        paused one, lift every link rule; returns once each is ready, with what was undone."""
+        paused one, lift every link rule; returns once each is ready, with what was undone
+        (nothing, and nothing done, when nothing was left)."""
         undone = self.left_down()
-        found = self._st
-        started = []
-        for server in self._servers():
-            record = found.servers.get(server.name)
-            if record is not None and not record.alive():
-                self._launch(server)
-                started.append(server)
-            elif record is not None and record.paused:
-                process.signal_server(self._st.env_id, server.name, signal.SIGCONT)
-                self._record(server.name, paused=False)
-        for server in started:
-            self._await_ready(server)
-        self.clear_link_rules()
+        if undone:
+            down, paused = self._not_running()
+            for server in paused:
+                self._continue(server)
+            self._start_again(down)
+            self.clear_link_rules()
         return undone
+
+    def _not_running(self) -> tuple[list[LocalServer], list[LocalServer]]:
+        """The started servers that have exited, and those paused (a server never started -
+        the Spark cluster until a run asks for it - is neither)."""
+        found = self._reload()
+        started = [(s, found.servers[s.name]) for s in self._servers() if s.name in found.servers]
+        return (
+            [s for s, record in started if not record.alive()],
+            [s for s, record in started if record.alive() and record.paused],
+        )
+
+    def _rules(self) -> list[dict[str, object]]:
+        """The link rules in force; none while the proxy itself is down."""
+        proxy = self._st.servers.get("proxy")
+        return self.fault_proxy.rules() if proxy is not None and proxy.alive() else []
 
     # -- one node, without waiting (the nemesis) ------------------------------------------------
 
