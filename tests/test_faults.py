@@ -24,7 +24,7 @@ from harness.faults.families.oplog import ON as OPLOG_ON
 from harness.faults.kinds import parse_fault
 from harness.faults.nemesis import Nemesis
 from harness.faults.schedule import describe, plan
-from harness.history.events import HistoryWriter, read_history
+from harness.history.events import EventKind, HistoryWriter, read_history
 from harness.history.windows import fault_windows
 from harness.pipeline.crash import Crasher, CrashPlan, CrashPoint
 from harness.pipeline.runtimes import LISTENER
@@ -198,6 +198,28 @@ def test_a_burst_past_a_smaller_workload_ends_when_production_does(tmp_path: Pat
     history.close()
     windows = fault_windows(read_history(tmp_path))  # the window is in the history only
     assert [(w.name, w.kind, w.open_ended) for w in windows] == [("poison#1", "poison", False)]
+
+
+def test_the_schedules_start_in_the_history_is_the_clocks_zero(tmp_path: Path) -> None:
+    # Its first tick may come a while after the clock started (the run loop's thread is not
+    # alone): the history's zero is when the clock started, not when the tick recorded it, or
+    # a fault started at its planned second would look early against it.
+    faults = scenario(1, [{"kind": "poison", "start_event": 400, "events": 200, "fraction": 0.3}])
+    for name, started in (("given", 1_000.0), ("now less elapsed", None)):
+        history = HistoryWriter(tmp_path / name, "nemesis", "naive")
+        target = Target(history, supervisor=None, run_dir=tmp_path, runtime=LISTENER)  # type: ignore[arg-type]
+        nemesis = Nemesis(env=None, schedule=plan(faults.faults, 1), targets=[target])  # type: ignore[arg-type]
+        before = time.time()
+        nemesis.tick(2.5, 0, started=started)
+        nemesis.tick(3.0, 0, started=started)  # once
+        after = time.time()
+        history.close()
+        starts = [e.t for e in read_history(tmp_path / name) if e.kind is EventKind.SCHEDULE_START]
+        assert len(starts) == 1, name
+        if started is not None:
+            assert starts == [started]
+        else:
+            assert before - 2.5 <= starts[0] <= after - 2.5
 
 
 def firing_batches(plan_: CrashPlan, batch_sizes: list[int], tmp_path: Path) -> list[int]:

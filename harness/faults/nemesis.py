@@ -85,16 +85,26 @@ class Nemesis:
             if 0 < p.next_step < len(p.plan.steps)
         )
 
-    def tick(self, elapsed: float | None, acked: int, *, produced_all: bool = False) -> None:
+    def tick(
+        self,
+        elapsed: float | None,
+        acked: int,
+        *,
+        produced_all: bool = False,
+        started: float | None = None,
+    ) -> None:
         """Take every step that is due: ``elapsed`` seconds since the consumers started (None
         until they have), ``acked`` records acknowledged; once the workload is ``produced_all``,
         a step waiting for a record count the workload never reached (``--events`` made it
         smaller than the scenario's bursts) is due at once. Never blocks on the cluster: a
-        step that waits for it asks again at the next tick."""
+        step that waits for it asks again at the next tick. ``started``: the wall time the
+        clock started, which the history's schedule start is (by default, now less
+        ``elapsed``)."""
         if elapsed is not None and not self._clock_started:
             self._clock_started = True
+            zero = time.time() - elapsed if started is None else started
             for target in self.targets:
-                target.history.record(EventKind.SCHEDULE_START, detail=f"{elapsed:.3f}")
+                target.history.append(EventKind.SCHEDULE_START, t=zero)
         for progress in self._progress:
             steps = progress.plan.steps
             while progress.next_step < len(steps):

@@ -86,7 +86,14 @@ class Ticking(Protocol):
 
     def under_way(self) -> str: ...  # the faults under way and the step each is at
 
-    def tick(self, elapsed: float | None, acked: int, *, produced_all: bool = False) -> None: ...
+    def tick(
+        self,
+        elapsed: float | None,
+        acked: int,
+        *,
+        produced_all: bool = False,
+        started: float | None = None,
+    ) -> None: ...
 
 
 @dataclass
@@ -224,15 +231,19 @@ def wait_until_consumed(
     targets: dict[int, int] | None = None
     pace = Pace()
     clock: float | None = None
+    started: float | None = None
     while True:
         if clock is None and all(w.running or w.failed for w in watches):
-            clock = time.monotonic()
+            # The wall time first: the schedule's start in the history is then never after
+            # the clock's zero, and no fault's start looks earlier than its planned second.
+            started, clock = time.time(), time.monotonic()
             if running is not None:
                 running.set()
         nemesis.tick(
             None if clock is None else time.monotonic() - clock,
             producer.acked,
             produced_all=targets is not None,
+            started=started,
         )
         for supervisor in supervisors:
             supervisor.check()
