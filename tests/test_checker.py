@@ -13,16 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.checker import (
-    KIND_CODES,
-    MAX_VERSION,
-    Anomaly,
-    LedgerArrays,
-    SinkSnapshot,
-    Verdict,
-    check,
-    load_ledger,
-)
+from harness.checker.check import MAX_VERSION, check
+from harness.checker.load import load_ledger
+from harness.checker.model import KIND_CODES, Anomaly, LedgerArrays, SinkSnapshot, Verdict
 from harness.history.windows import FaultWindow
 from harness.scenario import parse_scenario
 from harness.workload.events import Kind
@@ -816,7 +809,8 @@ def test_check_agrees_with_a_plain_reference(seed: int) -> None:
 def test_rows_acked_without_an_offset_are_left_out_of_offset_checks() -> None:
     """The producer ledgers an ack that carried no offset as -1 (an idempotent retry the
     broker already had): such a row still counts as an acked change."""
-    from harness.checker import LedgerArrays, SinkSnapshot, check
+    from harness.checker.check import check
+    from harness.checker.model import LedgerArrays, SinkSnapshot
 
     ledger = LedgerArrays(
         order_id=np.array([1, 2, 3], dtype=np.int64),

@@ -230,6 +230,20 @@ def test_no_backend_loads_until_it_is_asked_for(module: str) -> None:
     assert [m for m in loaded if m.startswith(BACKEND_MODULES)] == []
 
 
+CONSUMER_PROCESSES = ("harness.pipeline.listener", "harness.outbox.relay",
+                      "harness.pipeline.connect_worker")  # fmt: skip
+CHECKING_LIBRARIES = ("numpy", "pyarrow", "pandas", "matplotlib")
+
+
+@pytest.mark.parametrize("module", CONSUMER_PROCESSES)
+def test_a_consumer_process_does_not_load_the_checkers_libraries(module: str) -> None:
+    # Started hundreds of times a suite (each lane, each restart): numpy and pyarrow were half
+    # a listener's start-up CPU, and only the run's checker uses them.
+    loaded = loaded_by(module)
+    assert module in loaded
+    assert [m for m in loaded if m.split(".")[0] in CHECKING_LIBRARIES] == []
+
+
 def test_a_backend_loads_when_asked_for() -> None:
     code = (
         "import sys\n"

@@ -8,8 +8,10 @@ against the model the system claims, the same way).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from harness.checker.model import Verdict
+if TYPE_CHECKING:
+    from harness.checker.model import Verdict
 
 # Copies of one business change beyond the first; what a resend from upstream (the same change
 # again, with a new event id) adds to a variant that de-duplicates by event id.

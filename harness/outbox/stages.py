@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 
-from harness.checker import KIND_CODES, LedgerArrays, SinkSnapshot
+from harness.checker.model import KIND_CODES, LedgerArrays, SinkSnapshot
 from harness.kafka.clients import StoredRecord
 from harness.outbox.writer import WrittenEntry
 from harness.workload.events import Kind

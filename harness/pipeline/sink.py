@@ -15,8 +15,8 @@ from bson import ObjectId
 from pymongo import MongoClient
 from pymongo.database import Database
 
-from harness.checker import SinkSnapshot
 from harness.checker.check import MAX_ORDER_ID
+from harness.checker.model import SinkSnapshot
 from harness.kafka.clients import read_topic
 from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.variants import Variant

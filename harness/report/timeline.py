@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.checker import Verdict
+from harness.checker.model import Verdict
 from harness.faults.kinds import injects
 from harness.history.events import EventKind, HistoryEvent
 from harness.history.origin import Origin, origins

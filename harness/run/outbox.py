@@ -23,7 +23,8 @@ from typing import Any
 
 from pymongo import MongoClient
 
-from harness.checker import RelayStage, check
+from harness.checker.check import check
+from harness.checker.model import RelayStage
 from harness.environment.base import Environment, Link
 from harness.faults.base import Target
 from harness.faults.nemesis import Nemesis

@@ -17,8 +17,10 @@ import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness.checker import LedgerArrays, check, load_ledger
+from harness.checker.check import check
 from harness.checker.explain import explain
+from harness.checker.load import load_ledger
+from harness.checker.model import LedgerArrays
 from harness.environment.base import Environment, Link, tail
 from harness.environment.signals import ctrl_c_unwrapped
 from harness.environment.spark import SparkCluster, SparkSettings

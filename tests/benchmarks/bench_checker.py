@@ -23,13 +23,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from harness.checker import (
-    KIND_CODES,
-    LedgerArrays,
-    SinkSnapshot,
-    check,
-    load_ledger,
-)
+from harness.checker.check import check
+from harness.checker.load import load_ledger
+from harness.checker.model import KIND_CODES, LedgerArrays, SinkSnapshot
 from harness.history.windows import FaultWindow
 from harness.workload.events import Kind
 from harness.workload.ledger import COLUMNS
