@@ -10,5 +10,5 @@ Usage::
     verdict.to_dict()  # -> results.json
 
 Its modules are imported by name, nothing from here: a consumer process, which needs only
-``promise``, then starts without loading numpy and pyarrow (a third of its start-up CPU).
+``promise``, then starts without loading numpy and pyarrow (half of its start-up CPU).
 """
