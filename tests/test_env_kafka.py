@@ -341,8 +341,13 @@ def test_kill_9_of_the_coordinator_while_a_consumer_commits_loses_nothing(
             moved = lab_env.cluster_view().coordinator_of(t.group)
             assert moved not in (coordinator, None)
             assert [n for n, state in listed.items() if state is not None] in ([], [moved]), listed
+
             # Stable once its member is back in it: it may rejoin after the move.
-            wait_for(lambda: listing(moved) == "Stable" or 1 / 0, what="Stable", timeout=60)
+            def stable() -> None:
+                if (state := listing(moved)) != "Stable":
+                    raise NotReady(f"the group is {state} on node {moved}")
+
+            wait_for(stable, what="the group Stable on its new coordinator", timeout=60)
             watch = GroupWatch(lab_env.kafka_bootstrap, t.group, t.topic)  # as a lane's watch
             try:
                 view = watch.view()

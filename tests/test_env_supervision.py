@@ -227,11 +227,12 @@ def test_pause_and_resume_a_node(lab_env: LocalEnvironment) -> None:
         assert not servers["kafka-2"].ready and servers["kafka-1"].ready
     finally:
         lab_env.resume_broker(broker=2)
-    wait_for(
-        lambda: {s.name: s for s in lab_env.status().servers}["kafka-2"].ready or 1 / 0,
-        what="node 2 after resume",
-        timeout=60,
-    )
+
+    def ready() -> None:
+        if not {s.name: s for s in lab_env.status().servers}["kafka-2"].ready:
+            raise NotReady("kafka-2 not ready")
+
+    wait_for(ready, what="node 2 after resume", timeout=60)
 
 
 def test_what_a_fault_left_undone_is_named_and_undone(lab_env: LocalEnvironment) -> None:
