@@ -28,6 +28,7 @@ from harness.environment.backends import (
 )
 from harness.environment.base import BackendAbilities, Environment, EnvironmentStatus, NoEnvironment
 from harness.environment.doctor import component_versions
+from harness.environment.servers import kafka as kafka_node
 from harness.environment.signals import ctrl_c_unwrapped, stop_on_termination
 from harness.errors import BadInput, LabError
 from harness.explore import inputs as explore_inputs
@@ -36,6 +37,7 @@ from harness.explore.explorer import explore
 from harness.explore.model import REPLAYS
 from harness.notebooks import execute
 from harness.paths import revision
+from harness.pipeline import connect_worker
 from harness.pipeline.runtimes import get_runtime
 from harness.repair import add_repair_parser
 from harness.report import (
@@ -151,7 +153,8 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     for jar_set in jars.every_set():
         jars.fetch(jar_set, progress=say)
         say(f"{jar_set.name} {jar_set.version}: {len(jar_set.jars())} jars in {jar_set.directory}")
-    spark_cds.build(progress=say)  # after the jars: a no-op once built
+    for archive in (spark_cds.DRIVER, kafka_node.CLASS_DATA, connect_worker.CLASS_DATA):
+        archive.build(progress=say)  # after the jars: a no-op once built
     for example in jars.EXAMPLES:
         jars.build_example(example, progress=say)
     return 0

@@ -158,7 +158,7 @@ def spark_session(
         # java.io.tmpdir and leaves it there, stopped or killed (they pile up in /tmp:
         # docs/environment.md); in the environment's they go with it.
         "spark.driver.extraJavaOptions": " ".join(
-            [java_opts, f"-Djava.io.tmpdir={settings.local_dir}", *spark_cds.java_options()]
+            [java_opts, f"-Djava.io.tmpdir={settings.local_dir}", *spark_cds.DRIVER.java_options()]
         ),
         "spark.executor.extraJavaOptions": java_opts,
         "spark.driver.host": address,

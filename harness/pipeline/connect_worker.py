@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from harness.environment import jars
+from harness.environment.class_data import ClassData
 from harness.environment.jvm import LIGHT_JVM
 from harness.environment.ports import free_ports
 from harness.pipeline.connect import ConnectSettings, plugin_path
@@ -26,6 +27,14 @@ from harness.pipeline.runtime import RuntimeConfig
 MAIN = "org.apache.kafka.connect.cli.ConnectDistributed"
 LOG4J2 = jars.POMS / "connect-log4j2.properties"
 HEAP = "-Xmx256m"  # enough for a worker of a few connectors (docs/connect.md)
+# A run starts each worker again after each kill (harness.pipeline.connect_cds). Connect's
+# validation JVM does without: its start is the plugin path's scan, not class loading (measured).
+CLASS_DATA = ClassData(
+    name="connect-worker",
+    program="the Kafka Connect worker",
+    probe="harness.pipeline.connect_cds",
+    jars=lambda: jars.connect().jars(),
+)
 
 
 def own_address(bootstrap: str) -> str:
@@ -88,8 +97,8 @@ def main(argv: list[str]) -> None:
     sys.stdout.flush()
     os.execv(
         java,
-        [java, HEAP, *LIGHT_JVM, f"-Dlog4j2.configurationFile=file:{LOG4J2}",
-         "-cp", classpath, MAIN, str(properties)],
+        [java, HEAP, *LIGHT_JVM, *CLASS_DATA.java_options(),
+         f"-Dlog4j2.configurationFile=file:{LOG4J2}", "-cp", classpath, MAIN, str(properties)],
     )  # fmt: skip
 
 

@@ -26,6 +26,7 @@ from confluent_kafka.admin import AdminClient
 
 from harness.environment import jars
 from harness.environment.base import ServerStartError
+from harness.environment.class_data import ClassData
 from harness.environment.jvm import LIGHT_JVM
 from harness.environment.ports import LOOPBACK
 from harness.environment.servers.base import LocalServer, ServerContext
@@ -41,6 +42,14 @@ LOG4J2 = Path(jars.POMS) / "kafka-log4j2.properties"
 HEAP = "256m"
 CLEANER_BUFFER = 16 * 1024 * 1024
 JVM_FLAGS: tuple[str, ...] = ("-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", *LIGHT_JVM)
+# A node starts at each environment's start and again at each restart a fault makes; the
+# storage tool, on the same classpath, maps the node's archive too (harness.environment.kafka_cds).
+CLASS_DATA = ClassData(
+    name="kafka-node",
+    program="the Kafka node",
+    probe="harness.environment.kafka_cds",
+    jars=lambda: jars.kafka().jars(),
+)
 
 
 # What every node of the lab's clusters has, whichever backend runs it.
@@ -159,12 +168,14 @@ class KafkaNode(LocalServer):
     def preparation(self) -> list[str]:
         """Format the node's storage for the environment's cluster (once, before its first
         start). With a static quorum (controller.quorum.voters) no other flag is needed."""
-        return [java(), "-Xmx128m", *LIGHT_JVM, "-cp", jars.kafka().classpath(),
+        return [java(), "-Xmx128m", *LIGHT_JVM, *CLASS_DATA.java_options(),
+                "-cp", jars.kafka().classpath(),
                 "kafka.tools.StorageTool", "format", "-t", cluster_id(self.ctx.env_id),
                 "-c", str(self.config)]  # fmt: skip
 
     def argv(self) -> list[str]:
-        return [java(), f"-Xms{HEAP}", f"-Xmx{HEAP}", *JVM_FLAGS, "-XX:+ExitOnOutOfMemoryError",
+        return [java(), f"-Xms{HEAP}", f"-Xmx{HEAP}", *JVM_FLAGS, *CLASS_DATA.java_options(),
+                "-XX:+ExitOnOutOfMemoryError",
                 "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={LOG4J2}", f"-Dchaoslab.log={self.log_path}",
                 "-cp", jars.kafka().classpath(), "kafka.Kafka", str(self.config)]  # fmt: skip
