@@ -8,6 +8,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 
 from harness.environment import jars, spark_cds
@@ -15,6 +16,7 @@ from harness.environment.class_data import ClassData
 from harness.environment.servers import kafka
 from harness.paths import HOME_VAR
 from harness.pipeline import connect_worker
+from tests import hanging_probe
 
 
 def test_a_jvm_maps_the_archive_only_when_there_is_one(
@@ -69,3 +71,18 @@ def test_a_probes_archive_is_mapped_by_a_jvm_on_its_programs_classpath(
     from_jars = [line for line in loaded if "source: file:" in line]
     assert any(" org.apache.kafka.common.config.AbstractConfig " in line for line in top)
     assert len(top) > 10 * len(from_jars), (len(top), len(from_jars), loaded[-5:])
+
+
+def test_a_probe_past_its_deadline_is_stopped_with_what_it_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A probe's JVMs are its children: a probe stopped alone would leave them running.
+    monkeypatch.setenv(HOME_VAR, str(tmp_path))
+    pid_file = tmp_path / "child.pid"
+    monkeypatch.setenv(hanging_probe.PID_FILE, str(pid_file))
+    archive = ClassData("hangs", "a program", "tests.hanging_probe", lambda: (), timeout=5.0)
+    said: list[str] = []
+    assert archive.build(progress=said.append) is None
+    assert any("the probe failed" in line for line in said), said
+    child = int(pid_file.read_text())
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == "zombie", child

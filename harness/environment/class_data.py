@@ -16,6 +16,7 @@ Each probe is a module run as ``python -m PROBE OUT.jsa``; its JVM takes ``dump_
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -26,9 +27,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
+from harness.environment import process
 from harness.paths import project_root
 
 BUILD_TIMEOUT_S = 300.0
+STOP_GRACE_S = 60.0  # a probe's JVMs stop cleanly well within it
 # The archive's own warnings (classes it cannot hold; a mismatch at start) are not the lab's.
 QUIET = "-Xlog:cds=off,cds+dynamic=off"
 
@@ -41,6 +46,7 @@ class ClassData:
     program: str  # what starts with it, for progress lines: "the Spark driver"
     probe: str  # the module whose run dumps it
     jars: Callable[[], Iterable[Path]]  # the program's jars: their names key the archive
+    timeout: float = BUILD_TIMEOUT_S  # the probe's, start to exit
 
     def path(self) -> Path:
         """Where the archive for this machine's Java and the program's jars is (or would be)."""
@@ -66,16 +72,9 @@ class ClassData:
         progress(f"building {self.program}'s class-data archive (once: a probe run of it)")
         with tempfile.TemporaryDirectory(dir=archive.parent) as scratch:
             dumped = Path(scratch) / archive.name
-            try:
-                subprocess.run(
-                    [sys.executable, "-m", self.probe, str(dumped)],
-                    check=True,
-                    capture_output=True,
-                    timeout=BUILD_TIMEOUT_S,
-                )
-            except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-                tail = getattr(exc, "stderr", b"") or b""
-                progress(f"  no archive: the probe failed ({exc}): {tail.decode()[-300:]}")
+            failed = self._probe(dumped)
+            if failed is not None:
+                progress(f"  no archive: the probe failed ({failed})")
                 return None
             if not dumped.is_file():
                 progress("  no archive: the probe's JVM wrote none")
@@ -83,6 +82,28 @@ class ClassData:
             dumped.replace(archive)  # whole, or not at all
         progress(f"  {archive} ({archive.stat().st_size // 2**20} MiB)")
         return archive
+
+    def _probe(self, out: Path) -> str | None:
+        """Run the probe, dumping to ``out``; why it failed, or None. A probe stopped early (its
+        deadline, Ctrl-C) is stopped with what it started: its JVMs are its children."""
+        probe = subprocess.Popen(
+            [sys.executable, "-m", self.probe, str(out)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            _, err = probe.communicate(timeout=self.timeout)
+        except BaseException as exc:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                started = process.with_descendants([psutil.Process(probe.pid)])
+                process.terminate(started, grace=STOP_GRACE_S, what=f"{self.program}'s probe")
+            probe.wait()
+            if isinstance(exc, subprocess.TimeoutExpired):
+                return f"still running after {self.timeout:.0f} s"
+            raise
+        if probe.returncode != 0:
+            return f"exit {probe.returncode}: {err.decode(errors='replace')[-300:]}"
+        return None
 
 
 def dump_options(out: Path) -> tuple[str, ...]:

@@ -7,26 +7,25 @@ produced idempotently and in a transaction, a group that consumes and commits - 
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 from confluent_kafka import Consumer, Producer
 
-from harness.environment import jars
+from harness.environment import process
 from harness.environment.class_data import dump_options
-from harness.environment.jvm import LIGHT_JVM
 from harness.environment.ports import LOOPBACK, free_ports
 from harness.environment.servers.kafka import (
     CLUSTER_SETTINGS,
-    HEAP,
-    JVM_FLAGS,
-    LOG4J2,
     broker_registered,
     cluster_id,
-    java,
+    format_command,
+    node_command,
 )
 from harness.kafka.clients import HARNESS_SETTINGS, create_topic
 from harness.readiness import wait_for
@@ -96,34 +95,26 @@ def probe_node(folder: Path, options: Sequence[str] = ()) -> Iterator[str]:
     config = folder / "node.properties"
     lines = [f"{k}={v}" for k, v in settings(folder, port, controller).items()]
     config.write_text("\n".join(lines) + "\n")
-    classpath = jars.kafka().classpath()
-    subprocess.run(
-        [java(), "-Xmx128m", *LIGHT_JVM, "-cp", classpath, "kafka.tools.StorageTool", "format",
-         "-t", cluster_id("class-data-probe"), "-c", str(config)],
-        check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
+    cluster = cluster_id("class-data-probe")
+    subprocess.run(format_command(config, cluster), check=True, capture_output=True, timeout=120)
     node = subprocess.Popen(
-        [java(), f"-Xms{HEAP}", f"-Xmx{HEAP}", *JVM_FLAGS, *options,
-         f"-Dlog4j2.configurationFile={LOG4J2}", f"-Dchaoslab.log={folder / 'node.log'}",
-         "-cp", classpath, "kafka.Kafka", str(config)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        node_command(config, folder / "node.log", options),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     bootstrap = f"{LOOPBACK}:{port}"
     try:
         wait_for(lambda: broker_registered(1, bootstrap), what="the probe node", timeout=120)
         yield bootstrap
     finally:
-        stop(node)
+        stop(node, "the probe node")
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
+def stop(started: subprocess.Popen[bytes], what: str) -> None:
     """A clean stop (a probe's JVM dumps its archive as it exits), within a deadline."""
-    process.terminate()
-    try:
-        process.wait(STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    with contextlib.suppress(psutil.NoSuchProcess):
+        process.terminate([psutil.Process(started.pid)], grace=STOP_TIMEOUT_S, what=what)
+    started.wait()
 
 
 def _probe(out: Path) -> None:

@@ -197,7 +197,7 @@ def terminate(procs: Sequence[psutil.Process], *, grace: float, what: str = "") 
         log.warning("%s took %.1f s", what or f"stopping {len(procs)} processes", took)
 
 
-def _with_descendants(procs: Sequence[psutil.Process]) -> list[psutil.Process]:
+def with_descendants(procs: Sequence[psutil.Process]) -> list[psutil.Process]:
     found = {p.pid: p for p in procs}
     for proc in procs:
         with contextlib.suppress(psutil.NoSuchProcess, psutil.ZombieProcess):
@@ -208,7 +208,7 @@ def _with_descendants(procs: Sequence[psutil.Process]) -> list[psutil.Process]:
 def kill(procs: Sequence[psutil.Process]) -> None:
     """SIGKILL each process, everything it started, and the process group it leads (a
     runtime's JVM and Python workers); wait up to ``KILL_WAIT_S`` until all are gone."""
-    targets = _with_descendants(procs)
+    targets = with_descendants(procs)
     _send(targets, signal.SIGKILL)
     for proc in procs:
         with contextlib.suppress(ProcessLookupError, PermissionError):

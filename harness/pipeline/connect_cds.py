@@ -11,14 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.environment import jars
 from harness.environment.class_data import dump_options
-from harness.environment.jvm import LIGHT_JVM
 from harness.environment.kafka_cds import probe_node, stop
 from harness.environment.ports import LOOPBACK, free_ports
-from harness.environment.servers.kafka import java
 from harness.pipeline.connect import ConnectRest, ConnectSettings
-from harness.pipeline.connect_worker import HEAP, LOG4J2, MAIN, worker_properties
+from harness.pipeline.connect_worker import worker_command, worker_properties
 from harness.readiness import NotReady, wait_for
 
 SINK = "com.mongodb.kafka.connect.MongoSinkConnector"
@@ -34,11 +31,10 @@ def _probe(out: Path) -> None:
         properties.write_text(worker_properties(settings, LOOPBACK, port))
         settings.rest_file(0).write_text(f"http://{LOOPBACK}:{port}\n")
         worker = subprocess.Popen(
-            [java(), HEAP, *LIGHT_JVM, *dump_options(out),
-             f"-Dlog4j2.configurationFile=file:{LOG4J2}",
-             "-cp", jars.connect().classpath(), MAIN, str(properties)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            worker_command(properties, dump_options(out)),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         rest = ConnectRest(settings)
 
         def has_the_sink() -> None:
@@ -49,7 +45,7 @@ def _probe(out: Path) -> None:
             wait_for(has_the_sink, what="the probe worker", timeout=180)
             rest.validate(SINK, {"connector.class": SINK, "topics": "probe"})
         finally:
-            stop(worker)
+            stop(worker, "the probe worker")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import os
 import shutil
 import socket
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from harness.environment import jars
@@ -92,14 +93,16 @@ def main(argv: list[str]) -> None:
     partial = rest.with_suffix(".partial")
     partial.write_text(f"http://{host}:{port}\n")
     partial.replace(rest)
-    java = shutil.which("java") or "java"
-    classpath = jars.connect().classpath()
     sys.stdout.flush()
-    os.execv(
-        java,
-        [java, HEAP, *LIGHT_JVM, *CLASS_DATA.java_options(),
-         f"-Dlog4j2.configurationFile=file:{LOG4J2}", "-cp", classpath, MAIN, str(properties)],
-    )  # fmt: skip
+    argv = worker_command(properties, CLASS_DATA.java_options())
+    os.execv(argv[0], argv)
+
+
+def worker_command(properties: Path, options: Sequence[str] = ()) -> list[str]:
+    """A worker's JVM, configured by ``properties``, with JVM ``options``."""
+    java = shutil.which("java") or "java"
+    return [java, HEAP, *LIGHT_JVM, *options, f"-Dlog4j2.configurationFile=file:{LOG4J2}",
+            "-cp", jars.connect().classpath(), MAIN, str(properties)]  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import base64
 import os
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
@@ -168,23 +168,30 @@ class KafkaNode(LocalServer):
     def preparation(self) -> list[str]:
         """Format the node's storage for the environment's cluster (once, before its first
         start). With a static quorum (controller.quorum.voters) no other flag is needed."""
-        return [java(), "-Xmx128m", *LIGHT_JVM, *CLASS_DATA.java_options(),
-                "-cp", jars.kafka().classpath(),
-                "kafka.tools.StorageTool", "format", "-t", cluster_id(self.ctx.env_id),
-                "-c", str(self.config)]  # fmt: skip
+        return format_command(self.config, cluster_id(self.ctx.env_id), CLASS_DATA.java_options())
 
     def argv(self) -> list[str]:
-        return [java(), f"-Xms{HEAP}", f"-Xmx{HEAP}", *JVM_FLAGS, *CLASS_DATA.java_options(),
-                "-XX:+ExitOnOutOfMemoryError",
-                "-Djava.awt.headless=true",
-                f"-Dlog4j2.configurationFile={LOG4J2}", f"-Dchaoslab.log={self.log_path}",
-                "-cp", jars.kafka().classpath(), "kafka.Kafka", str(self.config)]  # fmt: skip
+        return node_command(self.config, self.log_path, CLASS_DATA.java_options())
 
     def probe(self) -> None:
         """Ready when this node is a registered, unfenced broker (it is in the metadata its own
         INTERNAL listener serves); registering needs a quorum leader, so that holds too."""
         accepts_connections(LOOPBACK, self.port)  # first: librdkafka logs every refusal
         broker_registered(self.node, self.address)
+
+
+def format_command(config: Path, cluster: str, options: Sequence[str] = ()) -> list[str]:
+    """Kafka's storage tool formatting a node's log folders for ``cluster``."""
+    return [java(), "-Xmx128m", *LIGHT_JVM, *options, "-cp", jars.kafka().classpath(),
+            "kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(config)]  # fmt: skip
+
+
+def node_command(config: Path, log: Path, options: Sequence[str] = ()) -> list[str]:
+    """A node's JVM, configured by ``config``, logging to ``log``, with JVM ``options``."""
+    return [java(), f"-Xms{HEAP}", f"-Xmx{HEAP}", *JVM_FLAGS, *options,
+            "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={LOG4J2}", f"-Dchaoslab.log={log}",
+            "-cp", jars.kafka().classpath(), "kafka.Kafka", str(config)]  # fmt: skip
 
 
 def broker_registered(node: int, bootstrap: str) -> None:
