@@ -56,6 +56,21 @@ $(CONTAINERS_STAMP):
 	else echo "note: no container engine and no way to install podman here; the containers tests will skip"; fi
 	@mkdir -p $(VENV) && touch $@
 
+# PostgreSQL, a CDC source's database: Debian's server package, run by the lab as a process of its
+# own (harness/environment/servers/postgres.py), never as the system's service (no main cluster
+# is made, so none starts). Installed once, on Debian as root; elsewhere `chaoslab doctor` says it
+# is missing (its tests skip, naming it).
+POSTGRES_STAMP := $(VENV)/.postgres-installed
+$(POSTGRES_STAMP):
+	@if ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || command -v postgres >/dev/null || [ -n "$$CHAOSLAB_POSTGRES_BIN" ]; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+		echo "installing Debian's postgresql for the CDC source (once; about a minute)"; \
+		mkdir -p /etc/postgresql-common/createcluster.d; \
+		echo "create_main_cluster = false  # chaoslab: no system cluster, no service" > /etc/postgresql-common/createcluster.d/chaoslab.conf; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null; \
+	else echo "note: no PostgreSQL and no way to install it here; the CDC tests will skip"; fi
+	@mkdir -p $(VENV) && touch $@
+
 # Two workers: the suite waits on servers (group joins, fault windows, JVM start-up) far more
 # than it computes, and every scenario test has its own environment. Tests that start Spark
 # share one worker (xdist_group "spark", see tests/support.py; pytest is kept below 9.2 for it,
@@ -70,7 +85,7 @@ images: $(STAMP) jars $(CONTAINERS_STAMP)
 # that finds it missing fails instead of skipping (tests/support.py: lacking).
 TOOLS := $(shell command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && echo required)
 
-test: $(STAMP) jars $(CHROMIUM_STAMP) $(CONTAINERS_STAMP) images lint
+test: $(STAMP) jars $(CHROMIUM_STAMP) $(CONTAINERS_STAMP) $(POSTGRES_STAMP) images lint
 	CHAOSLAB_TOOLS=$(TOOLS) $(BIN)/python -m pytest -n 2 --dist loadgroup
 
 lint: $(STAMP)

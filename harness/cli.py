@@ -66,6 +66,7 @@ def render_status(st: EnvironmentStatus) -> str:
         f"  kafka bootstrap  {st.kafka_bootstrap}",
         f"  mongo uri        {st.mongo_uri}",
         f"  spark master     {st.spark_master}",
+        *([f"  postgres uri     {st.postgres_uri}"] if st.postgres_uri else []),
         "",
         f"  {'server':<14} {'pid':>7}  {'state':<7} {'address':<16} log",
     ]
@@ -95,6 +96,7 @@ def _request(args: argparse.Namespace) -> Request:
         backend=args.backend,
         spark_cores=getattr(args, "spark_cores", 2),
         spark_standalone=getattr(args, "spark_standalone", False),
+        postgres=getattr(args, "postgres", False),
         kafka_bootstrap=args.kafka_bootstrap or "",
         mongo_uri=args.mongo_uri or "",
         spark_master=args.spark_master or "",
@@ -731,6 +733,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.add_argument(
         "--spark-cores", type=int, default=2, metavar="N", help="N of local[N] Spark sessions"
+    )
+    up.add_argument(
+        "--postgres",
+        action="store_true",
+        help="local: also start PostgreSQL (logical decoding on) now; otherwise it starts when "
+        "a run of a CDC source first asks for it",
     )
     _add_external(up)
     up.set_defaults(handler=cmd_up)

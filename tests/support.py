@@ -9,7 +9,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypedDict
 
 import psutil
 import pytest
@@ -56,6 +56,17 @@ def sigint_as_in_a_terminal() -> None:
     ignored; every descendant inherits that, and Python then installs no KeyboardInterrupt
     handler. A test that sends SIGINT sets the disposition it relies on."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+class Registry(TypedDict):
+    XDG_RUNTIME_DIR: str
+
+
+def private_registry(tmp_path: Path) -> Registry:
+    """Environment variables that give a harness a registry of its own: otherwise an ``up`` by
+    a test on the other xdist worker would reap what a SIGKILLed harness left, before the test's
+    own ``up`` could."""
+    return {"XDG_RUNTIME_DIR": str(tmp_path / "registry")}
 
 
 def server_handles(directory: Path) -> dict[str, ProcessHandle]:

@@ -9,6 +9,7 @@ import pytest
 
 from harness import cli
 from harness.environment.containers.engine import engine_problem
+from harness.environment.servers import postgres
 from tests.support import chaoslab, processes_started_in
 
 
@@ -34,6 +35,11 @@ def test_doctor_json_lists_versions_and_backends() -> None:
     backends = {b["backend"]: b for b in report["backends"]}
     assert backends["local"]["can_run"] is True
     assert backends["containers"]["can_run"] is (engine_problem() is None)
+    # PostgreSQL, a CDC source's database: named with its version, or what installs it.
+    found, detail = postgres.installed()
+    assert checks["postgresql"]["ok"] is (found is not None)
+    assert checks["postgresql"]["detail"].startswith(detail), checks["postgresql"]
+    assert checks["psycopg"]["ok"], checks["psycopg"]
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TypedDict
 
 import psutil
 import pytest
@@ -25,6 +24,7 @@ from harness.kafka.clients import create_topic, end_offsets
 from harness.readiness import NotReady, wait_for
 from tests.support import (
     chaoslab,
+    private_registry,
     processes_started_in,
     server_handles,
     sigint_as_in_a_terminal,
@@ -33,14 +33,6 @@ from tests.support import (
 )
 
 pytestmark = pytest.mark.servers
-
-
-class Registry(TypedDict):
-    XDG_RUNTIME_DIR: str
-
-
-def private_registry(tmp_path: Path) -> Registry:
-    return {"XDG_RUNTIME_DIR": str(tmp_path / "registry")}
 
 
 @pytest.fixture

@@ -42,6 +42,7 @@ class Request:
     backend: str | None = None  # None: the default - or the one the addresses are for
     spark_cores: int = 2
     spark_standalone: bool = False
+    postgres: bool = False  # start PostgreSQL at up (else when a run first asks for it)
     # Servers the lab did not start (the backend that takes addresses).
     kafka_bootstrap: str = ""
     mongo_uri: str = ""
@@ -54,10 +55,16 @@ class Request:
 
 
 def _local(request: Request) -> LocalOptions:
-    return LocalOptions(spark_standalone=request.spark_standalone, spark_cores=request.spark_cores)
+    return LocalOptions(
+        spark_standalone=request.spark_standalone,
+        spark_cores=request.spark_cores,
+        postgres=request.postgres,
+    )
 
 
 def _containers(request: Request) -> ContainersOptions:
+    if request.postgres:
+        raise BadInput("--postgres: the containers backend runs no PostgreSQL; use --backend local")
     return ContainersOptions(
         spark_cores=request.spark_cores, spark_standalone=request.spark_standalone
     )
@@ -73,6 +80,8 @@ def _external(request: Request) -> ExternalOptions:
     problems = options.problems()
     if request.spark_standalone:
         problems.append("--spark-standalone starts the lab's own cluster; give --spark-master")
+    if request.postgres:
+        problems.append("--postgres starts the lab's own database; the external backend has none")
     if request.running:
         problems.append("--env uses a running environment; the addresses would be ignored")
     if problems:

@@ -233,6 +233,7 @@ class EnvironmentStatus:
     mongo_uri: str
     spark_master: str
     servers: tuple[ServerStatus, ...]
+    postgres_uri: str = ""  # once the environment runs PostgreSQL (a CDC source's database)
     kafka: KafkaStatus | None = None
     # Why the cluster did not answer the status's questions, when its nodes are up: a status
     # that cannot see the cluster is not a healthy one (else it reads "healthy" with no
@@ -335,6 +336,11 @@ class Environment(ABC):
         if cluster is SparkCluster.LOCAL:
             return self.spark
         raise BackendUnavailable(f"the {self.backend} backend has no Spark {cluster} cluster")
+
+    def postgres_uri(self) -> str:
+        """The URI of the environment's PostgreSQL (logical decoding on), starting it if the
+        environment can: only a CDC source's runs need it."""
+        raise BackendUnavailable(f"the {self.backend} backend runs no PostgreSQL")
 
     def kafka_bootstrap_for(self, link: Link) -> str:
         """The address a client on ``link`` connects to; a fault proxy on the link changes it."""

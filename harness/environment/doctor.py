@@ -14,6 +14,7 @@ from confluent_kafka import libversion
 
 from harness.environment import jars
 from harness.environment.backends import REGISTRY
+from harness.environment.servers import postgres
 
 PACKAGES = (
     "pyspark",
@@ -26,6 +27,7 @@ PACKAGES = (
     "pandas",
     "pyarrow",
     "secantusdb",
+    "psycopg",
 )
 MIN_JAVA = 17  # Spark 4, Kafka 4
 
@@ -125,6 +127,11 @@ def _debootstrap() -> Check:
     return Check("debootstrap", found is not None, detail)
 
 
+def _postgresql() -> Check:
+    found, detail = postgres.installed()
+    return Check("postgresql", found is not None, f"{detail} ({found})" if found else detail)
+
+
 def diagnose() -> Diagnosis:
     checks = (
         _python(),
@@ -132,6 +139,7 @@ def diagnose() -> Diagnosis:
         _maven(),
         *(_jars(j) for j in jars.every_set()),
         *(_package(p) for p in PACKAGES),
+        _postgresql(),
         _engine(),
         _debootstrap(),
     )
@@ -141,10 +149,12 @@ def diagnose() -> Diagnosis:
     missing = [f"{n}: {by_name[n].detail}" for n in local_needs if not by_name[n].ok]
     if not all(by_name[n].ok for n in jar_names) and not by_name["maven"].ok:
         missing.append(f"maven: {by_name['maven'].detail}")
+    # PostgreSQL is a CDC source's alone: without it the rest runs, and the doctor says so.
+    without = "" if by_name["postgresql"].ok else " (no PostgreSQL: no CDC source)"
     local = BackendVerdict(
         "local",
         not missing,
-        "; ".join(missing) or "Apache Kafka, SecantusDB and Spark are here",
+        "; ".join(missing) or f"Apache Kafka, SecantusDB and Spark are here{without}",
     )
     needs = [by_name[n] for n in ("container engine", "debootstrap", *jar_names)]
     lacking = [f"{c.name}: {c.detail}" for c in needs if not c.ok]

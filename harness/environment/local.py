@@ -1,6 +1,6 @@
 """The local backend: a Kafka cluster (three Apache Kafka KRaft nodes), MongoDB (SecantusDB),
-the fault proxy and Spark, as processes on 127.0.0.1 (the life of such processes - ports, state,
-start, stop, reaping - is ``processes``).
+the fault proxy, Spark and (for a CDC source) PostgreSQL, as processes on 127.0.0.1 (the life of
+such processes - ports, state, start, stop, reaping - is ``processes``).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from harness.environment import process, state
@@ -25,6 +25,7 @@ from harness.environment.process_environment import ProcessEnvironment, answers
 from harness.environment.servers.base import LocalServer, ServerContext
 from harness.environment.servers.kafka import NODE_IDS, KafkaNode, port_names
 from harness.environment.servers.mongo import SecantusMongo
+from harness.environment.servers.postgres import PostgresServer
 from harness.environment.servers.proxy import FaultProxy
 from harness.environment.servers.spark_standalone import (
     SparkMaster,
@@ -38,7 +39,8 @@ from harness.kafka.clients import await_group_coordinator
 PORT_NAMES = (
     *(name for node in NODE_IDS for name in port_names(node)),
     "mongo",
-    "mongo-proxy",  # the consumers' MongoDB link
+    "mongo-proxy",
+    "postgres",  # the consumers' MongoDB link
     "proxy-control",
     "spark-master",
     "spark-master-ui",
@@ -57,8 +59,9 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
 
     def _killed_first(self) -> list[str]:
         # The Kafka nodes are killed: their data is discarded with the environment, and a
-        # clean shutdown of all the nodes at once takes seconds (docs/performance.md).
-        return [f"kafka-{n}" for n in NODE_IDS]
+        # clean shutdown of all the nodes at once takes seconds (docs/performance.md). So is
+        # PostgreSQL: SIGTERM is its smart shutdown, which waits for a connected source.
+        return [f"kafka-{n}" for n in NODE_IDS] + ["postgres"]
 
     # -- the servers ----------------------------------------------------------------------------
 
@@ -76,6 +79,8 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
         ]
         if self.options.spark_standalone:
             servers += self._spark_cluster(ctx)
+        if self.options.postgres:
+            servers.append(PostgresServer(ctx))
         return servers
 
     def _spark_cluster(self, ctx: ServerContext) -> list[LocalServer]:
@@ -92,6 +97,8 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
         # addresses they advertise.
         self._launch(servers["mongo"])
         self._launch(servers["proxy"])
+        if postgres := servers.get("postgres"):
+            self._launch(postgres)
         if master := servers.get("spark-master"):
             self._launch(master)
         self._await_ready(servers["proxy"])
@@ -167,6 +174,31 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
         cluster = SparkCluster.STANDALONE if self.options.spark_standalone else SparkCluster.LOCAL
         return self._spark_settings(cluster)
 
+    def postgres_uri(self) -> str:
+        if not self._reload().options.get("postgres"):
+            self._start_postgres()
+        server = self._server("postgres")
+        assert isinstance(server, PostgresServer)
+        return server.uri
+
+    def _start_postgres(self) -> None:
+        """PostgreSQL, into a running environment (a CDC run asked)."""
+        if "postgres" not in self._st.ports:
+            raise BadInput(
+                f"the environment in {self.directory} was started by an older lab and has no "
+                "port for PostgreSQL: stop it (chaoslab down) and start it again"
+            )
+        self._progress("starting PostgreSQL (a CDC source's database)")
+        server = PostgresServer(self._ctx())
+
+        def start() -> None:
+            server.prepare()
+            self._run_preparations([server])
+            self._launch(server)
+            self._await_ready(server)
+
+        self._start_later("postgres", [server], start)
+
     def _spark_settings(self, cluster: SparkCluster) -> SparkSettings:
         if cluster is SparkCluster.STANDALONE:
             master = f"spark://127.0.0.1:{self._st.ports['spark-master']}"
@@ -183,25 +215,37 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
     def _start_spark_cluster(self) -> None:
         """The master and its workers, into a running environment (a scenario asked)."""
         self._progress("starting the Spark standalone cluster (a master, 2 workers)")
-        with state.updating(self.directory) as st:
-            st.options["spark_standalone"] = True
-            self._state = st
-        self.options = LocalOptions.from_dict(self._st.options)
         master, *workers = self._spark_cluster(self._ctx())
-        try:
+
+        def start() -> None:
             self._launch(master)
             self._await_ready(master)
             for worker in workers:
                 self._launch(worker)
             for worker in workers:
                 self._await_ready(worker)
+
+        self._start_later("spark_standalone", [master, *workers], start)
+
+    def _start_later(
+        self, option: str, servers: Sequence[LocalServer], start: Callable[[], None]
+    ) -> None:
+        """``start`` servers into a running environment, ``option`` set in its state (what the
+        next ``attach``, ``status`` and ``down`` go by); if they fail to start, they are killed
+        and ``option`` is unset again."""
+        self._set_option(option, True)
+        try:
+            start()
         except BaseException:
-            self._stop([master, *workers], hard=True)
-            with state.updating(self.directory) as st:
-                st.options["spark_standalone"] = False
-                self._state = st
-            self.options = LocalOptions.from_dict(self._st.options)
+            self._stop(servers, hard=True)
+            self._set_option(option, False)
             raise
+
+    def _set_option(self, option: str, value: bool) -> None:
+        with state.updating(self.directory) as st:
+            st.options[option] = value
+            self._state = st
+        self.options = LocalOptions.from_dict(self._st.options)
 
     def _kafka_status(self, servers: Sequence[ServerStatus]) -> tuple[KafkaStatus | None, str]:
         if not any(s.ready for s in servers if s.name.startswith("kafka-")):

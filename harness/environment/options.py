@@ -37,6 +37,7 @@ def _spark_cores(cores: int) -> None:
 class LocalOptions:
     spark_standalone: bool = False  # run a Spark master and worker as processes
     spark_cores: int = 2
+    postgres: bool = False  # run PostgreSQL (a CDC source's database) from up on
 
     def __post_init__(self) -> None:
         _spark_cores(self.spark_cores)

@@ -44,7 +44,7 @@ from harness.kafka.clients import lab_groups
 from harness.readiness import DeadlineExceeded, GaveUp, wait_for
 
 # Directories below DIR that belong to one environment's life and are wiped with it.
-DATA_DIRS = ("mongo", "spark", "kafka")
+DATA_DIRS = ("mongo", "spark", "kafka", "postgres")
 
 Progress = Callable[[str], None]
 Options = TypeVar("Options", LocalOptions, ExternalOptions, ContainersOptions)
@@ -311,6 +311,8 @@ class ProcessEnvironment(Environment, Generic[Options]):
             mongo_uri=self.mongo_uri,
             spark_master=self.spark.master,
             servers=tuple(servers),
+            # Asked only where it runs: asking starts it.
+            postgres_uri=self.postgres_uri() if found.options.get("postgres") else "",
             kafka=kafka,
             kafka_error=kafka_error,
         )
