@@ -3,7 +3,8 @@
 Each set is a POM in ``harness/environment/maven`` (``kafka.pom.xml``: an Apache Kafka broker;
 ``spark-kafka.pom.xml``: Spark's Kafka connector, for the Spark runtime; ``mongo-spark.pom.xml``:
 MongoDB's Spark connector and its driver; ``connect.pom.xml``: a Kafka Connect worker;
-``mongo-kafka.pom.xml``: MongoDB's Kafka connector, a plugin of the workers). ``fetch``
+``mongo-kafka.pom.xml``: MongoDB's Kafka connector, a plugin of the workers;
+``debezium-postgres.pom.xml``: Debezium's PostgreSQL connector, a CDC source's plugin). ``fetch``
 runs ``mvn dependency:copy-dependencies`` into the project's ``.chaoslab/jars/NAME-VERSION``
 (git ignores it) and marks the folder complete; Maven's own defaults say where the jars come
 from. ``chaoslab fetch`` (which ``make`` runs) and ``chaoslab doctor`` use this module.
@@ -69,6 +70,23 @@ class JarSet:
         _maven(f"fetch {self.name} {self.version}", "-f", str(self.pom),
                "dependency:copy-dependencies", f"-DoutputDirectory={into}",
                "-DincludeScope=runtime")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PluginJarSet(JarSet):
+    """A Connect plugin of several jars: Connect gives each jar directly on its plugin path a
+    class loader of its own, so the jars go into one folder (the plugin) inside the set's
+    folder (the plugin path's entry)."""
+
+    @property
+    def plugin(self) -> Path:
+        return self.directory / self.name
+
+    def jars(self) -> list[Path]:
+        return sorted(self.plugin.glob("*.jar"))
+
+    def make(self, into: Path) -> None:
+        super().make(into / self.name)
 
 
 # The lab's own Java, compiled here with the JDK's javac against jars the lab has already:
@@ -155,14 +173,14 @@ def connect_hooks() -> BuiltJarSet:
 
 
 @cache
-def jar_set(name: str) -> JarSet:
+def jar_set(name: str, kind: type[JarSet] = JarSet) -> JarSet:
     """The set ``name``, at the version its POM pins (``<NAME.version>``)."""
     pom = POMS / f"{name}.pom.xml"
     ns = {"m": "http://maven.apache.org/POM/4.0.0"}
     version = ET.parse(pom).getroot().findtext(f"m:properties/m:{name}.version", namespaces=ns)
     if not version:
         raise ValueError(f"{pom} pins no <{name}.version>")
-    return JarSet(name, version)
+    return kind(name, version)
 
 
 def kafka() -> JarSet:
@@ -189,6 +207,11 @@ def mongo_kafka() -> JarSet:
     return jar_set("mongo-kafka")
 
 
+def debezium_postgres() -> JarSet:
+    """Debezium's PostgreSQL connector: its folder is a plugin path entry (``PluginJarSet``)."""
+    return jar_set("debezium-postgres", PluginJarSet)
+
+
 def every_set() -> tuple[JarSet, ...]:
     """Every set, in the order they are made (the hooks compile against the connector)."""
     return (
@@ -199,6 +222,7 @@ def every_set() -> tuple[JarSet, ...]:
         connect(),
         mongo_kafka(),
         connect_hooks(),
+        debezium_postgres(),
     )
 
 

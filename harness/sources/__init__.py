@@ -1,0 +1,1 @@
+"""Where a run's records come from: the stage that writes its topic and keeps its truth."""
