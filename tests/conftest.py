@@ -1,11 +1,16 @@
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 
 from harness.environment.local import LocalEnvironment
+from harness.environment.servers import postgres
 from harness.readiness import NotReady, wait_for
+from harness.sources import sql_workload
+from tests.support import lacking
 
 # A margin over a stopped node's start and its partitions' catching up on 2 cores
 # (docs/performance.md).
@@ -63,3 +68,28 @@ def scenario_env(lab_env: LocalEnvironment) -> LocalEnvironment:
         interval=0.5,
     )
     return lab_env
+
+
+@pytest.fixture
+def postgres_database(scenario_env: LocalEnvironment) -> Iterator[str]:
+    """The URI of a database of its own on the shared environment's PostgreSQL (started if it
+    is not), with the workload's ``orders`` table; dropped afterwards with the slots in it (a
+    slot left behind holds WAL and one of the server's few slots)."""
+    if postgres.installed()[0] is None:
+        lacking("PostgreSQL " + postgres.installed()[1])
+    uri = scenario_env.postgres_uri()
+    database = f"shop_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(uri, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {database}")
+    shop = uri.rsplit("/", 1)[0] + f"/{database}"
+    with psycopg.connect(shop, autocommit=True) as conn:
+        conn.execute(sql_workload.DDL)
+        conn.execute(sql_workload.REPLICA_IDENTITY)
+    try:
+        yield shop
+    finally:
+        with psycopg.connect(uri, autocommit=True) as admin:
+            slots = "SELECT slot_name FROM pg_replication_slots WHERE database = %s"
+            for (slot,) in admin.execute(slots, (database,)).fetchall():
+                admin.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            admin.execute(f"DROP DATABASE {database} WITH (FORCE)")

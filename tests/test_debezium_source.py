@@ -16,14 +16,12 @@ from confluent_kafka import Consumer, KafkaError
 from harness.environment import jars, process
 from harness.environment.local import LocalEnvironment
 from harness.environment.ports import free_ports
-from harness.environment.servers import postgres
 from harness.errors import BadInput
 from harness.kafka.clients import consumer_config
 from harness.pipeline.connect import ConnectRest, ConnectSettings
 from harness.pipeline.connect_worker import CLASS_DATA, worker_command, worker_properties
 from harness.readiness import NotReady, wait_for
 from harness.sources.debezium import CONNECTOR_CLASS, DebeziumSource, Where
-from tests.support import lacking
 
 pytestmark = pytest.mark.servers
 
@@ -43,34 +41,11 @@ def test_a_deployments_config_may_not_say_where_the_source_reads_and_writes() ->
 
 
 @pytest.fixture
-def shop(scenario_env: LocalEnvironment) -> Iterator[str]:
-    """A database of its own on the environment's PostgreSQL (started if it is not), with an
-    ``orders`` table; dropped afterwards with the slots in it (a slot left behind holds WAL
-    and one of the server's few slots)."""
-    if postgres.installed()[0] is None:
-        lacking("PostgreSQL " + postgres.installed()[1])
-    uri = scenario_env.postgres_uri()
-    database = f"shop_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(uri, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {database}")
-    shop = uri.rsplit("/", 1)[0] + f"/{database}"
-    with psycopg.connect(shop, autocommit=True) as conn:
-        conn.execute("CREATE TABLE orders (order_id int PRIMARY KEY, version int, status text)")
-        conn.execute("ALTER TABLE orders REPLICA IDENTITY FULL")  # updates carry `before`
-    try:
-        yield shop
-    finally:
-        with psycopg.connect(uri, autocommit=True) as admin:
-            slots = "SELECT slot_name FROM pg_replication_slots WHERE database = %s"
-            for (slot,) in admin.execute(slots, (database,)).fetchall():
-                admin.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-            admin.execute(f"DROP DATABASE {database} WITH (FORCE)")
-
-
-@pytest.fixture
-def worker(scenario_env: LocalEnvironment, shop: str, tmp_path: Path) -> Iterator[ConnectSettings]:
+def worker(
+    scenario_env: LocalEnvironment, postgres_database: str, tmp_path: Path
+) -> Iterator[ConnectSettings]:
     """One Connect worker of the environment's cluster with Debezium on its plugin path
-    (stopped before ``shop`` is dropped)."""
+    (stopped before ``postgres_database`` is dropped)."""
     settings = ConnectSettings(
         bootstrap=scenario_env.kafka_bootstrap, group=f"dbz-{uuid.uuid4().hex[:8]}",
         folder=str(tmp_path / "connect"), workers=1,
@@ -91,8 +66,9 @@ def worker(scenario_env: LocalEnvironment, shop: str, tmp_path: Path) -> Iterato
 
 
 def test_debezium_streams_each_committed_change_with_its_transaction_id_and_lsn(
-    scenario_env: LocalEnvironment, shop: str, worker: ConnectSettings
+    scenario_env: LocalEnvironment, postgres_database: str, worker: ConnectSettings
 ) -> None:
+    shop = postgres_database
     database = shop.rsplit("/", 1)[1]
     rest = ConnectRest(worker)
 
@@ -124,7 +100,10 @@ def test_debezium_streams_each_committed_change_with_its_transaction_id_and_lsn(
     committed = []  # (op, xid, order_id) in commit order
     with psycopg.connect(shop) as conn:
         for statements, ops in (
-            (["INSERT INTO orders VALUES (1, 1, 'new'), (2, 1, 'new')"], [("c", 1), ("c", 2)]),
+            (
+                ["INSERT INTO orders VALUES (1, 1, 'new', 100), (2, 1, 'new', 200)"],
+                [("c", 1), ("c", 2)],
+            ),
             (["UPDATE orders SET version = 2, status = 'paid' WHERE order_id = 1"], [("u", 1)]),
             (["DELETE FROM orders WHERE order_id = 2"], [("d", 2)]),
         ):

@@ -1,0 +1,100 @@
+"""A CDC source's truth: every row change PostgreSQL committed, read back from its own log
+through a logical slot of the lab's (test_decoding, which ships with PostgreSQL), with its
+transaction id and LSN - not what the writer meant to send.
+
+The slot is made before the workload's first write and read once it ends; what it returns is
+what the database committed, in commit order (an aborted transaction is never in it).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from harness.workload.events import TABLE, Op
+
+PLUGIN = "test_decoding"
+OPS = {"INSERT": Op.CREATE, "UPDATE": Op.UPDATE, "DELETE": Op.DELETE}
+# test_decoding's line for a row change, e.g.
+#   table public.orders: UPDATE: old-key: order_id[bigint]:1 ... new-tuple: order_id[bigint]:1 ...
+CHANGE = re.compile(
+    r"^table (?P<schema>[^.]+)\.(?P<table>\S+): (?P<op>INSERT|UPDATE|DELETE): (?P<rest>.*)$"
+)
+COLUMN = re.compile(r"(?P<name>\w+)\[(?P<type>[^\]]+)\]:(?P<value>'(?:[^']|'')*'|\S+)")
+
+
+def lsn_number(text: str) -> int:
+    """``0/16B3748`` as the number Debezium writes as ``source.lsn``."""
+    high, low = text.split("/")
+    return (int(high, 16) << 32) + int(low, 16)
+
+
+@dataclass(frozen=True)
+class CommittedChange:
+    """One row change as the database's log has it: the row image it left (a delete: the one
+    it removed)."""
+
+    lsn: int
+    xid: int
+    table: str
+    op: Op
+    order_id: int
+    version: int
+    row: dict[str, Any]
+
+
+def _value(raw: str) -> Any:
+    if raw.startswith("'"):
+        return raw[1:-1].replace("''", "'")
+    if raw == "null":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return raw
+
+
+def parse(lsn: str, xid: int, line: str) -> CommittedChange | None:
+    """One line of the slot's output as a change (None: BEGIN, COMMIT, or another table's)."""
+    found = CHANGE.match(line)
+    if found is None:
+        return None
+    rest = found["rest"]
+    if "new-tuple: " in rest:  # an update with the whole old row (REPLICA IDENTITY FULL)
+        rest = rest.split("new-tuple: ", 1)[1]
+    row = {m["name"]: _value(m["value"]) for m in COLUMN.finditer(rest)}
+    return CommittedChange(
+        lsn_number(lsn), xid, found["table"], OPS[found["op"]], int(row["order_id"]),
+        int(row.get("version") or 0), row,
+    )  # fmt: skip
+
+
+def create_slot(uri: str, slot: str) -> None:
+    """The lab's own slot: from here on, every commit is kept for ``read``."""
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, %s)", (slot, PLUGIN))
+
+
+def read(uri: str, slot: str, table: str = TABLE) -> list[CommittedChange]:
+    """Every change of ``table`` committed since the slot was made, in commit order (the slot
+    is advanced past them: read once)."""
+    with psycopg.connect(uri, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT lsn::text, xid::text::bigint, data FROM pg_logical_slot_get_changes("
+            "%s, NULL, NULL, 'include-xids', '1', 'skip-empty-xacts', '1')",
+            (slot,),
+        ).fetchall()
+    changes = [parse(lsn, xid, data) for lsn, xid, data in rows]
+    return [c for c in changes if c is not None and c.table == table]
+
+
+def drop_slot(uri: str, slot: str) -> None:
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name = %s",
+            (slot,),
+        )

@@ -1,0 +1,97 @@
+"""The workload as an OLTP application writes it (``harness.sources.sql_workload``), written into
+the environment's PostgreSQL (``sql_writer``) and read back from the database's own log
+(``truth``): what the database committed, each change with its transaction id and LSN."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter, defaultdict
+
+import psycopg
+import pytest
+
+from harness.sources import sql_writer, truth
+from harness.sources.sql_workload import (
+    Shape,
+    commit_order,
+    final_rows,
+    transactions,
+)
+from harness.workload.events import Op
+from harness.workload.generator import WorkloadSpec
+
+
+def test_the_same_seed_plans_the_same_transactions_with_every_shape() -> None:
+    spec = WorkloadSpec(events=400, keys=100, seed=7)
+    planned = transactions(spec)
+    assert planned == transactions(spec)
+    assert planned != transactions(WorkloadSpec(events=400, keys=100, seed=8))
+    assert sum(len(t.changes) for t in planned) >= 400
+    # Every shape, in the first few dozen changes already; several statements in one
+    # transaction; long ones.
+    small = transactions(WorkloadSpec(events=40, keys=100, seed=7))
+    assert {s.shape for t in small for s in t.statements} == set(Shape)
+    assert any(len(t.statements) > 1 for t in planned)
+    assert any(t.spans for t in planned)
+    # Each order's history holds in commit order: created at its next version, each update
+    # one version on, a delete of the row as it was.
+    last: dict[int, int] = {}
+    present: set[int] = set()
+    for transaction in commit_order(planned):
+        for change in transaction.changes:
+            before = last.get(change.order_id, 0)
+            if change.op is Op.CREATE:
+                assert change.order_id not in present and change.version == before + 1
+                present.add(change.order_id)
+            elif change.op is Op.UPDATE:
+                assert change.order_id in present and change.version == before + 1
+            else:
+                assert change.order_id in present and change.version == before
+                present.remove(change.order_id)
+            last[change.order_id] = change.version
+    assert set(final_rows(planned)) == present
+
+
+@pytest.mark.servers
+def test_the_database_log_holds_each_committed_change_in_commit_order(
+    postgres_database: str,
+) -> None:
+    planned = transactions(WorkloadSpec(events=300, keys=60, seed=11))
+    slot = f"truth_{uuid.uuid4().hex[:8]}"
+    truth.create_slot(postgres_database, slot)
+    try:
+        committed = sql_writer.write(postgres_database, planned)
+        found = truth.read(postgres_database, slot)
+    finally:
+        truth.drop_slot(postgres_database, slot)
+    by_seq = {t.seq: t for t in planned}
+    # The writer's commits: every transaction, in the order they commit (a long one after
+    # the transactions that began while it was open).
+    assert [c.seq for c in committed] == [t.seq for t in commit_order(planned)]
+    # Each transaction's changes at its commit, with its own xid (within a statement of many
+    # rows, in the order the database applied them: an UPDATE ... FROM joins in its own order).
+    planned_changes = [
+        (c.xid, sorted((ch.op, ch.order_id, ch.version) for ch in by_seq[c.seq].changes))
+        for c in committed
+    ]
+    logged: dict[int, list[tuple[Op, int, int]]] = defaultdict(list)
+    for f in found:
+        logged[f.xid].append((f.op, f.order_id, f.version))
+    assert list(logged) == [c.xid for c in committed]  # commit order
+    assert [(x, sorted(changes)) for x, changes in logged.items()] == planned_changes
+    # A long transaction's changes were written before the commits that precede its own: in
+    # the log they come at its commit, with the lower LSNs they were written at.
+    longs = {c.xid for c in committed if by_seq[c.seq].spans}
+    assert longs
+    lsns: dict[int, list[int]] = defaultdict(list)
+    for f in found:
+        lsns[f.xid].append(f.lsn)
+    order = [x for x in dict.fromkeys(f.xid for f in found)]
+    for xid in longs:
+        earlier = order[: order.index(xid)]
+        assert any(min(lsns[xid]) < min(lsns[e]) for e in earlier), xid
+    # Every shape reached the log; the table holds what the plan's commits leave.
+    assert Counter(f.op for f in found).keys() == {Op.CREATE, Op.UPDATE, Op.DELETE}
+    with psycopg.connect(postgres_database) as conn:
+        rows = conn.execute("SELECT order_id, version, status, amount_cents FROM orders").fetchall()
+    assert {r[0]: tuple(r) for r in rows} == final_rows(planned)
