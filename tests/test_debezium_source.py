@@ -11,17 +11,22 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import Consumer, KafkaError, Producer
 
+from harness.checker.check import check
 from harness.environment import jars, process
 from harness.environment.local import LocalEnvironment
 from harness.environment.ports import free_ports
 from harness.errors import BadInput
-from harness.kafka.clients import consumer_config
+from harness.kafka.clients import StoredRecord, consumer_config, producer_config, read_topic
 from harness.pipeline.connect import ConnectRest, ConnectSettings
 from harness.pipeline.connect_worker import CLASS_DATA, worker_command, worker_properties
 from harness.readiness import NotReady, wait_for
+from harness.sources import sql_writer, truth
 from harness.sources.debezium import CONNECTOR_CLASS, DebeziumSource, Where
+from harness.sources.sql_workload import transactions
+from harness.sources.stages import committed_ledger, source_change, topic_snapshot
+from harness.workload.generator import WorkloadSpec
 
 pytestmark = pytest.mark.servers
 
@@ -142,3 +147,101 @@ def test_debezium_streams_each_committed_change_with_its_transaction_id_and_lsn(
     update = next(p for p in payloads if p["op"] == "u")
     assert (update["before"]["version"], update["after"]["version"]) == (1, 2)
     assert "schema" in seen[0]  # JSON with schemas: seed 000's payload.source.txId
+
+
+def test_the_topic_stage_catches_a_change_the_source_dropped_and_one_it_doubled(
+    scenario_env: LocalEnvironment, postgres_database: str, worker: ConnectSettings
+) -> None:
+    """The seeded SQL workload through Debezium: each committed change on the topic once. Then
+    two planted at the source: a change committed while the connector was away and its slot
+    advanced past it (an operator's fix of a lagging slot), never emitted; and a record the
+    topic holds twice, as a re-emission leaves it. The topic stage names both."""
+    shop = postgres_database
+    database = shop.rsplit("/", 1)[1]
+    rest = ConnectRest(worker)
+    truth_slot = f"{database}_truth"
+    truth.create_slot(shop, truth_slot)  # before the first write: the whole truth
+    where = Where(shop, slot=database, topic_prefix=database, tables=("orders",))
+    topic = where.topic("orders")
+    config = DebeziumSource().config(where)
+
+    def streaming() -> None:
+        state = rest.status("source") if rest.settings.rest_urls() else None
+        if state is None or not state.tasks or state.tasks[0].state != "RUNNING":
+            raise NotReady(f"{state}")
+        with psycopg.connect(shop) as conn:
+            row = conn.execute(
+                "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (database,)
+            ).fetchone()
+        if not row or not row[0]:
+            raise NotReady(f"slot {database}: {row}")
+
+    def on_topic(count: int) -> list[StoredRecord]:
+        def enough() -> list[StoredRecord]:
+            records = read_topic(scenario_env.kafka_bootstrap, topic, contents=True)
+            changes = [r for r in records if r.value is not None]
+            if len(changes) < count:
+                raise NotReady(f"{len(changes)} of {count} changes on {topic}")
+            return records
+
+        return wait_for(enough, what=f"{count} changes on {topic}", timeout=120)
+
+    wait_for(lambda: CONNECTOR_CLASS in rest.plugins() or _not_yet(),
+             what="the worker listing Debezium's connector", timeout=180)  # fmt: skip
+    rest.put_config("source", config)
+    wait_for(streaming, what="Debezium's task streaming from its slot", timeout=120)
+    planned = transactions(WorkloadSpec(events=150, keys=40, seed=5))
+    sql_writer.write(shop, planned)
+    committed = truth.read(shop, truth_slot)
+    records = on_topic(len(committed))
+    whole = check(committed_ledger(committed), topic_snapshot(records), produced=len(committed))
+    assert (whole.lost, whole.duplicates, whole.phantoms) == (0, 0, 0), whole
+    # Each record's source identity is its committed change's: the same transaction and LSN.
+    logged = {(c.xid, c.lsn) for c in committed}
+    assert {(s.tx_id, s.lsn) for r in records if (s := source_change(r))} == logged
+
+    # Dropped at the source: the connector away, a change committed, its slot advanced past it.
+    rest.delete("source")
+    wait_for(lambda: _slot_inactive(shop, database), what="Debezium's slot released", timeout=60)
+    with psycopg.connect(shop) as conn:
+        conn.execute("UPDATE orders SET version = version + 1 WHERE order_id = "
+                     "(SELECT min(order_id) FROM orders)")  # fmt: skip
+    with psycopg.connect(shop, autocommit=True) as conn:
+        conn.execute("SELECT pg_replication_slot_advance(%s, pg_current_wal_lsn())", (database,))
+    rest.put_config("source", config)
+    wait_for(streaming, what="Debezium streaming again", timeout=120)
+    with psycopg.connect(shop) as conn:  # one more, to see the stream goes on after it
+        conn.execute("UPDATE orders SET version = version + 1 WHERE order_id = "
+                     "(SELECT max(order_id) FROM orders)")  # fmt: skip
+    after = truth.read(shop, truth_slot)
+    assert len(after) == 2
+    records = on_topic(len(committed) + 1)
+    # Doubled at the source: one record on the topic again, as a re-emission leaves it.
+    copied = next(r for r in records if r.value is not None)
+    producer = Producer(producer_config(scenario_env.kafka_bootstrap))
+    producer.produce(topic, value=copied.value, key=copied.key, partition=copied.partition)
+    assert producer.flush(30) == 0
+    records = on_topic(len(committed) + 2)
+
+    stage = check(committed_ledger(committed + after), topic_snapshot(records),
+                  produced=len(committed) + 2)  # fmt: skip
+    assert (stage.lost, stage.duplicates, stage.phantoms) == (1, 1, 0), stage
+    (lost,) = [a for a in stage.anomalies if a.kind == "lost"]
+    assert (lost.order_id, lost.version) == (after[0].order_id, after[0].version)
+    (copy,) = [a for a in stage.anomalies if a.kind == "duplicate"]
+    again = source_change(copied)
+    assert again is not None and (copy.order_id, copy.version) == (again.order_id, again.version)
+    truth.drop_slot(shop, truth_slot)
+
+
+def _not_yet() -> bool:
+    raise NotReady("Debezium's connector not listed yet")
+
+
+def _slot_inactive(uri: str, slot: str) -> None:
+    with psycopg.connect(uri) as conn:
+        row = conn.execute(
+            "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()
+    if row is None or row[0]:
+        raise NotReady(f"slot {slot}: {row}")

@@ -33,8 +33,8 @@ def test_the_same_seed_plans_the_same_transactions_with_every_shape() -> None:
     assert {s.shape for t in small for s in t.statements} == set(Shape)
     assert any(len(t.statements) > 1 for t in planned)
     assert any(t.spans for t in planned)
-    # Each order's history holds in commit order: created at its next version, each update
-    # one version on, a delete of the row as it was.
+    # Each order's history holds in commit order: every change one version on (a delete too,
+    # so no two changes share an identity), a create only of an absent order.
     last: dict[int, int] = {}
     present: set[int] = set()
     for transaction in commit_order(planned):
@@ -46,7 +46,7 @@ def test_the_same_seed_plans_the_same_transactions_with_every_shape() -> None:
             elif change.op is Op.UPDATE:
                 assert change.order_id in present and change.version == before + 1
             else:
-                assert change.order_id in present and change.version == before
+                assert change.order_id in present and change.version == before + 1
                 present.remove(change.order_id)
             last[change.order_id] = change.version
     assert set(final_rows(planned)) == present
@@ -78,6 +78,8 @@ def test_the_database_log_holds_each_committed_change_in_commit_order(
     for f in found:
         logged[f.xid].append((f.op, f.order_id, f.version))
     assert list(logged) == [c.xid for c in committed]  # commit order
+    at = [f.committed_at for f in found]
+    assert at == sorted(at) and at[0] > 0  # each change at its transaction's commit time
     assert [(x, sorted(changes)) for x, changes in logged.items()] == planned_changes
     # A long transaction's changes were written before the commits that precede its own: in
     # the log they come at its commit, with the lower LSNs they were written at.

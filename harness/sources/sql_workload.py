@@ -55,7 +55,8 @@ ROWS = {Shape.INSERT_VALUES: (2, 5), Shape.COPY: (3, 10), Shape.UPDATE_MANY: (2,
 
 @dataclass(frozen=True)
 class RowChange:
-    """One row's change as planned: the row image it leaves (a delete: the row it removed)."""
+    """One row's change as planned: the row image it leaves (a delete: the values of the row
+    it removed, at the order's next version)."""
 
     op: Op
     order_id: int
@@ -136,10 +137,13 @@ class _Table:
         return self.rng.sample(free, min(n, len(free)))
 
     def change(self, op: Op, order_id: int) -> RowChange:
+        # A version counts an order's changes, as the producer's workload does: a delete is
+        # the change after the row's last version (its identity is not the last update's).
+        version = self.versions.get(order_id, 0) + 1
         if op is Op.DELETE:
             gone = self.rows.pop(order_id)
-            return RowChange(Op.DELETE, order_id, gone.version, gone.status, gone.amount_cents)
-        version = self.versions.get(order_id, 0) + 1
+            self.versions[order_id] = version
+            return RowChange(Op.DELETE, order_id, version, gone.status, gone.amount_cents)
         row = RowChange(
             op, order_id, version, self.rng.choice(STATUSES), self.rng.randint(100, 100_000)
         )

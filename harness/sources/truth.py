@@ -9,7 +9,8 @@ what the database committed, in commit order (an aborted transaction is never in
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -23,6 +24,7 @@ OPS = {"INSERT": Op.CREATE, "UPDATE": Op.UPDATE, "DELETE": Op.DELETE}
 CHANGE = re.compile(
     r"^table (?P<schema>[^.]+)\.(?P<table>\S+): (?P<op>INSERT|UPDATE|DELETE): (?P<rest>.*)$"
 )
+COMMIT = re.compile(r"^COMMIT (?P<xid>\d+) \(at (?P<at>[^)]+)\)$")
 COLUMN = re.compile(r"(?P<name>\w+)\[(?P<type>[^\]]+)\]:(?P<value>'(?:[^']|'')*'|\S+)")
 
 
@@ -35,7 +37,7 @@ def lsn_number(text: str) -> int:
 @dataclass(frozen=True)
 class CommittedChange:
     """One row change as the database's log has it: the row image it left (a delete: the one
-    it removed)."""
+    it removed, its version the order's next)."""
 
     lsn: int
     xid: int
@@ -44,6 +46,7 @@ class CommittedChange:
     order_id: int
     version: int
     row: dict[str, Any]
+    committed_at: float = 0.0  # unix seconds: its transaction's commit, as the server logged it
 
 
 def _value(raw: str) -> Any:
@@ -66,10 +69,14 @@ def parse(lsn: str, xid: int, line: str) -> CommittedChange | None:
     if "new-tuple: " in rest:  # an update with the whole old row (REPLICA IDENTITY FULL)
         rest = rest.split("new-tuple: ", 1)[1]
     row = {m["name"]: _value(m["value"]) for m in COLUMN.finditer(rest)}
+    op = OPS[found["op"]]
+    version = int(row.get("version") or 0)
+    # A delete is the order's change after the row's last version (sql_workload's identity).
+    if op is Op.DELETE:
+        version += 1
     return CommittedChange(
-        lsn_number(lsn), xid, found["table"], OPS[found["op"]], int(row["order_id"]),
-        int(row.get("version") or 0), row,
-    )  # fmt: skip
+        lsn_number(lsn), xid, found["table"], op, int(row["order_id"]), version, row
+    )
 
 
 def create_slot(uri: str, slot: str) -> None:
@@ -84,11 +91,20 @@ def read(uri: str, slot: str, table: str = TABLE) -> list[CommittedChange]:
     with psycopg.connect(uri, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT lsn::text, xid::text::bigint, data FROM pg_logical_slot_get_changes("
-            "%s, NULL, NULL, 'include-xids', '1', 'skip-empty-xacts', '1')",
+            "%s, NULL, NULL, 'include-xids', '1', 'include-timestamp', '1', "
+            "'skip-empty-xacts', '1')",
             (slot,),
         ).fetchall()
-    changes = [parse(lsn, xid, data) for lsn, xid, data in rows]
-    return [c for c in changes if c is not None and c.table == table]
+    changes: list[CommittedChange] = []
+    pending: list[CommittedChange] = []  # the open transaction's, until its COMMIT line
+    for lsn, xid, data in rows:
+        if (commit := COMMIT.match(data)) is not None:
+            at = datetime.fromisoformat(commit["at"]).timestamp()
+            changes += [replace(c, committed_at=at) for c in pending]
+            pending = []
+        elif (change := parse(lsn, xid, data)) is not None and change.table == table:
+            pending.append(change)
+    return changes
 
 
 def drop_slot(uri: str, slot: str) -> None:
