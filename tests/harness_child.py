@@ -8,14 +8,11 @@ import sys
 from pathlib import Path
 
 from harness.environment.backends import open_environment
-from harness.environment.options import LocalOptions
 from tests.support import server_handles
 
 
-def main(directory: str, backend: str = "local", *also: str) -> None:
-    """``also``: ``postgres`` starts PostgreSQL with the rest (the local backend's option)."""
-    options = LocalOptions(postgres=True) if "postgres" in also else None
-    with open_environment(backend, Path(directory), options) as env:
+def main(directory: str, backend: str = "local") -> None:
+    with open_environment(backend, Path(directory)) as env:
         pids = {name: h.pid for name, h in server_handles(env.directory).items()}
         print(json.dumps(pids), flush=True)
         sys.stdin.read()

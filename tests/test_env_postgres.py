@@ -15,7 +15,6 @@ import psutil
 import psycopg
 import pytest
 
-from harness.environment.backends import open_environment
 from harness.environment.local import LocalEnvironment
 from harness.environment.options import LocalOptions
 from harness.environment.servers import postgres
@@ -31,6 +30,10 @@ def installed() -> None:
         lacking(f"PostgreSQL {why}")
 
 
+def running(tree: list[psutil.Process]) -> list[int]:
+    return [p.pid for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
 def server_tree(pid: int) -> list[psutil.Process]:
     """The postmaster and its children: the checkpointer, the WAL writer, each backend (their
     titles name no folder and their environment is overwritten by the title, so they are found
@@ -39,69 +42,21 @@ def server_tree(pid: int) -> list[psutil.Process]:
     return [main, *main.children(recursive=True)]
 
 
-def test_postgres_starts_when_a_run_asks_on_loopback_with_logical_decoding_and_stops_with_all(
-    tmp_path: Path,
-) -> None:
-    directory = tmp_path / "env"
-    with open_environment("local", directory) as env:
-        assert "postgres" not in server_handles(directory)  # up alone does not start it
-        uri = env.postgres_uri()
-        assert env.postgres_uri() == uri  # asked again: the same server, not a second
-        pid = server_handles(directory)["postgres"].pid
-        tree = server_tree(pid)
-        assert len(tree) >= 4, [p.name() for p in tree]  # postmaster and its helpers
-
-        # It listens on 127.0.0.1 alone, on the environment's port, and on no Unix socket.
-        listening = {
-            (c.laddr.ip, c.laddr.port)
-            for c in psutil.Process(pid).net_connections(kind="inet")
-            if c.status == psutil.CONN_LISTEN
-        }
-        assert listening == {("127.0.0.1", int(uri.rsplit(":", 1)[1].split("/")[0]))}
-        status = env.status()
-        assert status.postgres_uri == uri
-        assert [s.ready for s in status.servers if s.name == "postgres"] == [True]
-
-        with psycopg.connect(uri, autocommit=True) as conn:
-            assert conn.execute("SHOW unix_socket_directories").fetchone() == ("",)
-            # A committed transaction, read back from the log through a pgoutput slot with its
-            # own transaction id: what a Debezium source and the lab's own reader ask of it.
-            conn.execute("CREATE TABLE orders (id int PRIMARY KEY, version int)")
-            conn.execute("CREATE PUBLICATION lab FOR TABLE orders")
-            conn.execute("SELECT pg_create_logical_replication_slot('lab', 'pgoutput')")
-            with conn.transaction():
-                conn.execute("INSERT INTO orders VALUES (1, 1), (2, 1)")
-                row = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
-                assert row is not None
-                xid = row[0]
-            changes = conn.execute(
-                "SELECT xid::text::bigint, data FROM pg_logical_slot_get_binary_changes("
-                "'lab', NULL, NULL, 'proto_version', '1', 'publication_names', 'lab')"
-            ).fetchall()
-        kinds = [bytes(data)[:1] for _, data in changes]
-        assert kinds == [b"B", b"R", b"I", b"I", b"C"], kinds  # begin, relation, 2 rows, commit
-        assert {x for x, _ in changes} == {xid}
-    # Stopped, each process of it, and its data gone with the environment.
-    assert [p.pid for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
-    assert not (directory / "postgres").exists()
-
-
 @pytest.fixture
-def orphaned(tmp_path: Path) -> Iterator[list[psutil.Process]]:
-    """The PostgreSQL processes of an environment whose harness was SIGKILLed: they run on."""
+def child_env(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """An environment brought up by a separate harness process (without PostgreSQL), in a
+    registry of its own."""
     directory = tmp_path / "env"
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.harness_child", str(directory), "local", "postgres"],
+        [sys.executable, "-m", "tests.harness_child", str(directory)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         env=dict(os.environ, **private_registry(tmp_path)),
     )  # fmt: skip
     try:
         line = child.stdout.readline()  # type: ignore[union-attr]
         assert line, f"the child harness exited with {child.wait()} before reporting"
-        tree = server_tree(json.loads(line)["postgres"])
-        child.kill()
-        child.wait()
-        yield tree
+        assert "postgres" not in json.loads(line)  # up alone does not start it
+        yield child, directory
     finally:
         if child.poll() is None:
             child.kill()
@@ -109,23 +64,72 @@ def orphaned(tmp_path: Path) -> Iterator[list[psutil.Process]]:
         LocalEnvironment(directory).stop()
 
 
-def test_a_sigkilled_harnesss_postgres_is_stopped_by_the_next_up(
-    orphaned: list[psutil.Process], tmp_path: Path
+def test_postgres_starts_when_a_run_asks_on_loopback_and_is_stopped_with_all_it_started(
+    child_env: tuple[subprocess.Popen[str], Path], tmp_path: Path
 ) -> None:
-    tree = orphaned
-    assert all(p.is_running() for p in tree)  # SIGKILL ran no cleanup
+    child, directory = child_env
+    # Asked by another process than the environment's owner, as a run with --env asks.
+    env = LocalEnvironment.attach(directory)
+    uri = env.postgres_uri()
+    assert env.postgres_uri() == uri  # asked again: the same server, not a second
+    pid = server_handles(directory)["postgres"].pid
+    tree = server_tree(pid)
+    assert len(tree) >= 4, [p.name() for p in tree]  # postmaster and its helpers
+
+    # It listens on 127.0.0.1 alone, on the environment's port, and on no Unix socket.
+    listening = {
+        (c.laddr.ip, c.laddr.port)
+        for c in psutil.Process(pid).net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN
+    }
+    assert listening == {("127.0.0.1", int(uri.rsplit(":", 1)[1].split("/")[0]))}
+    status = env.status()
+    assert status.postgres_uri == uri
+    assert [s.ready for s in status.servers if s.name == "postgres"] == [True]
+
+    with psycopg.connect(uri, autocommit=True) as conn:
+        assert conn.execute("SHOW unix_socket_directories").fetchone() == ("",)
+        # A committed transaction, read back from the log through a pgoutput slot with its
+        # own transaction id: what a Debezium source asks of it.
+        conn.execute("CREATE TABLE orders (id int PRIMARY KEY, version int)")
+        conn.execute("CREATE PUBLICATION lab FOR TABLE orders")
+        conn.execute("SELECT pg_create_logical_replication_slot('lab', 'pgoutput')")
+        with conn.transaction():
+            conn.execute("INSERT INTO orders VALUES (1, 1), (2, 1)")
+            row = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+            assert row is not None
+            xid = row[0]
+        changes = conn.execute(
+            "SELECT xid::text::bigint, data FROM pg_logical_slot_get_binary_changes("
+            "'lab', NULL, NULL, 'proto_version', '1', 'publication_names', 'lab')"
+        ).fetchall()
+    kinds = [bytes(data)[:1] for _, data in changes]
+    assert kinds == [b"B", b"R", b"I", b"I", b"C"], kinds  # begin, relation, 2 rows, commit
+    assert {x for x, _ in changes} == {xid}
+
+    # Its harness SIGKILLed: no cleanup ran; the next up stops PostgreSQL with the rest.
+    tree = server_tree(pid)  # now: a connection's backend may have come and gone since
+    child.kill()
+    child.wait()
+    assert tree[0].is_running() and len(running(tree)) >= 4
     other = tmp_path / "other"
     registry = private_registry(tmp_path)
     up = chaoslab("up", "--dir", str(other), "--postgres", **registry)
     try:
         assert up.returncode == 0, up.stderr
         assert "left by a harness that died" in up.stdout
-        assert [p.pid for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+        assert running(tree) == []
         # up --postgres started one at once, and says where.
         shown = chaoslab("status", "--dir", str(other), **registry).stdout
         assert "postgres uri     postgresql://postgres@127.0.0.1:" in shown, shown
+        other_tree = server_tree(server_handles(other)["postgres"].pid)
     finally:
         chaoslab("down", "--dir", str(other), **registry)
+    # down: each of its processes stopped, and its data gone with the environment.
+    assert [
+        p.pid for p in other_tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    ] == []
+    assert not (other / "postgres").exists()
 
 
 def test_postgres_is_refused_where_the_backend_runs_none(tmp_path: Path) -> None:
