@@ -92,6 +92,17 @@ def test_the_database_log_holds_each_committed_change_in_commit_order(
     for xid in longs:
         earlier = order[: order.index(xid)]
         assert any(min(lsns[xid]) < min(lsns[e]) for e in earlier), xid
+    # A COPY's rows are one WAL record: they share its LSN, so the LSN alone does not identify
+    # a change (a sink keyed on it would keep one row of each COPY); the other shapes' rows
+    # each have their own.
+    xid_of = {c.seq: c.xid for c in committed}
+    for t in planned:
+        for statement in t.statements:
+            rows = {(ch.order_id, ch.version) for ch in statement.changes}
+            at = {
+                f.lsn for f in found if f.xid == xid_of[t.seq] and (f.order_id, f.version) in rows
+            }
+            assert len(at) == (1 if statement.shape is Shape.COPY else len(rows)), statement
     # Every shape reached the log; the table holds what the plan's commits leave.
     assert Counter(f.op for f in found).keys() == {Op.CREATE, Op.UPDATE, Op.DELETE}
     with psycopg.connect(postgres_database) as conn:
