@@ -100,6 +100,7 @@ def _request(args: argparse.Namespace) -> Request:
         kafka_bootstrap=args.kafka_bootstrap or "",
         mongo_uri=args.mongo_uri or "",
         spark_master=args.spark_master or "",
+        postgres_uri=getattr(args, "postgres_uri", None) or "",
         running=getattr(args, "env", None) is not None,
     )
 
@@ -532,7 +533,12 @@ def demo_matrix(args: argparse.Namespace) -> argparse.Namespace:
         "demo": True,
         "cut": "demo",
     }
-    external = {"kafka_bootstrap": None, "mongo_uri": None, "spark_master": None}
+    external = {
+        "kafka_bootstrap": None,
+        "mongo_uri": None,
+        "spark_master": None,
+        "postgres_uri": None,
+    }
     return argparse.Namespace(**vars(args), **defaults, **external, backend=DEFAULT)
 
 
@@ -700,6 +706,12 @@ def _add_external(p: argparse.ArgumentParser) -> None:
         metavar="spark://HOST:PORT",
         help="an existing Spark standalone master (its workers must see this machine's run "
         "directory); without it Spark runs in the driver",
+    )
+    group.add_argument(
+        "--postgres-uri",
+        metavar="URI",
+        help="an existing PostgreSQL database for a CDC source (postgresql://USER@HOST:PORT/DB; "
+        "checked at up for wal_level=logical, the REPLICATION privilege and free slots)",
     )
 
 

@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
-from harness.environment.external import ExternalEnvironment, proxied_uri
+from harness.environment.external import ExternalEnvironment, postgres_problems, proxied_uri
 from harness.environment.local import LocalEnvironment
 from harness.environment.options import ExternalOptions, external_abilities
 from harness.environment.spark import SparkCluster
@@ -32,17 +33,38 @@ def test_bad_settings_are_named_together_before_anything_starts(tmp_path: Path) 
     assert not (tmp_path / "env" / "state.json").exists()
 
 
+def test_what_keeps_a_database_from_being_a_cdc_source_is_named_with_its_fix() -> None:
+    found = postgres_problems("replica", replication=False, slots_free=1, senders_free=0)
+    assert len(found) == 4, found
+    assert "wal_level is replica: logical decoding needs logical" in found[0]
+    assert "no REPLICATION privilege" in found[1]
+    assert "1 free replication slots" in found[2] and "a run needs 2" in found[2]
+    assert "0 free WAL senders" in found[3]
+    assert postgres_problems("logical", replication=True, slots_free=2, senders_free=1) == []
+    bad = ExternalOptions("127.0.0.1:9092", "mongodb://h:1", postgres_uri="mysql://db")
+    assert bad.problems() == [
+        "--postgres-uri: expected postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE, got "
+        "'mysql://db'"
+    ]
+
+
 def test_unreachable_services_are_named_and_nothing_is_left(tmp_path: Path) -> None:
     # Nothing listens on port 1 of the loopback.
     options = ExternalOptions(
         kafka_bootstrap="127.0.0.1:1",
         mongo_uri="mongodb://127.0.0.1:1/?replicaSet=rs",
         spark_master="spark://127.0.0.1:1",
+        postgres_uri="postgresql://postgres@127.0.0.1:1/shop",
     )
     with pytest.raises(BadInput) as refused:
         ExternalEnvironment(tmp_path / "env", options).start()
     message = str(refused.value)
-    for service in ("Kafka at 127.0.0.1:1", "MongoDB at mongodb://", "Spark master spark://"):
+    for service in (
+        "Kafka at 127.0.0.1:1",
+        "MongoDB at mongodb://",
+        "Spark master spark://",
+        "PostgreSQL at postgresql://postgres@127.0.0.1:1/shop did not answer",
+    ):
         assert service in message
     assert not (tmp_path / "env" / "state.json").exists()
 
@@ -153,8 +175,21 @@ def test_up_status_and_down_of_an_external_environment(
     lab_env: LocalEnvironment, tmp_path: Path
 ) -> None:
     directory = tmp_path / "env"
-    up = chaoslab("up", "--dir", str(directory), "--kafka-bootstrap", lab_env.kafka_bootstrap,
-                  "--mongo-uri", lab_env.mongo_uri)  # fmt: skip
+    addresses = ["--kafka-bootstrap", lab_env.kafka_bootstrap, "--mongo-uri", lab_env.mongo_uri]
+    # A CDC source's database: the shared environment's PostgreSQL, first as a user without
+    # the REPLICATION privilege Debezium's slot needs - refused, naming it, nothing started.
+    postgres = lab_env.postgres_uri()
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS reader")
+        conn.execute("CREATE ROLE reader LOGIN")
+    reader = postgres.replace("postgres@", "reader@", 1)
+    refused = chaoslab("up", "--dir", str(directory), *addresses, "--postgres-uri", reader)
+    if refused.returncode == 0:
+        chaoslab("down", "--dir", str(directory))  # a start that should not have been
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"PostgreSQL at {reader}: the user has no REPLICATION privilege" in refused.stderr
+    assert not (directory / "state.json").exists()
+    up = chaoslab("up", "--dir", str(directory), *addresses, "--postgres-uri", postgres)
     assert up.returncode == 0, up.stderr
     try:
         status = chaoslab("status", "--dir", str(directory), "--json")
@@ -163,6 +198,9 @@ def test_up_status_and_down_of_an_external_environment(
         assert found["backend"] == "external" and found["healthy"]
         assert [s["name"] for s in found["servers"]] == ["proxy"]
         assert found["spark_master"] == "local[2]"
+        assert found["postgres_uri"] == postgres
+        shown = chaoslab("status", "--dir", str(directory)).stdout
+        assert f"postgres uri     {postgres}" in shown
         assert sorted(found["kafka"]["brokers"]) == sorted(lab_env.broker_ids)
         # The brokers as the lab's clients see them: the proxy's listeners, not the cluster's.
         assert found["kafka_bootstrap"] != lab_env.kafka_bootstrap

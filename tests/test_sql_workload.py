@@ -98,11 +98,10 @@ def test_the_database_log_holds_each_committed_change_in_commit_order(
     xid_of = {c.seq: c.xid for c in committed}
     for t in planned:
         for statement in t.statements:
-            rows = {(ch.order_id, ch.version) for ch in statement.changes}
-            at = {
-                f.lsn for f in found if f.xid == xid_of[t.seq] and (f.order_id, f.version) in rows
-            }
-            assert len(at) == (1 if statement.shape is Shape.COPY else len(rows)), statement
+            changed = {(ch.order_id, ch.version) for ch in statement.changes}
+            mine = [f for f in found if f.xid == xid_of[t.seq]]
+            shared = {f.lsn for f in mine if (f.order_id, f.version) in changed}
+            assert len(shared) == (1 if statement.shape is Shape.COPY else len(changed)), statement
     # Every shape reached the log; the table holds what the plan's commits leave.
     assert Counter(f.op for f in found).keys() == {Op.CREATE, Op.UPDATE, Op.DELETE}
     with psycopg.connect(postgres_database) as conn:

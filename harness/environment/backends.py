@@ -47,11 +47,12 @@ class Request:
     kafka_bootstrap: str = ""
     mongo_uri: str = ""
     spark_master: str = ""
+    postgres_uri: str = ""
     running: bool = False  # an environment already running is to be used instead
 
     @property
     def addresses(self) -> bool:
-        return any((self.kafka_bootstrap, self.mongo_uri, self.spark_master))
+        return any((self.kafka_bootstrap, self.mongo_uri, self.spark_master, self.postgres_uri))
 
 
 def _local(request: Request) -> LocalOptions:
@@ -76,12 +77,13 @@ def _external(request: Request) -> ExternalOptions:
         mongo_uri=request.mongo_uri,
         spark_master=request.spark_master,
         spark_cores=request.spark_cores,
+        postgres_uri=request.postgres_uri,
     )
     problems = options.problems()
     if request.spark_standalone:
         problems.append("--spark-standalone starts the lab's own cluster; give --spark-master")
     if request.postgres:
-        problems.append("--postgres starts the lab's own database; the external backend has none")
+        problems.append("--postgres starts the lab's own database; give --postgres-uri")
     if request.running:
         problems.append("--env uses a running environment; the addresses would be ignored")
     if problems:

@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any, Self
 from urllib.parse import urlsplit
 
+import psycopg
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
+from harness.environment import state
 from harness.environment.base import (
     BackendAbilities,
     BackendUnavailable,
@@ -98,17 +100,69 @@ def _spark_master(master: str) -> _Answer:
         return _Answer(problem=f"the Spark master {master} did not answer: {exc}")
 
 
+# A run of a CDC source takes a slot and a WAL sender for Debezium, and a slot for the lab's own
+# reader of what the database committed.
+SLOTS_NEEDED, SENDERS_NEEDED = 2, 1
+
+
+def postgres_problems(
+    wal_level: str, replication: bool, slots_free: int, senders_free: int
+) -> list[str]:
+    """What keeps a database from being a CDC source's, each with what fixes it."""
+    found = []
+    if wal_level != "logical":
+        found.append(
+            f"wal_level is {wal_level}: logical decoding needs logical (ALTER SYSTEM SET "
+            "wal_level = logical, then restart the server)"
+        )
+    if not replication:
+        found.append(
+            "the user has no REPLICATION privilege: Debezium's slot needs it (ALTER ROLE ... "
+            "REPLICATION)"
+        )
+    if slots_free < SLOTS_NEEDED:
+        found.append(
+            f"{slots_free} free replication slots of max_replication_slots: a run needs "
+            f"{SLOTS_NEEDED} (Debezium's and the lab's reader's)"
+        )
+    if senders_free < SENDERS_NEEDED:
+        found.append(f"{senders_free} free WAL senders of max_wal_senders: Debezium needs one")
+    return found
+
+
+def _postgres(uri: str) -> _Answer:
+    if not uri:
+        return _Answer()
+    try:
+        with psycopg.connect(uri, connect_timeout=int(PROBE_TIMEOUT_S)) as conn:
+            row = conn.execute(
+                "SELECT current_setting('wal_level'), "
+                "(SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user), "
+                "current_setting('max_replication_slots')::int "
+                "- (SELECT count(*) FROM pg_replication_slots), "
+                "current_setting('max_wal_senders')::int "
+                "- (SELECT count(*) FROM pg_stat_replication)"
+            ).fetchone()
+    except psycopg.Error as exc:
+        return _Answer(problem=f"PostgreSQL at {uri} did not answer: {str(exc).strip()}")
+    assert row is not None
+    if found := postgres_problems(str(row[0]), bool(row[1]), int(row[2]), int(row[3])):
+        return _Answer(problem=f"PostgreSQL at {uri}: " + "; ".join(found))
+    return _Answer()
+
+
 def discover(options: ExternalOptions) -> ExternalOptions:
     """The options with the brokers and MongoDB's primary filled in; BadInput naming every
     service that did not answer as it should (nothing has been started yet). The services are
     asked side by side: one that does not answer costs PROBE_TIMEOUT_S once, not per service."""
     if problems := options.problems():
         raise BadInput("the external environment's settings: " + "; ".join(problems))
-    with ThreadPoolExecutor(3) as pool:
+    with ThreadPoolExecutor(4) as pool:
         kafka = pool.submit(_kafka_brokers, options.kafka_bootstrap)
         mongo = pool.submit(_mongo_primary, options.mongo_uri)
         spark = pool.submit(_spark_master, options.spark_master)
-        answers = [kafka.result(), mongo.result(), spark.result()]
+        postgres = pool.submit(_postgres, options.postgres_uri)
+        answers = [kafka.result(), mongo.result(), spark.result(), postgres.result()]
     if found := [a.problem for a in answers if a.problem]:
         raise BadInput("the external environment cannot start: " + "; ".join(found))
     return replace(options, brokers=answers[0].found, mongo_primary=answers[1].found)
@@ -191,6 +245,17 @@ class ExternalEnvironment(ProcessEnvironment[ExternalOptions]):
                 "environment one (--spark-master spark://HOST:PORT)"
             )
         return self.spark
+
+    def postgres_uri(self) -> str:
+        if not self.options.postgres_uri:
+            raise BackendUnavailable(
+                "the scenario's source reads PostgreSQL: give the external environment one "
+                "(--postgres-uri postgresql://USER@HOST:PORT/DATABASE)"
+            )
+        return self.options.postgres_uri
+
+    def _shown_postgres_uri(self, found: state.EnvironmentState) -> str:
+        return self.options.postgres_uri
 
     @property
     def broker_ids(self) -> tuple[int, ...]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Self
+from urllib.parse import urlsplit
 
 from pymongo.errors import ConfigurationError, InvalidURI
 from pymongo.uri_parser import parse_uri
@@ -76,6 +77,7 @@ class ExternalOptions:
     mongo_uri: str = ""
     spark_master: str = ""  # spark://HOST:PORT; '' runs Spark in the driver
     spark_cores: int = 2  # local[N] when there is no master
+    postgres_uri: str = ""  # a CDC source's database (postgresql://USER@HOST:PORT/DB); optional
     # Found at up: each broker as it advertises itself, and MongoDB's primary.
     brokers: tuple[tuple[int, str], ...] = ()
     mongo_primary: str = ""
@@ -105,6 +107,13 @@ class ExternalOptions:
             found.append(f"--spark-master: expected spark://HOST:PORT, got {self.spark_master!r}")
         if self.spark_cores < 1:
             found.append(f"spark cores must be at least 1, got {self.spark_cores}")
+        if self.postgres_uri:
+            parts = urlsplit(self.postgres_uri)
+            if parts.scheme not in ("postgresql", "postgres") or not parts.hostname:
+                found.append(
+                    "--postgres-uri: expected postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE, "
+                    f"got {self.postgres_uri!r}"
+                )
         return found
 
     @classmethod

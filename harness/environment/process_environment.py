@@ -311,11 +311,15 @@ class ProcessEnvironment(Environment, Generic[Options]):
             mongo_uri=self.mongo_uri,
             spark_master=self.spark.master,
             servers=tuple(servers),
-            # Asked only where it runs: asking starts it.
-            postgres_uri=self.postgres_uri() if found.options.get("postgres") else "",
+            postgres_uri=self._shown_postgres_uri(found),
             kafka=kafka,
             kafka_error=kafka_error,
         )
+
+    def _shown_postgres_uri(self, found: state.EnvironmentState) -> str:
+        """The PostgreSQL a status shows: the one the environment runs, if it does (asked only
+        then: asking starts it)."""
+        return self.postgres_uri() if found.options.get("postgres") else ""
 
     def _kafka_status(self, servers: Sequence[ServerStatus]) -> tuple[KafkaStatus | None, str]:
         """The cluster as the harness's client sees it, or why it did not answer."""
