@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
 
+from harness.pipeline.batch import RawRecord, split
 from harness.workload import Kind, Op, ParseError, WorkloadSpec, generate, parse
 from harness.workload.events import ChangeEvent
 from harness.workload.ledger import LedgerRow
@@ -111,3 +113,36 @@ def test_the_records_a_topic_holds_twice_are_found_with_where_each_copy_is() -> 
     assert (twice.row, twice.at, twice.extra) == (rows[0], ((1, 1820), (1, 1821)), 1)
     assert twice.describe() == "e-07 stored 2 times (p1@1820, p1@1821)"
     assert stored_twice(rows, {(1, 1820): "e-07", (1, 1822): "e-08"}) == []
+
+
+def debezium_record(op: str, before: dict | None, after: dict | None, tx: int, lsn: int) -> bytes:
+    """A record as Debezium's PostgreSQL connector writes it with JSON schemas on (the schema
+    shortened: the lab reads none of it)."""
+    source = {"connector": "postgresql", "txId": tx, "lsn": lsn, "table": "orders"}
+    payload = {"before": before, "after": after, "source": source, "op": op, "ts_ms": 1}
+    return json.dumps({"schema": {"type": "struct"}, "payload": payload}).encode()
+
+
+def test_debezium_records_parse_to_the_change_they_carry_and_tombstones_are_skipped() -> None:
+    row = {"order_id": 7, "version": 3, "status": "paid", "amount_cents": 100}
+    update = parse(debezium_record("u", {**row, "version": 2}, row, tx=901, lsn=5000))
+    assert (update.op, update.order_id, update.version, update.tx_id) == (Op.UPDATE, 7, 3, "901")
+    # The sink stores the change with its identity at the top, as for the lab's records; not
+    # the schema every record repeats.
+    assert update.document["order_id"] == 7 and update.document["version"] == 3
+    assert "schema" not in update.document and update.document["payload"]["op"] == "u"
+    # A delete is the order's next change; a snapshot's read a create of the row as it was.
+    delete = parse(debezium_record("d", row, None, tx=902, lsn=5100))
+    assert (delete.op, delete.version) == (Op.DELETE, 4)
+    assert parse(debezium_record("r", None, row, tx=1, lsn=10)).op is Op.CREATE
+    # A COPY's rows share one LSN: the event id is the LSN with the row's key.
+    a = parse(debezium_record("c", None, row, tx=903, lsn=6000))
+    b = parse(debezium_record("c", None, {**row, "order_id": 8}, tx=903, lsn=6000))
+    assert a.event_id != b.event_id
+    with pytest.raises(ParseError, match="a Debezium record without a change"):
+        parse(debezium_record("u", row, None, tx=904, lsn=6100))  # no after
+    # A delete's tombstone (no value) is neither a change nor poison.
+    batch, poison = split(1, "t", "g", [RawRecord(0, 0, debezium_record("d", row, None, 1, 1)),
+                                        RawRecord(0, 1, None)])  # fmt: skip
+    assert [r.offset for r in batch.records] == [0] and poison == []
+    assert batch.last_offsets == {0: 1}

@@ -68,6 +68,10 @@ def split(
     last: dict[int, int] = {}
     for r in raw:
         last[r.partition] = max(last.get(r.partition, -1), r.offset)
+        if r.value is None:
+            # A tombstone (Debezium's after each delete, for compaction): no change to store,
+            # and not poison. The lab's producer never sends one.
+            continue
         try:
             records.append(Record(r.partition, r.offset, parse(r.value)))
         except ParseError as exc:

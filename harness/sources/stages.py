@@ -19,9 +19,7 @@ from dataclasses import dataclass
 from harness.checker.model import KIND_CODES, LedgerArrays, SinkSnapshot
 from harness.kafka.clients import StoredRecord
 from harness.sources.truth import CommittedChange
-from harness.workload.events import Kind, Op
-
-SNAPSHOT_READ = "r"  # Debezium's op for a row its snapshot read: no change of the run's
+from harness.workload.events import DEBEZIUM_READ, Kind, Op, debezium_change
 
 
 @dataclass(frozen=True)
@@ -44,16 +42,12 @@ def source_change(record: StoredRecord) -> SourceChange | None:
     if record.value is None:
         return None
     payload = json.loads(record.value)["payload"]
-    if payload["op"] == SNAPSHOT_READ:
+    if payload["op"] == DEBEZIUM_READ:
         return None
-    op = Op(payload["op"])
-    row = payload["after"] if op is not Op.DELETE else payload["before"]
-    # A delete is the order's change after the row's last version (sql_workload's identity).
-    version = int(row["version"]) + (1 if op is Op.DELETE else 0)
-    source = payload["source"]
+    change = debezium_change(payload)
     return SourceChange(
-        record.partition, record.offset, int(source["txId"]), int(source["lsn"]), op,
-        int(row["order_id"]), version, record.timestamp,
+        record.partition, record.offset, int(change.tx_id), change.lsn, change.op,
+        change.order_id, change.version, record.timestamp,
     )  # fmt: skip
 
 

@@ -9,6 +9,10 @@ The Kafka value of an event::
 ``event_id`` is minted by the producer (seed 002's fix), ``order_id`` is the business key and
 the Kafka key, ``version`` counts the changes of one order and only grows. A *business change*
 is identified by ``(order_id, version)``: an upstream resend repeats one with a new event_id.
+
+A consumer also parses Debezium's own records (a CDC source's: JSON with schemas, the change in
+``payload``), which carry none of those fields: they are derived from the change itself
+(``DebeziumChange``) and set at the top of the document a sink stores, as for the lab's records.
 """
 
 from __future__ import annotations
@@ -82,6 +86,43 @@ class ChangeEvent:
         return json.dumps(self.envelope(), separators=(",", ":")).encode()
 
 
+DEBEZIUM_READ = "r"  # Debezium's op for a row its snapshot read
+
+
+@dataclass(frozen=True)
+class DebeziumChange:
+    """A Debezium change record's payload as the lab identifies the change.
+
+    * ``order_id``: the row's key (``after``, or ``before`` for a delete);
+    * ``version``: the row's version; a delete is the order's change after the row's last
+      version (``harness.sources.sql_workload``'s identity), a snapshot's read the row's;
+    * ``tx_id``: ``source.txId``, the database's transaction id;
+    * ``event_id``: ``source.lsn`` with the row's key - the LSN alone is not a change's: a
+      COPY's rows are one WAL record and share its LSN.
+    """
+
+    op: Op
+    order_id: int
+    version: int
+    tx_id: str
+    lsn: int
+
+    @property
+    def event_id(self) -> str:
+        return f"lsn-{self.lsn}-{self.order_id}"
+
+
+def debezium_change(payload: dict[str, Any]) -> DebeziumChange:
+    """The change in a Debezium record's ``payload``; KeyError, TypeError or ValueError if it
+    is not one."""
+    op = Op.CREATE if payload["op"] == DEBEZIUM_READ else Op(payload["op"])
+    row = payload["before"] if op is Op.DELETE else payload["after"]
+    version = int(row["version"]) + (1 if op is Op.DELETE else 0)
+    source = payload["source"]
+    tx_id, lsn = str(source["txId"]), int(source["lsn"])
+    return DebeziumChange(op, int(row["order_id"]), version, tx_id, lsn)
+
+
 class ParseError(ValueError):
     """The record is poison; the message says why."""
 
@@ -108,6 +149,8 @@ def parse(value: bytes | None) -> ParsedEvent:
         raise ParseError(f"malformed JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise ParseError("value is not a JSON object")
+    if "event_id" not in doc and "lsn" in (doc.get("payload") or {}).get("source", {}):
+        return _parse_debezium(doc)
     try:
         payload = doc["payload"]
         return ParsedEvent(
@@ -120,3 +163,21 @@ def parse(value: bytes | None) -> ParsedEvent:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ParseError(f"missing or invalid field: {exc}") from None
+
+
+def _parse_debezium(doc: dict[str, Any]) -> ParsedEvent:
+    try:
+        change = debezium_change(doc["payload"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ParseError(f"a Debezium record without a change the lab reads: {exc!r}") from None
+    # What a sink stores: the change, with its identity at the top as the lab's records have
+    # it; not the schema every record repeats (JSON with schemas).
+    document = {
+        "event_id": change.event_id,
+        "order_id": change.order_id,
+        "version": change.version,
+        "payload": doc["payload"],
+    }
+    return ParsedEvent(
+        change.event_id, change.order_id, change.version, change.op, change.tx_id, document
+    )
