@@ -19,7 +19,7 @@ from harness.environment.local import LocalEnvironment
 from harness.environment.ports import free_ports
 from harness.errors import BadInput
 from harness.kafka.clients import StoredRecord, consumer_config, producer_config, read_topic
-from harness.pipeline.connect import ConnectRest, ConnectSettings
+from harness.pipeline.connect import ConnectError, ConnectRest, ConnectSettings
 from harness.pipeline.connect_worker import CLASS_DATA, worker_command, worker_properties
 from harness.readiness import NotReady, wait_for
 from harness.sources import sql_writer, truth
@@ -71,37 +71,41 @@ def worker(
         process.terminate(process.marked(scenario_env.env_id, name), grace=20, what=name)
 
 
+def start_source(
+    rest: ConnectRest, config: dict[str, str], uri: str, slot: str, *, first: bool = False
+) -> None:
+    """Put the connector ``source`` on the worker and return once its task streams from its
+    slot (``first``: once the worker, just started, lists Debezium's connector)."""
+
+    def knows_debezium() -> None:
+        try:
+            found = rest.plugins()
+        except ConnectError as exc:  # not listening yet
+            raise NotReady(str(exc)) from None
+        if CONNECTOR_CLASS not in found:
+            raise NotReady(f"plugins: {found}")
+
+    def streaming() -> None:
+        state = rest.status("source")
+        if state is None or not state.tasks or state.tasks[0].state != "RUNNING":
+            raise NotReady(f"{state}")
+        if not slot_active(uri, slot):
+            raise NotReady(f"slot {slot} not streaming")
+
+    if first:
+        wait_for(knows_debezium, what="the worker listing Debezium's connector", timeout=180)
+    rest.put_config("source", config)
+    wait_for(streaming, what="Debezium's task streaming from its slot", timeout=120)
+
+
 def test_debezium_streams_each_committed_change_with_its_transaction_id_and_lsn(
     scenario_env: LocalEnvironment, postgres_database: str, worker: ConnectSettings
 ) -> None:
     shop = postgres_database
     database = shop.rsplit("/", 1)[1]
     rest = ConnectRest(worker)
-
-    def knows_debezium() -> None:
-        try:
-            found = rest.plugins()
-        except Exception as exc:  # not listening yet
-            raise NotReady(str(exc)) from None
-        if CONNECTOR_CLASS not in found:
-            raise NotReady(f"plugins: {found}")
-
-    wait_for(knows_debezium, what="the worker listing Debezium's connector", timeout=180)
     where = Where(shop, slot=database, topic_prefix=database, tables=("orders",))
-    rest.put_config("source", DebeziumSource().config(where))
-
-    def streaming() -> None:
-        state = rest.status("source")
-        if state is None or not state.tasks or state.tasks[0].state != "RUNNING":
-            raise NotReady(f"{state}")
-        with psycopg.connect(shop) as conn:
-            row = conn.execute(
-                "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (database,)
-            ).fetchone()
-        if not row or not row[0]:
-            raise NotReady(f"slot {database}: {row}")
-
-    wait_for(streaming, what="Debezium's task streaming from its slot", timeout=120)
+    start_source(rest, DebeziumSource().config(where), shop, database, first=True)
 
     committed = []  # (op, xid, order_id) in commit order
     with psycopg.connect(shop) as conn:
@@ -169,17 +173,6 @@ def test_the_topic_stage_catches_a_change_the_source_dropped_and_one_it_doubled(
     topic = where.topic("orders")
     config = DebeziumSource().config(where)
 
-    def streaming() -> None:
-        state = rest.status("source") if rest.settings.rest_urls() else None
-        if state is None or not state.tasks or state.tasks[0].state != "RUNNING":
-            raise NotReady(f"{state}")
-        with psycopg.connect(shop) as conn:
-            row = conn.execute(
-                "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (database,)
-            ).fetchone()
-        if not row or not row[0]:
-            raise NotReady(f"slot {database}: {row}")
-
     def on_topic(count: int) -> list[StoredRecord]:
         def enough() -> list[StoredRecord]:
             records = read_topic(scenario_env.kafka_bootstrap, topic, contents=True)
@@ -190,10 +183,7 @@ def test_the_topic_stage_catches_a_change_the_source_dropped_and_one_it_doubled(
 
         return wait_for(enough, what=f"{count} changes on {topic}", timeout=120)
 
-    wait_for(lambda: CONNECTOR_CLASS in rest.plugins() or _not_yet(),
-             what="the worker listing Debezium's connector", timeout=180)  # fmt: skip
-    rest.put_config("source", config)
-    wait_for(streaming, what="Debezium's task streaming from its slot", timeout=120)
+    start_source(rest, config, shop, database, first=True)
     planned = transactions(WorkloadSpec(events=150, keys=40, seed=5))
     sql_writer.write(shop, planned)
     committed = truth.read(shop, truth_slot)
@@ -212,8 +202,7 @@ def test_the_topic_stage_catches_a_change_the_source_dropped_and_one_it_doubled(
                      "(SELECT min(order_id) FROM orders)")  # fmt: skip
     with psycopg.connect(shop, autocommit=True) as conn:
         conn.execute("SELECT pg_replication_slot_advance(%s, pg_current_wal_lsn())", (database,))
-    rest.put_config("source", config)
-    wait_for(streaming, what="Debezium streaming again", timeout=120)
+    start_source(rest, config, shop, database)
     with psycopg.connect(shop) as conn:  # one more, to see the stream goes on after it
         conn.execute("UPDATE orders SET version = version + 1 WHERE order_id = "
                      "(SELECT max(order_id) FROM orders)")  # fmt: skip
@@ -238,14 +227,15 @@ def test_the_topic_stage_catches_a_change_the_source_dropped_and_one_it_doubled(
     truth.drop_slot(shop, truth_slot)
 
 
-def _not_yet() -> bool:
-    raise NotReady("Debezium's connector not listed yet")
-
-
-def _slot_inactive(uri: str, slot: str) -> None:
+def slot_active(uri: str, slot: str) -> bool | None:
+    """Whether a client streams from ``slot`` (None: there is no such slot)."""
     with psycopg.connect(uri) as conn:
         row = conn.execute(
             "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)
         ).fetchone()
-    if row is None or row[0]:
-        raise NotReady(f"slot {slot}: {row}")
+    return None if row is None else bool(row[0])
+
+
+def _slot_inactive(uri: str, slot: str) -> None:
+    if slot_active(uri, slot) is not False:
+        raise NotReady(f"slot {slot} still streaming, or gone")

@@ -118,6 +118,20 @@ class LedgerArrays:
         return ends
 
     @classmethod
+    def of_changes(cls, changes: Sequence[tuple[int, int, float]]) -> Self:
+        """Expected changes ``(order_id, version, at)`` at no Kafka position (-1): a stage whose
+        truth is not a producer's acknowledgements (an outbox's entries, a database's
+        commits)."""
+        return cls(
+            order_id=[c[0] for c in changes],
+            version=[c[1] for c in changes],
+            kind=[KIND_CODES[Kind.NORMAL]] * len(changes),
+            partition=[-1] * len(changes),
+            offset=[-1] * len(changes),
+            acked_at=[c[2] for c in changes],
+        )
+
+    @classmethod
     def from_rows(cls, rows: Iterable[LedgerRow], *, topic: str | None = None) -> Self:
         """Columns from ledger rows (e.g. ``read_ledger(path)``); see `select_topic`."""
         kept = [row for row in rows if topic is None or row.topic == topic]

@@ -15,22 +15,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 
-from harness.checker.model import KIND_CODES, LedgerArrays, SinkSnapshot
+from harness.checker.model import LedgerArrays, SinkSnapshot
 from harness.kafka.clients import StoredRecord
 from harness.outbox.writer import WrittenEntry
-from harness.workload.events import Kind
 
 
 def written_ledger(entries: Sequence[WrittenEntry]) -> LedgerArrays:
     """The entries as the checker's ledger (no Kafka position: -1)."""
-    return LedgerArrays(
-        order_id=[e.order_id for e in entries],
-        version=[e.version for e in entries],
-        kind=[KIND_CODES[Kind.NORMAL]] * len(entries),
-        partition=[-1] * len(entries),
-        offset=[-1] * len(entries),
-        acked_at=[e.acked_at for e in entries],
-    )
+    return LedgerArrays.of_changes([(e.order_id, e.version, e.acked_at) for e in entries])
 
 
 def published_snapshot(records: Iterable[StoredRecord]) -> SinkSnapshot:

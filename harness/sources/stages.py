@@ -16,10 +16,10 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from harness.checker.model import KIND_CODES, LedgerArrays, SinkSnapshot
+from harness.checker.model import LedgerArrays, SinkSnapshot
 from harness.kafka.clients import StoredRecord
 from harness.sources.truth import CommittedChange
-from harness.workload.events import DEBEZIUM_READ, Kind, Op, debezium_change
+from harness.workload.events import DEBEZIUM_READ, Op, debezium_change
 
 
 @dataclass(frozen=True)
@@ -54,14 +54,7 @@ def source_change(record: StoredRecord) -> SourceChange | None:
 def committed_ledger(changes: Sequence[CommittedChange]) -> LedgerArrays:
     """The committed changes as the checker's ledger (no Kafka position: -1), each at its
     commit time."""
-    return LedgerArrays(
-        order_id=[c.order_id for c in changes],
-        version=[c.version for c in changes],
-        kind=[KIND_CODES[Kind.NORMAL]] * len(changes),
-        partition=[-1] * len(changes),
-        offset=[-1] * len(changes),
-        acked_at=[c.committed_at for c in changes],
-    )
+    return LedgerArrays.of_changes([(c.order_id, c.version, c.committed_at) for c in changes])
 
 
 def topic_snapshot(records: Iterable[StoredRecord]) -> SinkSnapshot:
