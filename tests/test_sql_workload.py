@@ -32,6 +32,8 @@ def test_the_same_seed_plans_the_same_transactions_with_every_shape() -> None:
     small = transactions(WorkloadSpec(events=40, keys=100, seed=7))
     assert {s.shape for t in small for s in t.statements} == set(Shape)
     assert any(len(t.statements) > 1 for t in planned)
+    # ... some changing one order twice (seed 000's key, txId + the row's key, meets them)
+    assert any(max(Counter(c.order_id for c in t.changes).values()) > 1 for t in planned)
     assert any(t.spans for t in planned)
     # Each order's history holds in commit order: every change one version on (a delete too,
     # so no two changes share an identity), a create only of an absent order.
