@@ -76,7 +76,7 @@ def postgres_database(scenario_env: LocalEnvironment) -> Iterator[str]:
     is not), with the workload's ``orders`` table; dropped afterwards with the slots in it (a
     slot left behind holds WAL and one of the server's few slots)."""
     if postgres.installed()[0] is None:
-        lacking("PostgreSQL " + postgres.installed()[1])
+        lacking(postgres.installed()[1])
     uri = scenario_env.postgres_uri()
     database = f"shop_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(uri, autocommit=True) as admin:

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.servers
 def installed() -> None:
     found, why = postgres.installed()
     if found is None:
-        lacking(f"PostgreSQL {why}")
+        lacking(why)
 
 
 def running(tree: list[psutil.Process]) -> list[int]:
@@ -142,4 +142,10 @@ def test_postgres_is_refused_where_the_backend_runs_none(tmp_path: Path) -> None
                            "--postgres", *(extra if backend == "external" else []))  # fmt: skip
         assert refused.returncode == 2 and said in refused.stderr, refused.stderr
         assert not (tmp_path / backend).exists()  # nothing started
+    # A machine without PostgreSQL: what installs it, before anything starts.
+    missing = chaoslab("up", "--dir", str(tmp_path / "local"), "--postgres",
+                       CHAOSLAB_POSTGRES_BIN=str(tmp_path / "nowhere"))  # fmt: skip
+    assert missing.returncode == 2, missing.stdout + missing.stderr
+    assert f"PostgreSQL: no postgres in {tmp_path / 'nowhere'}" in missing.stderr
+    assert not (tmp_path / "local").exists()
     assert LocalOptions.from_dict({"spark_standalone": False, "spark_cores": 2}).postgres is False

@@ -30,6 +30,7 @@ from harness.environment.options import (
     external_abilities,
 )
 from harness.environment.process_environment import ProcessEnvironment, Progress
+from harness.environment.servers import postgres
 from harness.errors import BadInput
 from harness.paths import project_root
 
@@ -56,6 +57,8 @@ class Request:
 
 
 def _local(request: Request) -> LocalOptions:
+    if request.postgres:
+        postgres.required_bin_dir()  # BadInput naming what installs it, before anything starts
     return LocalOptions(
         spark_standalone=request.spark_standalone,
         spark_cores=request.spark_cores,

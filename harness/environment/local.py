@@ -25,7 +25,7 @@ from harness.environment.process_environment import ProcessEnvironment, answers
 from harness.environment.servers.base import LocalServer, ServerContext
 from harness.environment.servers.kafka import NODE_IDS, KafkaNode, port_names
 from harness.environment.servers.mongo import SecantusMongo
-from harness.environment.servers.postgres import PostgresServer
+from harness.environment.servers.postgres import PostgresServer, required_bin_dir
 from harness.environment.servers.proxy import FaultProxy
 from harness.environment.servers.spark_standalone import (
     SparkMaster,
@@ -188,6 +188,7 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
                 f"the environment in {self.directory} was started by an older lab and has no "
                 "port for PostgreSQL: stop it (chaoslab down) and start it again"
             )
+        required_bin_dir()  # BadInput naming what installs it, before anything changes
         self._progress("starting PostgreSQL (a CDC source's database)")
         server = PostgresServer(self._ctx())
 

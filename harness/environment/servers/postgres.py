@@ -58,17 +58,17 @@ def installed() -> tuple[Path | None, str]:
     """The install's ``bin`` folder and its version (``15.18``), or None and why not."""
     found = bin_dir()
     if found is None:
-        return None, f"not installed: {INSTALL_HINT}"
+        return None, f"PostgreSQL is not installed: {INSTALL_HINT}"
     if not (found / "postgres").exists():
-        return None, f"no postgres in {found} ({BIN_VAR})"
+        return None, f"PostgreSQL: no postgres in {found} ({BIN_VAR})"
     try:
         out = subprocess.run([str(found / "postgres"), "--version"], capture_output=True,
                              text=True, timeout=30).stdout  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"{found / 'postgres'} --version: {exc}"
+        return None, f"PostgreSQL: {found / 'postgres'} --version: {exc}"
     match = re.search(r"(\d+)(?:\.(\d+))?", out)
     if not match:
-        return None, f"{found / 'postgres'} --version said {out.strip()!r}"
+        return None, f"PostgreSQL: {found / 'postgres'} --version said {out.strip()!r}"
     if int(match.group(1)) < MIN_MAJOR:
         return None, f"PostgreSQL {match.group(0)} in {found}: Debezium needs {MIN_MAJOR} or newer"
     return found, match.group(0)
@@ -77,7 +77,7 @@ def installed() -> tuple[Path | None, str]:
 def required_bin_dir() -> Path:
     found, why = installed()
     if found is None:
-        raise BadInput(f"PostgreSQL {why}")
+        raise BadInput(why)
     return found
 
 
