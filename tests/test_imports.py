@@ -41,6 +41,7 @@ LAYERS = (
     "harness.environment",
     "harness.workload",
     "harness.checker",
+    "harness.sources",
     "harness.pipeline",
     "harness.outbox",
     "harness.faults",
