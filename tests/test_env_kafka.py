@@ -484,3 +484,54 @@ def test_a_held_workload_sends_its_head_then_waits_until_it_is_let_go(
     ]
     assert Hold(25, until).at(ProducerSpec(mode="transactional", transaction_size=20)).after == 40
     assert Hold(25, until).at(ProducerSpec()).after == 25
+
+
+def test_a_group_in_the_rebalance_a_join_began_is_not_formed_whatever_its_members(
+    lab_env: LocalEnvironment,
+) -> None:
+    """What a black box's lane waits for before its workload starts (``GroupWatch.formed``):
+    one answer saying the group is stable with every instance. A second member's join puts
+    the group in a rebalance with both members listed; the first, not polled, has not rejoined
+    - not formed, though it has the members (a count asked apart from the state once said
+    formed here, from a state read just before the join)."""
+    topic, group = unique("formed"), unique("formed-group")
+    create_topic(lab_env.kafka_bootstrap, topic, 2)
+    settings = {"auto.offset.reset": "earliest", "session.timeout.ms": 30000}
+    first = Consumer(consumer_config(lab_env.kafka_bootstrap, group, **settings))
+    second = Consumer(consumer_config(lab_env.kafka_bootstrap, group, **settings))
+    watch = GroupWatch(lab_env.kafka_bootstrap, group, topic)
+    asker = admin(lab_env.kafka_bootstrap)
+    try:
+        first.subscribe([topic])
+
+        def one_member_formed() -> None:
+            first.poll(0.2)
+            if not (first.assignment() and watch.formed(1)):
+                raise NotReady("the first member's group not stable yet")
+
+        wait_for(one_member_formed, what="a group of one, stable", timeout=60)
+        assert not watch.formed(2)  # stable, with one member of two
+        second.subscribe([topic])
+
+        def rebalancing_with_both() -> int:
+            second.poll(0.2)
+            (described,) = asker.describe_consumer_groups([group], request_timeout=10).values()
+            found = described.result(15)
+            if found.state.name == "STABLE" or len(found.members) < 2:
+                raise NotReady(f"{found.state.name} with {len(found.members)} members")
+            return len(found.members)
+
+        assert wait_for(rebalancing_with_both, what="the join's rebalance", timeout=60) == 2
+        assert not watch.formed(2)  # both listed, still rebalancing: not formed
+
+        def both_formed() -> None:
+            first.poll(0.2)
+            second.poll(0.2)
+            if not watch.formed(2):
+                raise NotReady("the rebalance not done yet")
+
+        wait_for(both_formed, what="a group of two, stable", timeout=60)
+    finally:
+        watch.close()
+        first.close()
+        second.close()

@@ -4,7 +4,7 @@ lab can know of a consumer it did not write (``harness.pipeline.observer``).
 A group is watched through every broker fault with ListGroups (each broker asked alone,
 ``harness.kafka.cluster.group_states``) and OffsetFetch only: librdkafka can abort its process
 when DescribeConsumerGroups is polled while a broker restarts (docs/environment.md). That is
-asked (``members``) only while a lane starts, before any fault of its run can act: a group
+asked (``formed``) only while a lane starts, before any fault of its run can act: a group
 stable with fewer members than a black box's instances is still forming, and the next
 instance's join rebalances it.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from harness.kafka.clients import HARNESS_SETTINGS, admin, consumer_config
@@ -58,7 +58,7 @@ class GroupWatch:
     def __init__(self, bootstrap: str, group: str, topic: str) -> None:
         self.bootstrap, self.group, self.topic = bootstrap, group, topic
         self._offsets: Consumer | None = None
-        self._admin: AdminClient | None = None  # for members() alone
+        self._admin: AdminClient | None = None  # for formed() alone
 
     def _consumer(self) -> Consumer:
         if self._offsets is None:
@@ -100,16 +100,20 @@ class GroupWatch:
         }
         return GroupView(state, committed)
 
-    def members(self, timeout: float = 5.0) -> int:
-        """How many members the group has now (DescribeConsumerGroups: not while a broker may
-        restart, see above); KafkaException (or TimeoutError) if the cluster cannot say."""
+    def formed(self, instances: int, timeout: float = 5.0) -> bool:
+        """Whether the group is stable with at least ``instances`` members, as one answer of
+        its coordinator says (DescribeConsumerGroups: not while a broker may restart, see
+        above); KafkaException (or TimeoutError) if the cluster cannot say. The state and the
+        members from one answer: a state read before another instance's join and a member
+        count read after it once made a group in its rebalance look formed."""
         try:
             if self._admin is None:
                 self._admin = admin(self.bootstrap)
             (described,) = self._admin.describe_consumer_groups(
                 [self.group], request_timeout=timeout
             ).values()
-            return len(described.result(timeout).members)
+            group = described.result(timeout)
+            return group.state is ConsumerGroupState.STABLE and len(group.members) >= instances
         except BaseException:
             self.close()
             raise

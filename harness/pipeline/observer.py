@@ -125,7 +125,7 @@ class Observer:
         if self._instances is None:
             return True
         try:
-            return self._group_watch.members() >= self._instances
+            return self._group_watch.formed(self._instances)
         except (KafkaException, OSError):
             return False  # a coordinator moving: ask again
 
