@@ -1,16 +1,27 @@
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 
 from harness.environment.local import LocalEnvironment
+from harness.environment.process import ProcessHandle
 from harness.environment.servers import postgres
 from harness.readiness import NotReady, wait_for
 from harness.sources import sql_workload
-from tests.support import lacking
+from tests.support import (
+    lacking,
+    private_registry,
+    server_handles,
+    sigint_as_in_a_terminal,
+)
 
 # A margin over a stopped node's start and its partitions' catching up on 2 cores
 # (docs/performance.md).
@@ -93,3 +104,35 @@ def postgres_database(scenario_env: LocalEnvironment) -> Iterator[str]:
             for (slot,) in admin.execute(slots, (database,)).fetchall():
                 admin.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
             admin.execute(f"DROP DATABASE {database} WITH (FORCE)")
+
+
+@pytest.fixture
+def child_harness(
+    tmp_path: Path,
+) -> Iterator[tuple[subprocess.Popen[str], dict[str, ProcessHandle]]]:
+    """A separate harness process that has brought an environment up in tmp_path/env.
+
+    It registers its environment in a registry of its own (``XDG_RUNTIME_DIR``): otherwise any
+    environment started meanwhile by a test on the other xdist worker would reap what a
+    SIGKILLed child left, before this test's own ``up`` could."""
+    directory = tmp_path / "env"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.harness_child", str(directory)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, **private_registry(tmp_path)),
+        preexec_fn=sigint_as_in_a_terminal,  # the SIGINT case relies on Python's handler
+    )
+    try:
+        line = child.stdout.readline()  # type: ignore[union-attr]
+        assert line, f"the child harness exited with {child.wait()} before reporting"
+        pids = json.loads(line)
+        handles = server_handles(directory)
+        assert {n: h.pid for n, h in handles.items()} == pids
+        yield child, handles
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        LocalEnvironment(directory).stop()

@@ -4,11 +4,7 @@
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -17,6 +13,7 @@ import pytest
 
 from harness.environment.local import LocalEnvironment
 from harness.environment.options import LocalOptions
+from harness.environment.process import ProcessHandle
 from harness.environment.servers import postgres
 from tests.support import chaoslab, lacking, private_registry, server_handles
 
@@ -42,32 +39,12 @@ def server_tree(pid: int) -> list[psutil.Process]:
     return [main, *main.children(recursive=True)]
 
 
-@pytest.fixture
-def child_env(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
-    """An environment brought up by a separate harness process (without PostgreSQL), in a
-    registry of its own."""
-    directory = tmp_path / "env"
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.harness_child", str(directory)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env=dict(os.environ, **private_registry(tmp_path)),
-    )  # fmt: skip
-    try:
-        line = child.stdout.readline()  # type: ignore[union-attr]
-        assert line, f"the child harness exited with {child.wait()} before reporting"
-        assert "postgres" not in json.loads(line)  # up alone does not start it
-        yield child, directory
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        LocalEnvironment(directory).stop()
-
-
 def test_postgres_starts_when_a_run_asks_on_loopback_and_is_stopped_with_all_it_started(
-    child_env: tuple[subprocess.Popen[str], Path], tmp_path: Path
+    child_harness: tuple[subprocess.Popen[str], dict[str, ProcessHandle]], tmp_path: Path
 ) -> None:
-    child, directory = child_env
+    child, handles = child_harness
+    directory = tmp_path / "env"
+    assert "postgres" not in handles  # up alone does not start it
     # Asked by another process than the environment's owner, as a run with --env asks.
     env = LocalEnvironment.attach(directory)
     uri = env.postgres_uri()

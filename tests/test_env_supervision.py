@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -19,7 +18,6 @@ import pytest
 from harness.environment import process
 from harness.environment.base import EnvironmentBusy, Link, LinkRule, ServerStartError
 from harness.environment.local import LocalEnvironment
-from harness.environment.process import ProcessHandle
 from harness.kafka.clients import create_topic, end_offsets
 from harness.readiness import NotReady, wait_for
 from tests.support import (
@@ -27,44 +25,11 @@ from tests.support import (
     private_registry,
     processes_started_in,
     server_handles,
-    sigint_as_in_a_terminal,
     still_alive,
     unique,
 )
 
 pytestmark = pytest.mark.servers
-
-
-@pytest.fixture
-def child_harness(
-    tmp_path: Path,
-) -> Iterator[tuple[subprocess.Popen[str], dict[str, ProcessHandle]]]:
-    """A separate harness process that has brought an environment up in tmp_path/env.
-
-    It registers its environment in a registry of its own (``XDG_RUNTIME_DIR``): otherwise any
-    environment started meanwhile by a test on the other xdist worker would reap what a
-    SIGKILLed child left, before this test's own ``up`` could."""
-    directory = tmp_path / "env"
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.harness_child", str(directory)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, **private_registry(tmp_path)),
-        preexec_fn=sigint_as_in_a_terminal,  # the SIGINT case relies on Python's handler
-    )
-    try:
-        line = child.stdout.readline()  # type: ignore[union-attr]
-        assert line, f"the child harness exited with {child.wait()} before reporting"
-        pids = json.loads(line)
-        handles = server_handles(directory)
-        assert {n: h.pid for n, h in handles.items()} == pids
-        yield child, handles
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        LocalEnvironment(directory).stop()
 
 
 def test_down_stops_every_server(tmp_path: Path) -> None:
