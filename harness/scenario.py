@@ -45,6 +45,7 @@ from harness.pipeline.runtimes import Runtime, get_runtime, names
 from harness.pipeline.variants import make_variant
 from harness.pipeline.variants.connect import Connect
 from harness.records import FieldError, FieldErrors, Problem, build, coerce
+from harness.sources.spec import SourceSpec
 from harness.workload.generator import Burst, WorkloadSpec
 from harness.workload.producer import ProducerSpec
 
@@ -280,6 +281,8 @@ class Scenario:
     relays: tuple[RelaySpec, ...] = ()
     demo: Cut | None = None  # its cut for the demo; a scenario without one is not in it
     ci: Cut | None = None  # its cut for the suite, where the demo's is too big or absent
+    # Where its records come from: the lab's producer, or a database through Debezium
+    source: SourceSpec = field(default_factory=SourceSpec)
 
     @property
     def crash_plans(self) -> tuple[CrashPlan, ...]:
@@ -331,6 +334,7 @@ class Scenario:
             runtimes=frozenset(get_runtime(r) for r, _spec in self.lanes),
             spark_cluster=SparkCluster(self.pipeline.spark_cluster),
             relays=frozenset({r.name for r in self.relays} | {r.label for r in self.relays}),
+            source=self.source.kind,
         )
 
     def expectations_for(self, variant: VariantSpec | RelaySpec, runtime: str) -> list[Expectation]:
@@ -476,6 +480,12 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
     producer = _section(pr, "producer", ProducerSpec, top.get("producer", {}))
     cuts = {w: _section(pr, w, Cut, top[w]) if w in top else None for w in CUTS}
     outbox = _section(pr, "outbox", OutboxSpec, top["outbox"]) if "outbox" in top else None
+    source = _section(pr, "source", SourceSpec, SourceSpec.of(top.get("source", {})))
+    if source is not None and source.cdc:
+        for at, why in connect.problems(source.connect):
+            pr.add(f"source.connect.{at}", why)
+        if outbox is not None:
+            pr.add("source", "an outbox scenario's source is its application: no source: here")
     relays = [
         _relay(pr, f"relays[{i}]", r)
         for i, r in enumerate(_field(pr, "relays", list[Any], top.get("relays", [])) or ())
@@ -522,6 +532,7 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
         _cut_fault_problems(pr, which, cut, [f for f in faults if f is not None])
     pr.raise_any()
     assert name is not None and seed is not None and workload is not None
+    assert source is not None
     assert partitions is not None and rate is not None and pipeline is not None
     assert producer is not None
     return Scenario(
@@ -543,6 +554,7 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
         relays=tuple(r for r in relays if r is not None),
         demo=cuts["demo"],
         ci=cuts["ci"],
+        source=source,
     )
 
 
@@ -714,6 +726,8 @@ def runnable(scenario: Scenario, abilities: BackendAbilities) -> tuple[str, ...]
                 f"variants[{i}]",
                 f"{spec.name} does not run on {', '.join(others)}, and the scenario runs it",
             )
+    if scenario.source.cdc:
+        _cdc_problems(pr, scenario, abilities)
     connectors = {
         i: variant.connector_config(connect_validate.PLACE)
         for i, spec in enumerate(scenario.variants)
@@ -747,6 +761,23 @@ def runnable(scenario: Scenario, abilities: BackendAbilities) -> tuple[str, ...]
         pr.add(where, problem)
     pr.raise_any()
     return check.doubtful
+
+
+def _cdc_problems(pr: Problems, scenario: Scenario, abilities: BackendAbilities) -> None:
+    """What a Debezium source cannot run with (yet): each named."""
+    if not abilities.postgres:
+        pr.add(
+            "source",
+            f"a Debezium source reads PostgreSQL, which the {abilities.name} backend does not "
+            "run yet (the local backend does; the external one is given it with --postgres-uri)",
+        )
+    others = sorted({r for r, _spec in scenario.lanes if r != DEFAULT_RUNTIME.name})
+    if others:
+        pr.add(
+            "source",
+            f"the {', '.join(others)} lanes do not read Debezium's records yet: a Debezium "
+            f"source's lanes run on the {DEFAULT_RUNTIME.name} runtime",
+        )
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,13 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from harness.environment.local import LocalEnvironment
 from harness.environment.process import ProcessHandle
 from harness.environment.servers import postgres
 from harness.readiness import NotReady, wait_for
-from harness.sources import sql_workload
+from harness.sources import database
 from tests.support import (
     lacking,
     private_registry,
@@ -89,21 +88,12 @@ def postgres_database(scenario_env: LocalEnvironment) -> Iterator[str]:
     if postgres.installed()[0] is None:
         lacking(postgres.installed()[1])
     uri = scenario_env.postgres_uri()
-    database = f"shop_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(uri, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {database}")
-    shop = uri.rsplit("/", 1)[0] + f"/{database}"
-    with psycopg.connect(shop, autocommit=True) as conn:
-        conn.execute(sql_workload.DDL)
-        conn.execute(sql_workload.REPLICA_IDENTITY)
+    name = f"shop_{uuid.uuid4().hex[:8]}"
+    shop = database.create(uri, name)
     try:
         yield shop
     finally:
-        with psycopg.connect(uri, autocommit=True) as admin:
-            slots = "SELECT slot_name FROM pg_replication_slots WHERE database = %s"
-            for (slot,) in admin.execute(slots, (database,)).fetchall():
-                admin.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-            admin.execute(f"DROP DATABASE {database} WITH (FORCE)")
+        database.drop(uri, name)
 
 
 @pytest.fixture

@@ -77,6 +77,6 @@ def test_duplicates_beyond_redeliveries_and_resends_fail_the_run() -> None:
     assert explained.unexplained(50) == 5
     assert explained.failure(50) == (
         "50 duplicates, 5 unexplained: the history shows 40 records handed out more than once "
-        "and the ledger 5 resends"
+        "and the ledger 5 resends and source copies"
     )
     assert Explanation(handed_out_again=None, resends=0).failure(10) is None

@@ -22,8 +22,10 @@ from harness.outbox.writer import read_written
 from harness.pipeline.runtime import RuntimeConfig
 from harness.report.table import BESIDE_NOTE, beside
 from harness.results.model import RESULTS, load
-from harness.scenario import RelaySpec, VariantSpec, load_scenario
-from harness.workload.events import Kind
+from harness.scenario import RelaySpec, Scenario, VariantSpec, load_scenario
+from harness.sources.sql_workload import transactions
+from harness.sources.stages import source_change
+from harness.workload.events import Kind, change_event_id
 from harness.workload.ledger import read_ledger
 from harness.workload.producer import aborted_ledger
 from tests.support import SPARK, chaoslab
@@ -73,6 +75,45 @@ def assert_stages_add_up(row: dict[str, Any]) -> None:
     assert published["unique_in_sink"] + published["lost"] == row["expected"], variant
     assert row["unique_in_sink"] + row["lost"] == row["expected"], variant
     assert row["unique_in_sink"] <= published["unique_in_sink"], variant
+
+
+def assert_cdc_recounts(
+    env: LocalEnvironment, scenario: Scenario, rows: dict[tuple[str, str], dict[str, Any]]
+) -> None:
+    """cdc-debezium-crash, recounted apart from the checker: the changes the application
+    committed from its plan, the copies from the change topic's own records, the documents from
+    MongoDB - and the copies the SIGKILL left on the topic are the ones naive stored again."""
+    planned = transactions(scenario.workload)
+    committed = sum(len(t.changes) for t in planned)
+    # One transaction changing one order twice: one txId and order_id for two changes.
+    twice_in_one = sum(
+        n - 1 for t in planned for n in Counter(c.order_id for c in t.changes).values()
+    )
+    (ledger,) = {r["ledger"] for r in rows.values()}
+    (topic,) = {row.topic for row in read_ledger(Path(ledger))}
+    on_topic = Counter(
+        change_event_id(c.lsn, c.order_id)
+        for record in read_topic(env.kafka_bootstrap, topic, contents=True)
+        if (c := source_change(record)) is not None
+    )
+    assert len(on_topic) == committed  # each committed change on the topic, none lost
+    copies = sum(on_topic.values()) - committed
+    mongo: MongoClient[dict[str, Any]] = MongoClient(env.mongo_uri)
+    with mongo:
+        for (_, variant), r in rows.items():
+            assert r["expected"] == committed and r["relay"]["published"]["lost"] == 0, variant
+            assert r["relay"]["published"]["duplicates"] == copies > 0, variant
+            config = json.loads((Path(r["directory"]) / "runtime.json").read_text())
+            documents = list(mongo[config["database"]].events.find({}, {"event_id": 1}))
+            stored = Counter(d["event_id"] for d in documents)
+            assert len(documents) == r["in_sink"], variant
+            if variant == "naive":  # every record, each copy too
+                assert stored == on_topic and r["duplicates"] == copies, variant
+            elif variant == "idempotent":  # keyed by the change's LSN: each once
+                assert set(stored) == set(on_topic) and len(documents) == committed, variant
+            else:  # seed 000's txId + order_id: a transaction's second change of an order
+                assert len(documents) == committed - twice_in_one, variant
+                assert r["lost"] == twice_in_one > 0, variant
 
 
 def assert_relay_crash_holds(rows: dict[tuple[str, str], dict[str, Any]]) -> None:
@@ -251,7 +292,7 @@ def test_the_library_has_every_scenario_the_issue_names() -> None:
         "commit-failure-storm", "producer-exactly-once", "processed-log-crash",
         "outbox-push-shape", "outbox-relay-crash", "outbox-server-restarts", "outbox-history-lost",
         "spark-connector-replay", "connect-worker-loss", "connect-rolling-upgrade",
-        "connect-mongo-outage", "connect-poison",
+        "connect-mongo-outage", "connect-poison", "cdc-debezium-crash",
     }  # fmt: skip
     for path in LIBRARY:
         scenario = load_scenario(path)
@@ -357,6 +398,8 @@ def test_a_library_scenario_holds_its_expectations(
     if name.startswith("outbox-"):
         for r in rows.values():
             assert_stages_add_up(r)
+    if name == "cdc-debezium-crash":
+        assert_cdc_recounts(scenario_env, loaded, rows)
     if name == "outbox-push-shape":
         pushed = [
             line

@@ -47,8 +47,8 @@ def check(
 ) -> Verdict:
     """Judge one variant's sink against the ledger of what the broker acknowledged.
 
-    * Expected business changes: distinct (order_id, version) over acked normal and resend
-      rows (a resend repeats a change with a new event_id: it is not a second change).
+    * Expected business changes: distinct (order_id, version) over acked normal, resend and
+      copy rows (a resend or a source's copy repeats a change: it is not a second change).
     * The sink's landing collection should hold each expected change exactly once: extra
       copies are duplicates, absent ones are lost, unexplained ones are phantoms.
     * The projection (current-state collection) should show, per order with acked changes,
@@ -183,7 +183,7 @@ def _group_ends(sorted_keys: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class _Expected:
-    keys: np.ndarray  # sorted distinct business changes acked as normal or resend
+    keys: np.ndarray  # sorted distinct business changes of the rows not poison
     first_acked: np.ndarray  # per key: acked_at of its earliest acked row
 
 

@@ -4,10 +4,10 @@ A copy of a change in the sink is explained by a record the history shows handed
 more than once (a redelivery after a crash, a failed commit, a rebalance, a zombie consumer
 waking; a write that failed and was tried again; a Spark micro-batch replayed, a task rerun
 after its executor was lost - by a crash point's kill or, as Spark itself says in the task's
-attempt number, for any reason) or by the change sent again upstream (the ledger's resends). (A
-record the topic itself holds twice makes copies that are the topic's, not counted as the
-variant's duplicates at all: checker.check's ``stored_twice``.) A run
-with more duplicates than that counted something nothing delivered twice - a defect of the sink
+attempt number, for any reason) or by the change sent again upstream (the ledger's resends, and
+a CDC source's copies). (A record the topic itself holds twice makes copies that are the
+topic's, not counted as the variant's duplicates at all: checker.check's ``stored_twice``.) A
+run with more duplicates than that counted something nothing delivered twice - a defect of the sink
 or of the lab - and fails, whatever the scenario expected: no single run passes with an
 unexplained count.
 
@@ -33,7 +33,9 @@ class Explanation:
     """What can account for copies in one lane's sink."""
 
     handed_out_again: int | None  # records handed out more than once (None: cannot be told)
-    resends: int  # acked records that repeat a change with a new event id
+    # Records on the topic that repeat a change: sent again upstream with a new event id, or
+    # put there again by a CDC source (the ledger's resends and copies).
+    resends: int
 
     def unexplained(self, duplicates: int) -> int:
         """Duplicates beyond what the history and the ledger account for (0 if none, or if the
@@ -49,7 +51,7 @@ class Explanation:
         return (
             f"{duplicates} duplicates, {extra} unexplained: the history shows "
             f"{self.handed_out_again} records handed out more than once and the ledger "
-            f"{self.resends} resends"
+            f"{self.resends} resends and source copies"
         )
 
 
@@ -61,7 +63,8 @@ def explain(
 ) -> Explanation:
     """What can account for copies in the sink of the lane whose history is ``events`` (a
     black box's history holds no batch of its own: what it was handed cannot be told)."""
-    resends = int(np.count_nonzero(ledger.kind == KIND_CODES[Kind.RESEND]))
+    again = np.array([KIND_CODES[Kind.RESEND], KIND_CODES[Kind.COPY]], dtype=np.int8)
+    resends = int(np.count_nonzero(np.isin(ledger.kind, again)))
     handed = None if black_box else handed_out_again(events)
     return Explanation(handed, resends)
 

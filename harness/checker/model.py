@@ -18,7 +18,7 @@ from harness.workload.events import Kind
 from harness.workload.ledger import LedgerRow
 
 # The int8 code of each ledger kind in `LedgerArrays.kind`.
-KIND_CODES: Mapping[Kind, int] = {Kind.NORMAL: 0, Kind.RESEND: 1, Kind.POISON: 2}
+KIND_CODES: Mapping[Kind, int] = {Kind.NORMAL: 0, Kind.RESEND: 1, Kind.POISON: 2, Kind.COPY: 3}
 KIND_NAMES: Mapping[int, Kind] = {code: kind for kind, code in KIND_CODES.items()}
 
 
@@ -59,7 +59,9 @@ class LedgerArrays:
     * ``normal`` - a business change, identified by (order_id, version);
     * ``resend`` - the same business change sent again upstream with a NEW event_id;
     * ``poison`` - an unparseable record that must end up in the dead-letter topic; its
-      version is 0 and meaningless.
+      version is 0 and meaningless;
+    * ``copy`` - a change a CDC source put on the topic again, with the same identity (its
+      LSN): not a second change either.
 
     (partition, offset) identify a record only within one topic, so a ledger holds the rows of
     one topic: the loaders refuse a mix unless told which topic to keep.
@@ -304,7 +306,7 @@ class Verdict:
     version) unless said otherwise.
 
     * ``produced`` - events the workload tried to send (passed in); ``acked`` - ledger rows.
-    * ``expected`` - distinct business changes over acked normal and resend rows.
+    * ``expected`` - distinct business changes over the acked rows that are not poison.
     * ``in_sink`` - documents in the landing collection; ``unique_in_sink`` - distinct business
       changes among them; ``duplicates`` - extra copies of the variant's own;
       ``duplicated_keys`` - business changes with more than one copy; ``copies`` - {number of
@@ -402,19 +404,37 @@ class Verdict:
         )
 
 
+RELAY, SOURCE = "relay", "source"  # whose stage a RelayStage is
+
+
 @dataclass(frozen=True)
 class RelayStage:
-    """An outbox relay's stage (seed 003), beside the end-to-end verdict: ``published`` judges
-    what the relay's target topics hold against the entries MongoDB acknowledged (duplicates:
-    extra copies in the topics; lost: entries never published); ``history_lost`` counts the
-    times the relay could not resume its change stream (ChangeStreamHistoryLost)."""
+    """The stage upstream of a lane's sink, beside the end-to-end verdict: ``published`` judges
+    what the topic(s) hold against the upstream truth (duplicates: extra copies on them; lost:
+    changes never put there).
+
+    * ``of: relay`` - an outbox relay's (seed 003): its target topics against the entries
+      MongoDB acknowledged; ``history_lost`` counts the times the relay could not resume its
+      change stream (ChangeStreamHistoryLost);
+    * ``of: source`` - a CDC source's (seed 000): the change topic against what the database
+      committed, one stage every lane of the run shares."""
 
     published: Verdict
     history_lost: int = 0
+    of: str = RELAY
+
+    @property
+    def source(self) -> bool:
+        return self.of == SOURCE
 
     def to_dict(self) -> dict[str, Any]:
-        return {"published": self.published.to_dict(), "history_lost": self.history_lost}
+        return {"published": self.published.to_dict(), "history_lost": self.history_lost,
+                "of": self.of}  # fmt: skip
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> RelayStage:
-        return cls(Verdict.from_dict(raw.get("published") or {}), int(raw.get("history_lost", 0)))
+        return cls(
+            Verdict.from_dict(raw.get("published") or {}),
+            int(raw.get("history_lost", 0)),
+            str(raw.get("of") or RELAY),
+        )

@@ -131,6 +131,7 @@ class BackendAbilities:
     server_control: bool = True  # it started its servers: it can stop, kill, pause them
     test_commands: bool = True  # its MongoDB has test commands (failCommand)
     containers: bool = False  # its servers and consumers are containers (ContainerControl)
+    postgres: bool = False  # it runs (or is given) a PostgreSQL for a CDC source
     # A second environment of it can run beside the first on one machine: the matrix plays
     # the scenarios whose faults act on the environment there, beside the others.
     second: bool = False

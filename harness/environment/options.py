@@ -16,7 +16,9 @@ from harness.environment.base import BackendAbilities
 from harness.environment.servers.kafka import NODE_IDS
 from harness.errors import BadInput
 
-LOCAL_ABILITIES = BackendAbilities("local", nodes=NODE_IDS, link_faults=True, second=True)
+LOCAL_ABILITIES = BackendAbilities(
+    "local", nodes=NODE_IDS, link_faults=True, second=True, postgres=True
+)
 CONTAINERS_ABILITIES = BackendAbilities(
     "containers", nodes=NODE_IDS, link_faults=True, containers=True
 )
@@ -25,8 +27,9 @@ CONTAINERS_ABILITIES = BackendAbilities(
 def external_abilities(nodes: tuple[int, ...] | None = None) -> BackendAbilities:
     """The external backend's abilities: its nodes are known once ``up`` asked (None before)."""
     return BackendAbilities(
-        "external", nodes=nodes, link_faults=True, server_control=False, test_commands=False
-    )
+        "external", nodes=nodes, link_faults=True, server_control=False, test_commands=False,
+        postgres=True,  # given with --postgres-uri, and checked at up
+    )  # fmt: skip
 
 
 def _spark_cores(cores: int) -> None:

@@ -158,6 +158,9 @@ class Context:
     env: Environment
     targets: Sequence[Target]
     topic: str = ""
+    # A source's own processes, as a fault that names them reaches them (``of: source``): not
+    # among ``targets``, which every other fault takes for the lanes' consumers.
+    sources: Sequence[Target] = ()
     # Kafka nodes a fault holds stopped or paused, and by which fault: another fault due on
     # such a node waits until it is back (two faults restarting one node at once would each
     # wait for a state the other undid); MongoDB likewise, under MONGO_HELD.
@@ -177,8 +180,8 @@ class Context:
     def record(
         self, kind: EventKind, fault: Fault, count: int | None = None, detail: str = ""
     ) -> None:
-        """An event of ``fault`` in every variant's history."""
-        for target in self.targets:
+        """An event of ``fault`` in every variant's history, and the source's."""
+        for target in [*self.targets, *self.sources]:
             target.history.record(kind, fault=fault.name, detail=detail or fault.kind, count=count)
 
 
@@ -286,6 +289,7 @@ class Setting:
     runtimes: frozenset[Runtime] = frozenset({DEFAULT_RUNTIME})
     spark_cluster: SparkCluster = SparkCluster.LOCAL
     relays: frozenset[str] = frozenset()  # an outbox scenario's relays (names and labels)
+    source: str = "producer"  # where its records come from (harness.sources.spec.SourceKind)
 
     @property
     def commit_failure(self) -> frozenset[CommitFailureVia]:

@@ -29,7 +29,7 @@ class ConnectorWatch:
         self.started = time.monotonic()
         self.created = False
         self._seen: dict[str, str] = {}  # "connector" / "task N" -> what was recorded
-        self._failed = False
+        self.failure = ""  # the first task that FAILED, and why
 
     def poll(self, history: HistoryWriter) -> None:
         try:
@@ -66,12 +66,10 @@ class ConnectorWatch:
                 EventKind.CONNECTOR_STATE,
                 detail=connector_state(what, said + (f": {reason}" if reason else "")),
             )
-        if reasons and not self._failed:
-            self._failed = True
+        if reasons and not self.failure:
             what, reason = next(iter(reasons.items()))
             at = time.monotonic() - self.started
-            history.record(
-                EventKind.FAILED_FOR_GOOD,
-                detail=f"{what} FAILED at +{at:.0f} s (Connect leaves a failed task failed): "
-                f"{reason}",
+            self.failure = (
+                f"{what} FAILED at +{at:.0f} s (Connect leaves a failed task failed): {reason}"
             )
+            history.record(EventKind.FAILED_FOR_GOOD, detail=self.failure)

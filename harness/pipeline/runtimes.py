@@ -128,8 +128,26 @@ CONNECT = Runtime(
     connect=True,
 )
 
+# A CDC source's own Connect cluster, running Debezium (``harness.run.sources``): not a lane's.
+# The lab follows its connector through REST and its topic; a fault reaches its workers by
+# ``of: source``.
+CONNECT_SOURCE = Runtime(
+    name="connect-source",
+    listed=False,
+    module="harness.pipeline.connect_worker",
+    process_per_consumer=True,  # each worker is given its index
+    group_member=False,
+    commit_failure=CommitFailureVia.PROXY,  # it commits no consumer offsets
+    spark=False,
+    read_committed=False,
+    ready=EventKind.RUNTIME_START,  # not waited for as a lane's: the source's own wait
+    connect=True,
+)
+
 DEFAULT = LISTENER  # a scenario's, unless it names its runtimes
-REGISTRY: dict[str, Runtime] = {r.name: r for r in (LISTENER, SPARK, RELAY, COMMAND, CONNECT)}
+REGISTRY: dict[str, Runtime] = {
+    r.name: r for r in (LISTENER, SPARK, RELAY, COMMAND, CONNECT, CONNECT_SOURCE)
+}
 
 
 def register(runtime: Runtime) -> Runtime:

@@ -83,7 +83,8 @@ class RuntimeSupervisor:
         if runtime.process_per_consumer and len(lanes) != 1 and not runtime.connect:
             raise ValueError(f"a {runtime.name} process serves one variant")
         count = consumers if runtime.process_per_consumer else 1
-        name = runtime.name
+        # A Connect cluster's workers are Connect's, whoever runs them: ConnectSettings.log.
+        name = "connect" if runtime.connect else runtime.name
         self.consumers = [
             _Consumer(i, f"{name}-{i}", log_dir / f"{name}-{i}.log") for i in range(count)
         ]

@@ -126,6 +126,15 @@ def scenario_markdown(
             d.lost, d.stale, dead_lettered_text(v), f"{v.events_per_s:.0f}",
             f"{v.crashes}/{v.restarts}", expectation,
         ])  # fmt: skip
+    if source := next((v.relay for v in run.variants if v.relay and v.relay.source), None):
+        on = source.published
+        lines += [
+            f"**The source** (Debezium, from PostgreSQL's log; every lane's): {on.expected} "
+            f"changes committed; on the change topic {on.unique_in_sink}, {on.duplicates} of "
+            f"them again (re-emitted), {on.lost} never (lost at the source). The lanes below "
+            "are counted against the same commits.",
+            "",
+        ]
     if rows:
         lines += table(VARIANT_COLUMNS, rows, numbers=NUMBER_COLUMNS)
         lines += [

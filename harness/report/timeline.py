@@ -298,8 +298,9 @@ def idle_stretches(v: VariantResult, t0: float, at_least: float) -> list[tuple[f
 def drawn(v: VariantResult) -> Verdict:
     """The verdict a row draws: an outbox relay's published stage (its copies at the time it
     published them, its losses when the entry was written - where the relay made them; the
-    sink stores the topics after the relays are done), else the variant's own."""
-    return v.relay.published if v.relay is not None else v.verdict
+    sink stores the topics after the relays are done), else the variant's own (a CDC source's
+    lanes consume as the source writes: theirs is where the copies were stored)."""
+    return v.relay.published if v.relay is not None and not v.relay.source else v.verdict
 
 
 def anomaly_marks(v: VariantResult, windows: Sequence[FaultWindow], t0: float) -> tuple[Mark, ...]:
@@ -321,7 +322,7 @@ def timeline_row(v: VariantResult, t0: float) -> TimelineRow:
     end = t0 + span[1] if span else None
     windows = windows_of(events, t0, end)
     return TimelineRow(
-        label=v.label + (" (published)" if v.relay is not None else ""),
+        label=v.label + (" (published)" if drawn(v) is not v.verdict else ""),
         group=v.group,
         span=span,
         windows=windows,

@@ -19,8 +19,7 @@ from pathlib import Path
 
 from harness.checker.check import check
 from harness.checker.explain import explain
-from harness.checker.load import load_ledger
-from harness.checker.model import LedgerArrays
+from harness.checker.model import LedgerArrays, RelayStage
 from harness.environment.base import Environment, Link, tail
 from harness.environment.signals import ctrl_c_unwrapped
 from harness.environment.spark import SparkCluster, SparkSettings
@@ -43,7 +42,7 @@ from harness.pipeline.variants import Variant, import_path, make_variant
 from harness.results.fired import unfired
 from harness.results.model import RESULTS, Judged, ScenarioResult, UntimedFault, VariantResult
 from harness.run.loop import (
-    ProducerThread,
+    Checked,
     Progress,
     Stopped,
     Watch,
@@ -51,21 +50,12 @@ from harness.run.loop import (
     wait_until_consumed,
 )
 from harness.run.outbox import run_outbox
+from harness.run.sources import DebeziumSource, ProducerSource, Source
 from harness.scenario import Scenario, VariantSpec
-from harness.workload.generator import generate
-from harness.workload.ledger import read_ledger
-from harness.workload.producer import Hold, ProduceSummary, produce
+from harness.workload.producer import Hold, ProduceSummary
 from harness.workload.verify import (
     StoredTwice,
-    missing_from_topic,
-    stored_twice,
-    topic_event_ids,
 )
-
-
-class BrokerLostData(LabError):
-    """The broker acknowledged records it does not hold: a defect of the environment, not of
-    the variant under test, so the run stops instead of reporting losses."""
 
 
 def run_scenario(
@@ -164,14 +154,14 @@ def _lane(
     runtime: Runtime,
     spec: VariantSpec,
     topic: str,
+    run_id: str,
     out_dir: Path,
 ) -> _Lane:
     variant = make_variant(spec.name, spec.options)
     lane_name = f"{runtime.name}-{slug(variant.label)}"
     run_dir = (out_dir / lane_name).absolute()  # whoever calls: its processes run elsewhere
     run_dir.mkdir(parents=True, exist_ok=True)
-    run_id = topic.rsplit(".", 1)[-1]
-    group = f"{topic}.{lane_name}"
+    group = f"{scenario.name}.{run_id}.{lane_name}"
     database = database_for(run_id, lane_name)
     mongo = {**scenario.pipeline.mongo, **variant.mongo}  # the variant's settings over the run's
     # The scenario's Spark cluster (started now if it is the standalone one and not running).
@@ -193,7 +183,7 @@ def _lane(
         crash_plans=scenario.crash_plans,
         write_retry_s=scenario.pipeline.write_retry_s,
         spark_settings=spark.to_json() if spark else "",
-        connect=_connect_settings(env, scenario, topic, out_dir) if runtime.connect else "",
+        connect=_connect_settings(env, scenario, run_id, out_dir) if runtime.connect else "",
         checkpoint=spark.checkpoint(f"{run_id}-{lane_name}") if spark else "",
         trigger_ms=scenario.pipeline.trigger_ms,
         commit=scenario.pipeline.commit,
@@ -219,20 +209,20 @@ def _lane(
     return _Lane(runtime, spec, variant, config, config_path, history, watch)
 
 
-def _connect_settings(env: Environment, scenario: Scenario, topic: str, out_dir: Path) -> str:
+def _connect_settings(env: Environment, scenario: Scenario, run_id: str, out_dir: Path) -> str:
     """The run's Connect cluster (every Connect lane's the same): its workers' group, internal
     topics and folder are the run's own."""
     return ConnectSettings.for_run(
         scenario.pipeline.connect,
         bootstrap=env.kafka_bootstrap_for(Link.CONSUMER_KAFKA),
-        group=f"{topic}.connect",
-        folder=out_dir / f"{topic}.connect",
+        group=f"{scenario.name}.{run_id}.connect",
+        folder=out_dir / f"{scenario.name}.{run_id}.connect",
         base=scenario.folder,
     ).to_json()
 
 
 def _supervise(
-    env: Environment, scenario: Scenario, lanes: list[_Lane], out_dir: Path
+    env: Environment, scenario: Scenario, lanes: list[_Lane], name: str, out_dir: Path
 ) -> dict[str, RuntimeSupervisor]:
     """Who runs which lane: a listener's consumers are processes of their own; a runtime's
     lanes share one driver (Spark's) unless a fault targets a consumer process, which must
@@ -257,7 +247,7 @@ def _supervise(
                 mine, Path(ConnectSettings.from_json(mine[0].config.connect).folder)
             )
         elif not runtime.process_per_consumer and not targets_consumers and len(mine) > 1:
-            logs = out_dir / f"{mine[0].config.topic}.{runtime.name}.logs"
+            logs = out_dir / f"{name}.{runtime.name}.logs"
             supervisor_of |= supervisor(mine, logs)
         else:
             for lane in mine:
@@ -271,12 +261,16 @@ class _Run:
 
     env: Environment
     scenario: Scenario
-    topic: str
+    source: Source  # what writes the topic and keeps the truth
     ledger_path: Path
     lanes: list[_Lane]
     supervisor_of: dict[str, RuntimeSupervisor]  # by the lane's consumer group
     schedule: tuple[FaultPlan, ...]
     started: float  # monotonic
+
+    @property
+    def topic(self) -> str:
+        return self.source.topic
 
     @property
     def supervisors(self) -> list[RuntimeSupervisor]:
@@ -292,13 +286,20 @@ def run_side_by_side(
     keep_topics: bool = True,
     stop: threading.Event | None = None,
 ) -> list[VariantResult]:
-    """Run ``lanes`` (runtime, variant) at the same time over one topic that the workload is
-    produced into once: set up, play the workload and the faults, check each variant."""
-    run = _set_up(env, scenario, [(get_runtime(r), spec) for r, spec in lanes], out_dir)
-    summary, ledger = _play(run, progress, stop)
-    results = _check(run, summary, ledger, progress)
+    """Run ``lanes`` (runtime, variant) at the same time over one topic that the source writes
+    once: set up, play the workload and the faults, check each variant."""
+    run_id = uuid.uuid4().hex[:6]
+    ledger_path = out_dir / f"{_runtimes(lanes)}-{run_id}.ledger.csv"
+    source = _source(env, scenario, run_id, out_dir, ledger_path)
+    try:
+        run = _set_up(env, scenario, source, run_id, [(get_runtime(r), s) for r, s in lanes],
+                      out_dir)  # fmt: skip
+        summary = _play(run, progress, stop)
+        results = _check(run, summary, progress)
+    finally:
+        source_topics = source.close()
     if not keep_topics:
-        topics = [run.topic] + [dead_letter_topic(lane.group) for lane in run.lanes]
+        topics = source_topics + [dead_letter_topic(lane.group) for lane in run.lanes]
         # A Connect cluster's own topics (its configs, offsets, status) are the run's too.
         connect = [s.config.connect for s in run.supervisors if s.config.connect]
         topics += [t for c in connect for t in ConnectSettings.from_json(c).storage_topics.values()]
@@ -310,38 +311,50 @@ def run_side_by_side(
     return results
 
 
+def _runtimes(lanes: list[tuple[str, VariantSpec]]) -> str:
+    return "-".join(dict.fromkeys(runtime for runtime, _spec in lanes))
+
+
+def _source(
+    env: Environment, scenario: Scenario, run_id: str, out_dir: Path, ledger_path: Path
+) -> Source:
+    if scenario.source.cdc:
+        return DebeziumSource(env, scenario, run_id, out_dir, ledger_path)
+    return ProducerSource(env, scenario, f"{scenario.name}.{run_id}", ledger_path)
+
+
 def _set_up(
     env: Environment,
     scenario: Scenario,
+    source: Source,
+    run_id: str,
     lanes: list[tuple[Runtime, VariantSpec]],
     out_dir: Path,
 ) -> _Run:
-    """The run's topic, and each lane's consumer group, database, configuration, history and
-    who supervises its consumers."""
+    """The source's topic (and its processes), and each lane's consumer group, database,
+    configuration, history and who supervises its consumers."""
     started = time.monotonic()
-    run_id = uuid.uuid4().hex[:6]
-    topic = f"{scenario.name}.{run_id}"
-    create_topic(env.kafka_bootstrap, topic, scenario.partitions)
-    made = [_lane(env, scenario, runtime, spec, topic, out_dir) for runtime, spec in lanes]
-    runtimes = "-".join(dict.fromkeys(runtime.name for runtime, _spec in lanes))
+    source.start()
+    made = [
+        _lane(env, scenario, runtime, spec, source.topic, run_id, out_dir)
+        for runtime, spec in lanes
+    ]
     return _Run(
         env,
         scenario,
-        topic,
-        out_dir / f"{runtimes}-{run_id}.ledger.csv",
+        source,
+        source.ledger_path,
         made,
-        _supervise(env, scenario, made, out_dir),
+        _supervise(env, scenario, made, f"{scenario.name}.{run_id}", out_dir),
         plan(scenario.faults, scenario.seed),
         started,
     )
 
 
-def _play(
-    run: _Run, progress: Progress, stop: threading.Event | None
-) -> tuple[ProduceSummary, LedgerArrays]:
-    """Consumers, producer and nemesis, until every lane has consumed everything; everything
-    started here is stopped, and every fault undone, however it ends. Returns the producer's
-    summary and its ledger (read once, when the producer is done: complete then)."""
+def _play(run: _Run, progress: Progress, stop: threading.Event | None) -> ProduceSummary:
+    """Consumers, source and nemesis, until every lane has consumed everything; everything
+    started here is stopped, and every fault undone, however it ends. Returns the source's
+    summary."""
     env, scenario = run.env, run.scenario
     # Faults on the clock, and lanes of more than one runtime or a workload sent at a rate: the
     # workload's first batch, then the rest once every lane wrote a batch (when the clock
@@ -356,20 +369,7 @@ def _play(
     timed = any(step.at is not None for plan in run.schedule for step in plan.steps)
     paced = scenario.rate > 0
     hold = Hold(scenario.pipeline.batch_size, running) if timed and (mixed or paced) else None
-    producer = ProducerThread(
-        lambda stop, on_ack: produce(
-            generate(scenario.workload),
-            bootstrap=env.kafka_bootstrap_for(Link.PRODUCER_KAFKA),
-            topic=run.topic,
-            ledger_path=run.ledger_path,
-            rate=scenario.rate,
-            stop=stop,
-            on_ack=on_ack,
-            spec=scenario.producer,
-            seed=scenario.seed,
-            hold=hold,
-        )
-    )
+    producer = run.source.writer(hold)
     targets = [
         Target(
             HistoryWriter(lane.config.history_dir, "nemesis", lane.variant.label),
@@ -383,8 +383,9 @@ def _play(
         )
         for lane in run.lanes
     ]
-    nemesis = Nemesis(env, run.schedule, targets, topic=run.topic)
+    nemesis = Nemesis(env, run.schedule, targets, topic=run.topic, sources=run.source.targets)
     supervisors = run.supervisors
+    checked: list[Checked] = [*supervisors, run.source]
     try:
         for supervisor in supervisors:
             supervisor.start()
@@ -394,51 +395,39 @@ def _play(
         # clock started.
         await_ready(
             [lane.watch for lane in run.lanes],
-            supervisors,
+            checked,
             what="the consumers of every lane",
             timeout=scenario.pipeline.timeout_s,
             progress=progress,
             stop=stop,
         )
+        run.source.await_ready(progress, stop)
         producer.start()
-        ledger: list[LedgerArrays] = []
-
-        def end_offsets() -> dict[int, int]:
-            ledger.append(load_ledger(run.ledger_path))
-            return ledger[0].end_offsets()
-
-        summary = wait_until_consumed(
+        return wait_until_consumed(
             [lane.watch for lane in run.lanes],
-            supervisors,
+            checked,
             producer,
             nemesis,
-            end_offsets,
+            run.source.end_offsets,
             scenario.pipeline.timeout_s,
             progress,
             stop=stop,
             running=running,
         )
-        return summary, ledger[0]
     finally:
         producer.stop()
         nemesis.restore()
-        stop_all(supervisors)
+        stop_all([*supervisors, *run.source.supervisors])
 
 
-def _check(
-    run: _Run, summary: ProduceSummary, ledger: LedgerArrays, progress: Progress
-) -> list[VariantResult]:
-    """The topic holds what was acknowledged; each lane's sink is judged against the ledger."""
+def _check(run: _Run, summary: ProduceSummary, progress: Progress) -> list[VariantResult]:
+    """The source's stage (the topic against its truth); each lane's sink judged against the
+    source's ledger."""
     # Checked once the consumers are done, not when the producer is: reading the whole topic
     # takes seconds on a three-node cluster, and the fault schedule must not wait for it (a
     # bounce started seconds late: docs/faults.md).
-    again = _verify_stored(run.env.kafka_bootstrap, run.topic, run.ledger_path)
-    if again:
-        progress(
-            f"    the topic holds {sum(t.extra for t in again)} record(s) more than once (a "
-            f"producer's retry Kafka stored again: {'; '.join(t.describe() for t in again[:3])}): "
-            "copies every consumer was handed, counted as the topic's, not a variant's"
-        )
+    again, stage = run.source.stage(progress)
+    ledger = run.source.ledger()
     for lane in run.lanes:
         if lane.runtime.group_member:  # its client logs hold the coordinators' errors
             for consumer in run.supervisor_of[lane.group].consumers:
@@ -456,7 +445,8 @@ def _check(
     # The consumers' own faults (crash points) have no window in the history: named here.
     untimed = tuple(UntimedFault(p.name, p.fault.kind) for p in run.schedule if not p.steps)
     return [
-        _judge(run, lane, ledger, summary, seconds, untimed, again, progress) for lane in run.lanes
+        _judge(run, lane, ledger, summary, seconds, untimed, again, stage, progress)
+        for lane in run.lanes
     ]
 
 
@@ -468,6 +458,7 @@ def _judge(
     seconds: float,
     untimed: tuple[UntimedFault, ...],
     twice_in_topic: list[StoredTwice],
+    stage: RelayStage | None,
     progress: Progress,
 ) -> VariantResult:
     config, scenario, supervisor = lane.config, run.scenario, run.supervisor_of[lane.group]
@@ -501,7 +492,7 @@ def _judge(
     # A pipeline that stopped for good has said why; it may have stopped before its first write.
     if lane.runtime.black_box and verdict.acked and not verdict.in_sink and not verdict.stopped:
         _wrote_nothing(lane, supervisor)
-    judged = Judged.of(scenario.expectations_for(lane.spec, config.runtime), verdict)
+    judged = Judged.of(scenario.expectations_for(lane.spec, config.runtime), verdict, stage)
     explanation = explain(events, ledger, black_box=lane.runtime.black_box)
     unexplained = explanation.failure(verdict.duplicates)
     result = VariantResult(
@@ -520,6 +511,7 @@ def _judge(
         directory=lane.run_dir,
         ledger=run.ledger_path,
         unfired=unfired(scenario.faults, events, scenario.workload.events),
+        relay=stage,
     )
     progress(
         f"    {result.label}: {verdict.in_sink} in sink of {verdict.acked} acked, "
@@ -546,26 +538,6 @@ def _wrote_nothing(lane: _Lane, supervisor: RuntimeSupervisor) -> None:
         f"(its sink: collection); the run's records were acknowledged. Does it write where "
         f"CHAOSLAB_DATABASE and the sink's collection say?\n{logs}"
     )
-
-
-def _verify_stored(bootstrap: str, topic: str, ledger_path: Path) -> list[StoredTwice]:
-    """BrokerLostData if the topic lacks an acknowledged record; else the records it holds more
-    than once."""
-    stored = topic_event_ids(bootstrap, topic)
-    rows = list(read_ledger(ledger_path))  # read twice: for what is missing, and what twice
-    missing = missing_from_topic(rows, stored)
-    if missing:
-        examples = "; ".join(
-            f"{m.row.event_id} acked at partition {m.row.partition} offset {m.row.offset}"
-            + (f" (holds {m.found})" if m.found else "")
-            for m in missing[:3]
-        )
-        raise BrokerLostData(
-            f"the broker acknowledged {len(missing)} records of {topic} it does not hold "
-            f"(e.g. {examples}); this is a defect of the environment (see "
-            "harness/workload/verify.py), so no verdict is given"
-        )
-    return stored_twice(rows, stored)
 
 
 def _throughput(history: list[HistoryEvent], records: int) -> float:

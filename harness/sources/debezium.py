@@ -93,10 +93,10 @@ class DebeziumSource:
 
     options: Mapping[str, str] = field(default_factory=dict)
 
-    def problems(self) -> list[str]:
-        """What a deployment's settings may not say, each named."""
+    def problems(self) -> list[tuple[str, str]]:
+        """What a deployment's settings may not say, each as (key, why)."""
         return [
-            f"{key}: where the source reads and writes is the lab's (it sets {key} per run)"
+            (key, f"where the source reads and writes is the lab's (it sets {key} per run)")
             for key in self.options
             if key in LABS_KEYS
         ]
@@ -104,5 +104,5 @@ class DebeziumSource:
     def config(self, where: Where) -> dict[str, str]:
         """The connector's config on the run's cluster."""
         if found := self.problems():
-            raise BadInput("the Debezium source: " + "; ".join(found))
+            raise BadInput("the Debezium source: " + "; ".join(f"{k}: {why}" for k, why in found))
         return {**DEFAULTS, **{k: str(v) for k, v in self.options.items()}, **where.settings()}

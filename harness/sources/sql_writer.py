@@ -3,6 +3,9 @@ statement at a time, a long transaction on a second connection, open while other
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
@@ -35,13 +38,39 @@ def _xid(conn: psycopg.Connection) -> int:
     return int(row[0])
 
 
-def write(uri: str, planned: list[Transaction]) -> list[Committed]:
+def write(
+    uri: str,
+    planned: list[Transaction],
+    *,
+    on_commit: Callable[[int], None] | None = None,
+    stop: threading.Event | None = None,
+    rate: float = 0.0,
+) -> list[Committed]:
     """Run ``planned`` against the database at ``uri``; returns what committed, in commit
-    order (a long transaction after the ``spans`` that begin while it is open)."""
+    order (a long transaction after the ``spans`` that begin while it is open). ``on_commit``
+    hears the row changes committed so far after each commit (what a fault's ``at_event``
+    counts); ``stop`` set ends it between transactions, an open long one rolled back.
+    ``rate``: row changes per second at most (0: as fast as the database takes them)."""
     committed: list[Committed] = []
+    changes = 0
+    stop = stop or threading.Event()
+    started = time.monotonic()
+
+    def done(transaction: Transaction, xid: int) -> None:
+        nonlocal changes
+        committed.append(Committed(transaction.seq, xid))
+        changes += sum(len(statement.changes) for statement in transaction.statements)
+        if on_commit is not None:
+            on_commit(changes)
+        if rate > 0:  # paced: the next transaction when the changes so far are due
+            stop.wait(max(0.0, started + changes / rate - time.monotonic()))
+
     with psycopg.connect(uri) as main, psycopg.connect(uri) as side:
         open_long: tuple[Transaction, int, int] | None = None  # (it, its xid, commits left)
         for transaction in planned:
+            if stop.is_set():
+                side.rollback()  # an open long transaction never commits
+                return committed
             conn = side if transaction.spans else main
             for statement in transaction.statements:
                 _execute(conn, statement)
@@ -50,14 +79,14 @@ def write(uri: str, planned: list[Transaction]) -> list[Committed]:
                 open_long = (transaction, xid, transaction.spans)
                 continue
             main.commit()
-            committed.append(Committed(transaction.seq, xid))
+            done(transaction, xid)
             if open_long is not None:
                 long, long_xid, left = open_long
                 open_long = (long, long_xid, left - 1) if left > 1 else None
                 if left == 1:
                     side.commit()
-                    committed.append(Committed(long.seq, long_xid))
+                    done(long, long_xid)
         if open_long is not None:  # fewer transactions followed it than it spans
             side.commit()
-            committed.append(Committed(open_long[0].seq, open_long[1]))
+            done(open_long[0], open_long[1])
     return committed

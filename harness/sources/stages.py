@@ -8,6 +8,11 @@ them like a sink's landing collection. So the stage is one ``check``:
 
 A copy on the topic is the source's (Debezium re-emitting what it had sent before its offsets
 were flushed); a committed change never on the topic is lost at the source.
+
+Each lane's sink is judged end to end, against the same commits: ``sink_ledger`` places each
+committed change at its first record on the topic (where the lanes' consumers met it) and lists
+every further record of it as a ``copy`` - a record handed to the consumers again, which a sink
+keyed on the change's source identity stores once and a naive one stores again.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from dataclasses import dataclass
 from harness.checker.model import LedgerArrays, SinkSnapshot
 from harness.kafka.clients import StoredRecord
 from harness.sources.truth import CommittedChange
-from harness.workload.events import DEBEZIUM_READ, Op, debezium_change
+from harness.workload.events import DEBEZIUM_READ, Kind, Op, change_event_id, debezium_change
+from harness.workload.ledger import LedgerRow
 
 
 @dataclass(frozen=True)
@@ -68,3 +74,38 @@ def topic_snapshot(records: Iterable[StoredRecord]) -> SinkSnapshot:
         changes.append((change.order_id, change.version, change.timestamp))
         newest[change.order_id] = max(newest.get(change.order_id, 0), change.version)
     return SinkSnapshot.from_lists(changes, sorted(newest.items()))
+
+
+def sink_ledger(
+    changes: Sequence[CommittedChange], records: Iterable[StoredRecord], topic: str
+) -> list[LedgerRow]:
+    """The committed changes as the sinks' ledger: each at its first record on the topic (never
+    on it: no position, -1), at its commit time; then each further record of a committed change
+    as a copy, at its record's position and timestamp. A record of no committed change is not
+    in it (the topic stage counts it a phantom). Event ids are the records' own
+    (``DebeziumChange.event_id``), by which a sink's documents are traced to their change."""
+    first: dict[tuple[int, int], SourceChange] = {}
+    again: list[SourceChange] = []
+    for record in records:
+        if (change := source_change(record)) is None:
+            continue
+        key = (change.order_id, change.version)
+        if key in first:
+            again.append(change)
+        else:
+            first[key] = change
+    rows = []
+    for c in changes:
+        at = first.get((c.order_id, c.version))
+        partition, offset = (-1, -1) if at is None else (at.partition, at.offset)
+        rows.append((c.lsn, c.order_id, c.version, Kind.NORMAL, partition, offset, c.committed_at))
+    committed = {(c.order_id, c.version) for c in changes}
+    rows += [
+        (s.lsn, s.order_id, s.version, Kind.COPY, s.partition, s.offset, s.timestamp)
+        for s in again
+        if (s.order_id, s.version) in committed
+    ]
+    return [
+        LedgerRow(seq, change_event_id(lsn, order_id), order_id, version, kind, topic, p, o, at)
+        for seq, (lsn, order_id, version, kind, p, o, at) in enumerate(rows)
+    ]

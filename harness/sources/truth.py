@@ -60,10 +60,11 @@ def _value(raw: str) -> Any:
         return raw
 
 
-def parse(lsn: str, xid: int, line: str) -> CommittedChange | None:
-    """One line of the slot's output as a change (None: BEGIN, COMMIT, or another table's)."""
+def parse(lsn: str, xid: int, line: str, table: str = TABLE) -> CommittedChange | None:
+    """One line of the slot's output as a change of ``table`` (None: BEGIN, COMMIT, or
+    another table's: the run's marks)."""
     found = CHANGE.match(line)
-    if found is None:
+    if found is None or found["table"] != table:
         return None
     rest = found["rest"]
     if "new-tuple: " in rest:  # an update with the whole old row (REPLICA IDENTITY FULL)
@@ -102,7 +103,7 @@ def read(uri: str, slot: str, table: str = TABLE) -> list[CommittedChange]:
             at = datetime.fromisoformat(commit["at"]).timestamp()
             changes += [replace(c, committed_at=at) for c in pending]
             pending = []
-        elif (change := parse(lsn, xid, data)) is not None and change.table == table:
+        elif (change := parse(lsn, xid, data, table)) is not None:
             pending.append(change)
     return changes
 

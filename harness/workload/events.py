@@ -34,6 +34,9 @@ class Op(StrEnum):
 class Kind(StrEnum):
     NORMAL = "normal"
     RESEND = "resend"  # the same business change again, with a new event_id
+    # The same change again from a CDC source, with its own identity (the source's LSN): a
+    # re-emission after Debezium resumed from offsets older than what it had sent.
+    COPY = "copy"
     POISON = "poison"  # a record no consumer can parse: it must go to the dead-letter topic
 
 
@@ -109,7 +112,12 @@ class DebeziumChange:
 
     @property
     def event_id(self) -> str:
-        return f"lsn-{self.lsn}-{self.order_id}"
+        return change_event_id(self.lsn, self.order_id)
+
+
+def change_event_id(lsn: int, order_id: int) -> str:
+    """A database change's identity: its LSN and the row's key."""
+    return f"lsn-{lsn}-{order_id}"
 
 
 def debezium_change(payload: dict[str, Any]) -> DebeziumChange:

@@ -30,6 +30,7 @@ from harness.faults.base import END, Actor, Context, Seen, Setting, Space, Step,
 from harness.history.events import EventKind
 from harness.pipeline.connect import ConnectError, ConnectorState, ConnectRest, ConnectSettings
 from harness.records import FieldError, Problem
+from harness.sources.spec import SOURCE_LABEL, SourceKind
 
 KILL_WORKER, RESTART_TASK = "kill-worker", "restart-task"
 KILL_WORKER_WHEN_BACK, TASKS_PLACED = "kill-worker-when-back", "await-tasks-placed"
@@ -119,21 +120,31 @@ class _OnConnect(Timed):
         """Whether the run it is drawn for has a Connect lane (it is drawn only then)."""
         return any(r.connect for r in space.setting.runtimes)
 
+    @staticmethod
+    def on_source(setting: Setting) -> bool:
+        """Whether the scenario's source runs on a Connect cluster of its own (Debezium)."""
+        return setting.source == SourceKind.DEBEZIUM
+
     @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
         return cls.when(at, at_event)
 
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
-        if not any(r.connect for r in setting.runtimes):
+        if self.of == SOURCE_LABEL:
+            if self.on_source(setting):
+                return []
+            return [("of", "the scenario's source runs on no Connect cluster (source: debezium)")]
+        if not any(r.connect for r in setting.runtimes) and not self.on_source(setting):
             return [("", "acts on a Kafka Connect cluster, and the scenario has no Connect lane")]
         if self.of and self.of not in setting.variants:
             return [("of", f"no lane {self.of!r} in the scenario")]
         return []
 
     def lanes(self, context: Context) -> list[Target]:
-        """The lanes it acts on, once each: ``of``'s, or (by default) the first Connect lane's
-        connector - the lanes share one cluster."""
-        connect = [t for t in context.targets if t.runtime.connect]
+        """The lanes it acts on, once each: ``of``'s (``source``: the source's connector), or
+        (by default) the first Connect lane's connector - the lanes share one cluster - or the
+        source's, when no lane runs on Connect."""
+        connect = [t for t in [*context.targets, *context.sources] if t.runtime.connect]
         chosen = [t for t in connect if self.of in (t.label, t.name)] if self.of else connect
         if not chosen:
             raise LabError(f"{self.name}: no Connect lane {self.of!r} in this run")
@@ -343,7 +354,9 @@ class _WorkerKiller(Actor):
         if self.struck.alive():
             return [f"connect-{self.index}, not gone yet"]
         found = []
-        for lane in [t for t in self.context.targets if t.runtime.connect]:
+        for lane in [
+            t for t in [*self.context.targets, *self.context.sources] if t.runtime.connect
+        ]:
             settings = self.fault.settings(lane)
             try:
                 state = ConnectRest(settings, timeout=LOOK_TIMEOUT_S).status(lane.group)

@@ -1,0 +1,401 @@
+"""A run's source stage: what writes the run's topic and keeps the truth its lanes are judged
+against. The run loop (``harness.run.runner``) sees a source only through ``Source``:
+
+* ``ProducerSource`` - the lab's producer sends the seeded workload; the truth is what the
+  broker acknowledged (its ledger), and the topic is checked to hold each of those.
+* ``DebeziumSource`` - the application writes the workload as SQL transactions into a database
+  of the run's own on the environment's PostgreSQL; Debezium, on a Connect cluster of the
+  source's own, puts each committed change on the change topic; the truth is what the database
+  committed, read back from its log through a slot of the lab's (``harness.sources.truth``).
+  Its topic stage judges the topic against those commits: the source's copies and losses.
+
+Each source's processes are stopped, its slot, publication and database dropped, however the
+run ends (``close``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Protocol
+
+import psycopg
+
+from harness.checker.check import check
+from harness.checker.load import load_ledger
+from harness.checker.model import SOURCE, LedgerArrays, RelayStage
+from harness.environment import jars
+from harness.environment.base import Environment, Link
+from harness.errors import LabError
+from harness.faults.base import Target
+from harness.history.events import EventKind, HistoryWriter
+from harness.kafka.clients import StoredRecord, create_topic, end_offsets, read_topic
+from harness.pipeline import connect
+from harness.pipeline.connect import ConnectSettings
+from harness.pipeline.connect_watch import ConnectorWatch
+from harness.pipeline.runtime import RuntimeConfig
+from harness.pipeline.runtimes import CONNECT_SOURCE
+from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
+from harness.readiness import DeadlineExceeded, GaveUp, NotReady, wait_for
+from harness.run.loop import ProducerThread, Progress, Stopped
+from harness.scenario import Scenario
+from harness.sources import database, sql_writer, truth
+from harness.sources.debezium import Where
+from harness.sources.spec import SOURCE_LABEL
+from harness.sources.sql_workload import transactions
+from harness.sources.stages import committed_ledger, sink_ledger, topic_snapshot
+from harness.workload.events import TABLE
+from harness.workload.generator import generate
+from harness.workload.ledger import LedgerWriter, read_ledger
+from harness.workload.producer import Hold, ProduceSummary, produce
+from harness.workload.verify import StoredTwice, missing_from_topic, stored_twice, topic_event_ids
+
+
+class BrokerLostData(LabError):
+    """The broker acknowledged records it does not hold: a defect of the environment, not of
+    the variant under test, so the run stops instead of reporting losses."""
+
+
+CONNECTOR = "source"  # the source's connector, on its own cluster
+STREAMING_WITHIN_S = 180.0  # a worker's start and Debezium's first look at its slot
+MARK_EVERY_S = 1.0  # how often the end mark's topic is looked at
+
+
+class Source(Protocol):
+    """What the run loop asks of a source."""
+
+    topic: str  # the topic the lanes consume
+    ledger_path: Path  # the truth, as the sinks' ledger (a producer's acknowledgements)
+    targets: list[Target]  # its processes, for a fault that names the source
+    supervisors: list[RuntimeSupervisor]  # checked by the loop: restarted when they die
+
+    def start(self) -> None: ...
+
+    def check(self) -> None: ...  # each tick of the loop: its processes and its connector
+
+    def await_ready(self, progress: Progress, stop: threading.Event | None) -> None: ...
+
+    def writer(self, hold: Hold | None) -> ProducerThread: ...
+
+    def end_offsets(self) -> dict[int, int]: ...  # once the writer is done: what lanes reach
+
+    def ledger(self) -> LedgerArrays: ...  # the truth, as the sinks are judged against it
+
+    # The topic's own copies of the producer's records; the source's stage (a CDC source's)
+    def stage(self, progress: Progress) -> tuple[list[StoredTwice], RelayStage | None]: ...
+
+    def close(self) -> list[str]: ...  # its processes stopped, its state dropped; its topics
+
+
+@dataclass
+class DebeziumRun:
+    """What one run's Debezium source made: its database, slots, cluster and histories."""
+
+    env: Environment
+    scenario: Scenario
+    run_id: str
+    out_dir: Path
+    server_uri: str = ""
+    uri: str = ""  # the run's database
+    where: Where | None = None
+    supervisor: RuntimeSupervisor | None = None
+    watch: ConnectorWatch | None = None
+    history: HistoryWriter | None = None
+    summary: ProduceSummary | None = None
+    marked: bool = False  # the application's end mark is on its topic
+    looked: float = 0.0  # time.monotonic() of the last look for it
+    committed: list[truth.CommittedChange] = field(default_factory=list)
+    records: list[StoredRecord] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"cdc_{self.run_id}"
+
+    @property
+    def truth_slot(self) -> str:
+        return f"{self.name}_truth"
+
+
+class DebeziumSource:
+    """Seed 000's source: PostgreSQL's log through Debezium (see the module's doc)."""
+
+    def __init__(
+        self, env: Environment, scenario: Scenario, run_id: str, out_dir: Path, ledger_path: Path
+    ) -> None:
+        self.run = DebeziumRun(env, scenario, run_id, out_dir)
+        self.ledger_path = ledger_path
+        prefix = f"{scenario.name}.{run_id}"
+        self.topic = f"{prefix}.public.{TABLE}"
+        self.targets: list[Target] = []
+        self.supervisors: list[RuntimeSupervisor] = []
+        self._prefix = prefix
+
+    def start(self) -> None:
+        """The run's database and the truth's slot (before the first write), the change and
+        mark topics, and the source's Connect workers; its connector is put on them once
+        every worker is in their group (``ConnectorWatch``, polled by ``check``)."""
+        run, scenario, env = self.run, self.run.scenario, self.run.env
+        run.server_uri = env.postgres_uri()
+        run.uri = database.create(run.server_uri, run.name)
+        truth.create_slot(run.uri, run.truth_slot)
+        where = Where(run.uri, slot=run.name, topic_prefix=self._prefix,
+                      tables=(TABLE, database.MARKS), partitions=scenario.partitions)  # fmt: skip
+        run.where = where
+        create_topic(env.kafka_bootstrap, self.topic, scenario.partitions)
+        create_topic(env.kafka_bootstrap, where.topic(database.MARKS), 1)
+        folder = (run.out_dir / SOURCE_LABEL).absolute()
+        settings = ConnectSettings.for_run(
+            {connect.WORKERS: 1, **scenario.source.connect},
+            bootstrap=env.kafka_bootstrap_for(Link.PRODUCER_KAFKA),
+            group=f"{self._prefix}.source",
+            folder=folder / "connect",
+            base=scenario.folder,
+        )
+        settings = replace(
+            settings, plugins=(*settings.plugins, str(jars.debezium_postgres().directory))
+        )
+        config = RuntimeConfig(
+            runtime=CONNECT_SOURCE.name, bootstrap=settings.bootstrap, mongo_uri=env.mongo_uri,
+            topic=self.topic, group=f"{self._prefix}.{SOURCE_LABEL}", database="",
+            variant=SOURCE_LABEL,
+            variant_options={}, run_dir=str(folder), connect=settings.to_json(),
+        )  # fmt: skip
+        config_path = folder / "runtime.json"
+        config_path.write_text(config.to_json())
+        run.history = HistoryWriter(config.history_dir, "harness", SOURCE_LABEL)
+        run.history.record(EventKind.RUN_START, detail=f"debezium from {run.name} to {self.topic}")
+        run.watch = ConnectorWatch(settings, CONNECTOR, scenario.source.debezium().config(where))
+        run.supervisor = RuntimeSupervisor(
+            env, [Lane(config, config_path, run.history)],
+            consumers=settings.workers, restart_delay=scenario.pipeline.restart_delay_s,
+            log_dir=Path(settings.folder), runtime=CONNECT_SOURCE,
+        )  # fmt: skip
+        self.supervisors = [run.supervisor]
+        self.targets = [
+            Target(
+                HistoryWriter(config.history_dir, "nemesis", SOURCE_LABEL),
+                run.supervisor,
+                folder,
+                runtime=CONNECT_SOURCE,
+                label=SOURCE_LABEL,
+                name=SOURCE_LABEL,
+                group=CONNECTOR,
+            )
+        ]
+        run.supervisor.start()
+
+    def check(self) -> None:
+        """Its workers restarted when they die; its connector put on them once they formed
+        their group, and followed. A task that FAILED stays failed: the run stops, saying why."""
+        run = self.run
+        assert run.supervisor is not None and run.watch is not None and run.history is not None
+        run.supervisor.check()
+        run.watch.poll(run.history)
+        if run.watch.failure:
+            raise LabError(f"the source stopped: Debezium's {run.watch.failure}")
+
+    def await_ready(self, progress: Progress, stop: threading.Event | None) -> None:
+        """Until Debezium's task streams from its slot (its snapshot of the empty tables done):
+        the application starts after its CDC, as a deployment's would."""
+        run = self.run
+        assert run.supervisor is not None and run.where is not None
+        supervisor, slot = run.supervisor, run.where.slot
+
+        def streaming() -> None:
+            self.check()
+            if not _slot_active(run.uri, slot):
+                raise NotReady(f"Debezium's slot {slot} not streaming yet")
+
+        def stopped() -> str | None:
+            return "asked to stop" if stop is not None and stop.is_set() else None
+
+        try:
+            wait_for(streaming, what="Debezium streaming from its slot",
+                     timeout=STREAMING_WITHIN_S, abort=stopped)  # fmt: skip
+        except GaveUp as exc:
+            raise Stopped(str(exc)) from None
+        except DeadlineExceeded:
+            logs = ", ".join(str(c.log) for c in supervisor.consumers)
+            raise LabError(
+                f"Debezium did not stream from slot {slot} within {STREAMING_WITHIN_S:.0f} s "
+                f"(see {logs})"
+            ) from None
+        progress(f"    the source streams: Debezium on slot {slot} into {self.topic}")
+
+    def writer(self, hold: Hold | None) -> ProducerThread:
+        """The application, in the writer's thread: the planned transactions, then the end
+        mark. (``hold`` is a producer's: the application writes at its own pace.)"""
+        run = self.run
+        planned = transactions(run.scenario.workload)
+        changes = sum(len(s.changes) for t in planned for s in t.statements)
+
+        def body(stop: threading.Event, on_ack: Callable[[int], None]) -> ProduceSummary:
+            started = time.monotonic()
+            sql_writer.write(run.uri, planned, on_commit=on_ack, stop=stop,
+                             rate=run.scenario.rate)  # fmt: skip
+            if not stop.is_set():
+                database.mark_end(run.uri)
+            seconds = time.monotonic() - started
+            run.summary = ProduceSummary(changes, changes, 0, seconds)
+            return run.summary
+
+        return _SourceThread(body, self)
+
+    def done(self) -> bool:
+        """Whether the application's end mark is on its topic: Debezium emits in commit order,
+        so every change committed before it was put on the change topic by then, or lost."""
+        run = self.run
+        assert run.where is not None
+        if not run.marked and time.monotonic() - run.looked >= MARK_EVERY_S:
+            run.looked = time.monotonic()
+            marks = read_topic(run.env.kafka_bootstrap, run.where.topic(database.MARKS))
+            run.marked = bool(marks)
+        return run.marked
+
+    def end_offsets(self) -> dict[int, int]:
+        return end_offsets(self.run.env.kafka_bootstrap, self.topic)
+
+    def ledger(self) -> LedgerArrays:
+        """The committed changes, each at its first record on the change topic; the further
+        records of each as the source's copies (``sink_ledger``): written as the run's ledger
+        file, as a producer's is, and read once."""
+        run = self.run
+        if not run.committed:
+            run.committed = truth.read(run.uri, run.truth_slot)
+            run.records = read_topic(run.env.kafka_bootstrap, self.topic, contents=True)
+            with LedgerWriter(self.ledger_path) as ledger:
+                for row in sink_ledger(run.committed, run.records, self.topic):
+                    ledger.append(row)
+        return load_ledger(self.ledger_path)
+
+    def stage(self, progress: Progress) -> tuple[list[StoredTwice], RelayStage | None]:
+        """The change topic against the database's commits: the source's copies and losses."""
+        run = self.run
+        self.ledger()  # reads the truth and the topic once
+        committed = len(run.committed)
+        verdict = check(committed_ledger(run.committed), topic_snapshot(run.records),
+                        produced=committed)  # fmt: skip
+        progress(
+            f"    the source: {committed} changes committed; on the topic {verdict.unique_in_sink}"
+            f" (+{verdict.duplicates} copies re-emitted, {verdict.lost} lost at the source)"
+        )
+        return [], RelayStage(verdict, of=SOURCE)
+
+    def close(self) -> list[str]:
+        """Its workers stopped, its slots and database dropped; its topics (for a run that
+        does not keep them)."""
+        run = self.run
+        if run.supervisor is not None:
+            stop_all([run.supervisor])
+            run.supervisor = None
+        if run.uri:
+            database.drop(run.server_uri, run.name)
+            run.uri = ""
+        topics = [self.topic]
+        if run.where is not None:
+            settings = ConnectSettings.from_json(self.targets[0].supervisor.config.connect)
+            topics += [run.where.topic(database.MARKS), *settings.storage_topics.values()]
+        return topics
+
+
+class _SourceThread(ProducerThread):
+    """The application's thread, done once the source has put its end mark on the topic."""
+
+    def __init__(
+        self,
+        body: Callable[[threading.Event, Callable[[int], None]], ProduceSummary],
+        source: DebeziumSource,
+    ) -> None:
+        super().__init__(body)
+        self._source = source
+
+    def done(self) -> bool:
+        return super().done() and self._source.done()
+
+
+def _slot_active(uri: str, slot: str) -> bool:
+    with psycopg.connect(uri) as conn:
+        row = conn.execute(
+            "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()
+    return bool(row and row[0])
+
+
+class ProducerSource:
+    """The lab's producer (see the module's doc)."""
+
+    def __init__(self, env: Environment, scenario: Scenario, topic: str, ledger_path: Path) -> None:
+        self.env, self.scenario, self.topic, self.ledger_path = env, scenario, topic, ledger_path
+        self.targets: list[Target] = []
+        self.supervisors: list[RuntimeSupervisor] = []
+        self._ledger: LedgerArrays | None = None
+
+    def start(self) -> None:
+        create_topic(self.env.kafka_bootstrap, self.topic, self.scenario.partitions)
+
+    def await_ready(self, progress: Progress, stop: threading.Event | None) -> None:
+        return None
+
+    def writer(self, hold: Hold | None) -> ProducerThread:
+        scenario, env = self.scenario, self.env
+        return ProducerThread(
+            lambda stop, on_ack: produce(
+                generate(scenario.workload),
+                bootstrap=env.kafka_bootstrap_for(Link.PRODUCER_KAFKA),
+                topic=self.topic,
+                ledger_path=self.ledger_path,
+                rate=scenario.rate,
+                stop=stop,
+                on_ack=on_ack,
+                spec=scenario.producer,
+                seed=scenario.seed,
+                hold=hold,
+            )
+        )
+
+    def end_offsets(self) -> dict[int, int]:
+        return self.ledger().end_offsets()
+
+    def ledger(self) -> LedgerArrays:
+        """The producer's ledger, read once it is done (complete then)."""
+        if self._ledger is None:
+            self._ledger = load_ledger(self.ledger_path)
+        return self._ledger
+
+    def stage(self, progress: Progress) -> tuple[list[StoredTwice], RelayStage | None]:
+        """The topic holds every record the broker acknowledged (else ``BrokerLostData``);
+        the records it holds more than once (a producer's retry Kafka stored again)."""
+        stored = topic_event_ids(self.env.kafka_bootstrap, self.topic)
+        rows = list(
+            read_ledger(self.ledger_path)
+        )  # read twice: for what is missing, and what twice
+        missing = missing_from_topic(rows, stored)
+        if missing:
+            examples = "; ".join(
+                f"{m.row.event_id} acked at partition {m.row.partition} offset {m.row.offset}"
+                + (f" (holds {m.found})" if m.found else "")
+                for m in missing[:3]
+            )
+            raise BrokerLostData(
+                f"the broker acknowledged {len(missing)} records of {self.topic} it does not "
+                f"hold (e.g. {examples}); this is a defect of the environment (see "
+                "harness/workload/verify.py), so no verdict is given"
+            )
+        again = stored_twice(rows, stored)
+        if again:
+            progress(
+                f"    the topic holds {sum(t.extra for t in again)} record(s) more than once (a "
+                f"producer's retry Kafka stored again: "
+                f"{'; '.join(t.describe() for t in again[:3])}): copies every consumer was "
+                "handed, counted as the topic's, not a variant's"
+            )
+        return again, None
+
+    def check(self) -> None:
+        return None
+
+    def close(self) -> list[str]:
+        return [self.topic]

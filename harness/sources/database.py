@@ -1,0 +1,68 @@
+"""A run's own database on the environment's PostgreSQL: made before the run with the workload's
+tables, dropped after it with every slot in it (a slot left behind holds WAL back and one of
+the server's few slots), so runs sharing a server never see each other's changes.
+
+Beside ``orders``, the run's ``marks`` table: the application's last transaction inserts one row
+into it, and a CDC source that has put that row on its topic has put everything committed
+before it there too (a source emits in commit order), as the relays' end marker says for an
+outbox.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+from harness.readiness import NotReady, wait_for
+from harness.sources.sql_workload import DDL, REPLICA_IDENTITY
+
+MARKS = "marks"
+MARKS_DDL = f"CREATE TABLE {MARKS} (mark text PRIMARY KEY)"
+END = "end"  # the row the application's last transaction inserts
+
+
+def uri_of(server_uri: str, name: str) -> str:
+    """The URI of database ``name`` on the server of ``server_uri``."""
+    return server_uri.rsplit("/", 1)[0] + f"/{name}"
+
+
+def create(server_uri: str, name: str) -> str:
+    """Database ``name`` with the workload's tables; its URI."""
+    with psycopg.connect(server_uri, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    uri = uri_of(server_uri, name)
+    with psycopg.connect(uri, autocommit=True) as conn:
+        for statement in (DDL, REPLICA_IDENTITY, MARKS_DDL):
+            conn.execute(statement)
+    return uri
+
+
+def mark_end(uri: str) -> int:
+    """The application's last transaction: the end mark; its transaction id."""
+    with psycopg.connect(uri) as conn:
+        conn.execute(f"INSERT INTO {MARKS} VALUES (%s)", (END,))
+        row = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+SLOTS = "SELECT slot_name, active_pid FROM pg_replication_slots WHERE database = %s"
+DROP_WITHIN_S = 30.0  # a terminated client's slot is released when its backend has exited
+
+
+def drop(server_uri: str, name: str) -> None:
+    """Database ``name`` gone, and every replication slot in it (an active one's client is
+    cut off first: a slot in use cannot be dropped)."""
+    with psycopg.connect(server_uri, autocommit=True) as admin:
+
+        def slots_gone() -> None:
+            found = admin.execute(SLOTS, (name,)).fetchall()
+            for slot, pid in found:
+                if pid is not None:
+                    admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                    continue
+                admin.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            if any(pid is not None for _slot, pid in found):
+                raise NotReady(f"slots in use: {found}")
+
+        wait_for(slots_gone, what=f"the slots of database {name} dropped", timeout=DROP_WITHIN_S)
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -1,0 +1,61 @@
+"""Where a scenario's records come from (its ``source:``): the lab's producer, or a database's
+log through Debezium.
+
+    source: producer            # the default: the seeded workload, produced as JSON records
+
+    source:
+      kind: debezium            # the workload as SQL transactions on the environment's
+      config:                   #   PostgreSQL, captured by Debezium on a Connect cluster of
+        snapshot.mode: initial  #   the source's own; config is a deployment's Debezium
+      connect:                  #   settings, pasted; connect its workers and their settings
+        workers: 1              #   (Connect's names, as pipeline.connect has them)
+        offset.flush.interval.ms: 60000
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Self
+
+from harness.records import Problem
+from harness.sources.debezium import DebeziumSource
+
+
+class SourceKind(StrEnum):
+    PRODUCER = "producer"
+    DEBEZIUM = "debezium"
+
+
+# What a fault's ``of:`` names the source's Connect cluster by (``connect-worker-kill``).
+SOURCE_LABEL = "source"
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    kind: str = SourceKind.PRODUCER.value
+    # Debezium's own settings over the lab's defaults (harness.sources.debezium)
+    config: dict[str, Any] = field(default_factory=dict)
+    # The source's Connect cluster: {workers: N} and worker settings, Connect's names
+    connect: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, raw: Any) -> Self | Any:
+        """``source: producer`` is ``{kind: producer}``; a mapping is itself."""
+        return {"kind": raw} if isinstance(raw, str) else raw
+
+    @property
+    def cdc(self) -> bool:
+        """Whether its records are a database's changes (its truth the database's commits)."""
+        return self.kind == SourceKind.DEBEZIUM
+
+    def debezium(self) -> DebeziumSource:
+        return DebeziumSource({k: str(v) for k, v in self.config.items()})
+
+    def problems(self) -> list[Problem]:
+        if self.kind not in set(SourceKind):
+            return [("kind", f"one of {', '.join(SourceKind)}; got {self.kind!r}")]
+        if not self.cdc:
+            extra = [k for k in ("config", "connect") if getattr(self, k)]
+            return [(k, f"a {self.kind} source has no {k}") for k in extra]
+        return [(f"config.{key}", why) for key, why in self.debezium().problems()]

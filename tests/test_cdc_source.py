@@ -1,0 +1,104 @@
+"""A scenario's ``source:``, checked before anything starts, and a CDC source's ledger for the
+sinks (pure: no servers). The run itself is the library's cdc-debezium-crash
+(tests/test_library.py), recounted there from the topic and MongoDB."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from harness.checker.check import check
+from harness.checker.explain import explain
+from harness.checker.model import KIND_CODES, LedgerArrays, SinkSnapshot
+from harness.environment.options import CONTAINERS_ABILITIES, LOCAL_ABILITIES
+from harness.kafka.clients import StoredRecord
+from harness.scenario import ScenarioError, parse_scenario, runnable
+from harness.sources.spec import SourceKind
+from harness.sources.stages import sink_ledger
+from harness.sources.truth import CommittedChange
+from harness.workload.events import Kind, Op
+
+BASE: dict[str, Any] = {"name": "cdc", "variants": ["naive"]}
+DEBEZIUM = {"kind": "debezium", "config": {"snapshot.mode": "no_data"}}
+
+
+def test_a_scenario_reads_from_the_producer_unless_it_names_its_source() -> None:
+    assert parse_scenario(BASE).source.kind == SourceKind.PRODUCER
+    assert parse_scenario({**BASE, "source": "producer"}).source.cdc is False
+    cdc = parse_scenario({**BASE, "source": DEBEZIUM}).source
+    assert cdc.cdc and cdc.debezium().options == {"snapshot.mode": "no_data"}
+
+
+def test_every_problem_of_a_source_is_named_before_anything_starts() -> None:
+    with pytest.raises(ScenarioError) as refused:
+        parse_scenario({**BASE, "source": {"kind": "mysql"}})
+    assert "source.kind: one of producer, debezium; got 'mysql'" in str(refused.value)
+    pasted = {"kind": "debezium", "config": {"slot.name": "prod", "topic.prefix": "prod"},
+              "connect": {"workers": 9, "offset.flush.interval.ms": "soon"}}  # fmt: skip
+    with pytest.raises(ScenarioError) as refused:
+        parse_scenario({**BASE, "source": pasted})
+    said = str(refused.value)
+    for where in ("source.config.slot.name", "source.config.topic.prefix",
+                  "source.connect.workers", "source.connect.offset.flush.interval.ms"):  # fmt: skip
+        assert where in said, said
+    with pytest.raises(ScenarioError) as refused:
+        parse_scenario({**BASE, "source": {"kind": "producer", "config": {"a": 1}}})
+    assert "source.config: a producer source has no config" in str(refused.value)
+
+
+def test_what_a_debezium_source_cannot_run_with_is_refused_by_name() -> None:
+    cdc = parse_scenario({**BASE, "runtimes": ["listener", "spark"], "source": DEBEZIUM})
+    with pytest.raises(ScenarioError) as refused:
+        runnable(cdc, CONTAINERS_ABILITIES)
+    said = str(refused.value)
+    assert "the containers backend does not run yet" in said
+    assert "the spark lanes do not read Debezium's records yet" in said
+    assert runnable(parse_scenario({**BASE, "source": DEBEZIUM}), LOCAL_ABILITIES) == ()
+
+
+def test_a_connect_fault_on_the_source_needs_a_source_on_connect() -> None:
+    kill = {"kind": "connect-worker-kill", "name": "k", "of": "source", "at": 1}
+    runnable(parse_scenario({**BASE, "source": DEBEZIUM, "faults": [kill]}), LOCAL_ABILITIES)
+    with pytest.raises(ScenarioError) as refused:
+        runnable(parse_scenario({**BASE, "faults": [kill]}), LOCAL_ABILITIES)
+    assert "faults[0].of: the scenario's source runs on no Connect cluster" in str(refused.value)
+
+
+def record(partition: int, offset: int, lsn: int, order_id: int, version: int) -> StoredRecord:
+    payload = {"op": "u", "before": None, "source": {"txId": lsn // 10, "lsn": lsn},
+               "after": {"order_id": order_id, "version": version}}  # fmt: skip
+    value = json.dumps({"schema": {}, "payload": payload}).encode()
+    return StoredRecord(partition, offset, {}, value, timestamp=1000.0 + offset)
+
+
+def committed(lsn: int, order_id: int, version: int) -> CommittedChange:
+    return CommittedChange(lsn, lsn // 10, "orders", Op.UPDATE, order_id, version, {}, 10.0)
+
+
+def test_the_sinks_ledger_places_each_commit_at_its_first_record_and_lists_the_copies() -> None:
+    changes = [committed(100, 1, 2), committed(110, 2, 2), committed(120, 3, 2)]
+    records = [
+        record(0, 0, 100, 1, 2),
+        record(1, 0, 110, 2, 2),
+        record(0, 1, 100, 1, 2),  # re-emitted after a restart: the same change again
+        record(1, 1, 999, 9, 9),  # no committed change: not the sinks' to expect
+        StoredRecord(0, 2, {}, None),  # a delete's tombstone
+    ]
+    rows = sink_ledger(changes, records, "t")
+    got = [(r.event_id, r.kind, r.partition, r.offset) for r in rows]
+    assert got == [
+        ("lsn-100-1", Kind.NORMAL, 0, 0),
+        ("lsn-110-2", Kind.NORMAL, 1, 0),
+        ("lsn-120-3", Kind.NORMAL, -1, -1),  # committed, never on the topic
+        ("lsn-100-1", Kind.COPY, 0, 1),
+    ]
+    ledger = LedgerArrays.from_rows(rows)
+    assert int((ledger.kind == KIND_CODES[Kind.COPY]).sum()) == 1
+    # A sink that stored every record: the copy is a duplicate, explained by the source's copy;
+    # the change never on the topic is lost.
+    stored = SinkSnapshot.from_lists([(1, 2, 1.0), (1, 2, 2.0), (2, 2, 1.0)], [(1, 2), (2, 2)])
+    verdict = check(ledger, stored, produced=len(rows))
+    assert (verdict.duplicates, verdict.lost, verdict.phantoms) == (1, 1, 0)
+    assert explain([], ledger).unexplained(verdict.duplicates) == 0
