@@ -30,6 +30,9 @@ from harness.workload.events import parse
 from harness.workload.generator import WorkloadSpec
 
 pytestmark = pytest.mark.servers
+# A worker's first PUT of Debezium's config loads the connector's classes and validates the config
+# against the database before it answers: over 10 s once on a loaded machine (the suite's).
+FIRST_PUT_S = 60.0
 
 
 def test_a_deployments_config_may_not_say_where_the_source_reads_and_writes() -> None:
@@ -103,7 +106,7 @@ def test_debezium_streams_each_committed_change_with_its_transaction_id_and_lsn(
 ) -> None:
     shop = postgres_database
     database = shop.rsplit("/", 1)[1]
-    rest = ConnectRest(worker)
+    rest = ConnectRest(worker, timeout=FIRST_PUT_S)
     where = Where(shop, slot=database, topic_prefix=database, tables=("orders",))
     start_source(rest, DebeziumSource().config(where), shop, database, first=True)
 
@@ -166,7 +169,7 @@ def test_the_topic_stage_catches_a_change_the_source_dropped_and_one_it_doubled(
     topic holds twice, as a re-emission leaves it. The topic stage names both."""
     shop = postgres_database
     database = shop.rsplit("/", 1)[1]
-    rest = ConnectRest(worker)
+    rest = ConnectRest(worker, timeout=FIRST_PUT_S)
     truth_slot = f"{database}_truth"
     truth.create_slot(shop, truth_slot)  # before the first write: the whole truth
     where = Where(shop, slot=database, topic_prefix=database, tables=("orders",))
