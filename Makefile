@@ -104,6 +104,7 @@ bench: $(STAMP) jars
 	$(BIN)/python tests/benchmarks/bench_mongo_writes.py
 	$(BIN)/python tests/benchmarks/bench_explore.py
 	$(BIN)/python tests/benchmarks/bench_containers.py
+	$(BIN)/python tests/benchmarks/bench_cdc.py
 	$(BIN)/python tests/benchmarks/bench_library.py
 
 # Every library scenario SOAK times with different seeds (default 10), and how often each

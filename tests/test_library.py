@@ -292,7 +292,7 @@ def test_the_library_has_every_scenario_the_issue_names() -> None:
         "commit-failure-storm", "producer-exactly-once", "processed-log-crash",
         "outbox-push-shape", "outbox-relay-crash", "outbox-server-restarts", "outbox-history-lost",
         "spark-connector-replay", "connect-worker-loss", "connect-rolling-upgrade",
-        "connect-mongo-outage", "connect-poison", "cdc-debezium-crash",
+        "connect-mongo-outage", "connect-poison", "cdc-debezium-crash", "cdc-exactly-once-source",
     }  # fmt: skip
     for path in LIBRARY:
         scenario = load_scenario(path)
@@ -400,6 +400,18 @@ def test_a_library_scenario_holds_its_expectations(
             assert_stages_add_up(r)
     if name == "cdc-debezium-crash":
         assert_cdc_recounts(scenario_env, loaded, rows)
+    if name == "cdc-exactly-once-source":  # KIP-618's promise, under both bounces
+        for (_, variant), r in rows.items():
+            steps = [e.detail for e in read_history(Path(r["directory"]) / "history")
+                     if e.kind is EventKind.FAULT_STEP]  # fmt: skip
+            assert any(d.startswith("SIGKILLed worker") for d in steps), (variant, steps)
+            assert any(d.startswith("stopped worker") for d in steps), (variant, steps)
+            published = r["relay"]["published"]
+            assert (published["duplicates"], published["lost"]) == (0, 0), variant
+            assert r["crashes"] == 1, variant
+        # What exactly-once at the source does not cover: the sink's own replay.
+        naive = rows[("listener", "naive")]
+        assert naive["duplicates"] == replayed_by_crashes(naive) > 0
     if name == "outbox-push-shape":
         pushed = [
             line

@@ -35,6 +35,9 @@ WORKER_SETTINGS = (
     "rebalance.timeout.ms",
     "task.shutdown.graceful.timeout.ms",
 )
+# Worker settings that are one of a few words, not milliseconds: KIP-618's exactly-once support
+# for source connectors (a source's cluster: ``source.connect``).
+WORKER_CHOICES = {"exactly.once.source.support": ("enabled", "disabled", "preparing")}
 SINK_CONNECTOR = "com.mongodb.kafka.connect.MongoSinkConnector"
 WORKERS = "workers"  # the scenario's own keys beside the worker settings
 PLUGINS = "plugins"  # folders of the scenario's own connector plugins, beside its file
@@ -57,10 +60,12 @@ def problems(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
         elif key == PLUGINS:
             if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
                 found.append((key, f"a list of folders of connector plugins; got {value!r}"))
+        elif key in WORKER_CHOICES:
+            if value not in WORKER_CHOICES[key]:
+                found.append((key, f"one of {', '.join(WORKER_CHOICES[key])}; got {value!r}"))
         elif key not in WORKER_SETTINGS:
-            found.append(
-                (key, f"not a worker setting the lab passes (those: {', '.join(WORKER_SETTINGS)})")
-            )
+            passed = ", ".join([*WORKER_SETTINGS, *WORKER_CHOICES])
+            found.append((key, f"not a worker setting the lab passes (those: {passed})"))
         elif not isinstance(value, int) or isinstance(value, bool) or value < 0:
             found.append((key, f"milliseconds, a whole number >= 0; got {value!r}"))
     return found

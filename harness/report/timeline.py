@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -143,12 +143,14 @@ class TimelineRow:
 
 @dataclass(frozen=True)
 class Timeline:
-    rows: tuple[TimelineRow, ...]
+    rows: tuple[TimelineRow, ...]  # a lane's each, in the run's order
+    source: TimelineRow | None = None  # a CDC source's, drawn above its lanes
 
     def groups(self) -> list[tuple[str, list[TimelineRow]]]:
-        """Rows by side-by-side group, in the order the groups ran."""
+        """Rows by side-by-side group, in the order the groups ran (a source's first, in its
+        lanes' group)."""
         grouped: dict[str, list[TimelineRow]] = {}
-        for row in self.rows:
+        for row in [self.source, *self.rows] if self.source else self.rows:
             grouped.setdefault(row.group, []).append(row)
         return list(grouped.items())
 
@@ -356,7 +358,19 @@ def timeline_row(v: VariantResult, t0: float) -> TimelineRow:
 
 def timeline(run: ScenarioResult) -> Timeline:
     t0 = origin(run)
-    return Timeline(tuple(timeline_row(v, t0) for v in run.variants))
+    return Timeline(tuple(timeline_row(v, t0) for v in run.variants), source_row(run, t0))
+
+
+def source_row(run: ScenarioResult, t0: float) -> TimelineRow | None:
+    """A CDC source's row, above its lanes': the change topic's copies (the source's
+    re-emissions, at their records' times) and losses, under the run's faults."""
+    lane = next((v for v in run.variants if v.relay is not None and v.relay.source), None)
+    if lane is None or lane.relay is None:
+        return None
+    faults = tuple(e for e in lane.events if e.source == "nemesis")  # the faults alone
+    stage = replace(lane, runtime="source", variant="the change topic",
+                    verdict=lane.relay.published, relay=None, events=faults)  # fmt: skip
+    return timeline_row(stage, t0)
 
 
 def clusters(times: Iterable[float], gap: float) -> list[tuple[float, float, int]]:

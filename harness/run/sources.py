@@ -256,7 +256,14 @@ class DebeziumSource:
         return run.marked
 
     def end_offsets(self) -> dict[int, int]:
-        return end_offsets(self.run.env.kafka_bootstrap, self.topic)
+        """Past the last record of each partition of the change topic: what a lane commits
+        once it has them all (not the partition's end, which counts the transaction markers
+        of an exactly-once source)."""
+        records = read_topic(self.run.env.kafka_bootstrap, self.topic)
+        ends = dict.fromkeys(end_offsets(self.run.env.kafka_bootstrap, self.topic), 0)
+        for record in records:
+            ends[record.partition] = max(ends[record.partition], record.offset + 1)
+        return ends
 
     def ledger(self) -> LedgerArrays:
         """The committed changes, each at its first record on the change topic; the further

@@ -291,7 +291,13 @@ class _WorkerKiller(Actor):
         if step.action == KILL_WORKER:
             self.back.start()
             self.lane = self.fault.lanes(self.context)[0]
-            self.index, self.why = self.fault.pick(self.lane)
+            try:
+                self.index, self.why = self.fault.pick(self.lane)
+            except ConnectError as exc:
+                # Connect's status names a worker no longer running (its scheduled rebalance
+                # not come yet), or no worker answers: no task's worker to aim at now.
+                self._record(f"{exc}: {NOT_KILLED}")
+                return
             down = self._down()
             if self.back.coming(down):
                 self.waiting = ", ".join(down)
