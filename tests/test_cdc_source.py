@@ -66,6 +66,16 @@ def test_a_connect_fault_on_the_source_needs_a_source_on_connect() -> None:
     assert "faults[0].of: the scenario's source runs on no Connect cluster" in str(refused.value)
 
 
+def test_a_database_restart_needs_a_source_database() -> None:
+    restart = {"kind": "postgres-restart", "name": "r", "at": 1, "hard": True}
+    runnable(parse_scenario({**BASE, "source": DEBEZIUM, "faults": [restart]}), LOCAL_ABILITIES)
+    with pytest.raises(ScenarioError) as refused:
+        runnable(parse_scenario({**BASE, "faults": [restart]}), LOCAL_ABILITIES)
+    assert "faults[0]: restarts a CDC source's database, and the scenario's source is producer" in (
+        str(refused.value)
+    )
+
+
 def record(partition: int, offset: int, lsn: int, order_id: int, version: int) -> StoredRecord:
     payload = {"op": "u", "before": None, "source": {"txId": lsn // 10, "lsn": lsn},
                "after": {"order_id": order_id, "version": version}}  # fmt: skip

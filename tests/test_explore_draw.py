@@ -30,6 +30,7 @@ LANE = injects("listener")  # what the faults make up on a listener's lane
 LOCAL = BackendAbilities("local", (1, 2, 3), link_faults=True)
 LISTENER = Explored("listener", ("idempotent", "transactional"), drawable(), LOCAL)
 CONNECT_KINDS = ("connect-task-restart", "connect-worker-kill")  # drawn beside a Connect lane
+SOURCE_KINDS = ("postgres-restart",)  # drawn beside a Debezium source
 
 
 def test_the_same_seed_draws_the_same_trials_and_another_seed_others() -> None:
@@ -46,8 +47,8 @@ def test_drawn_trials_are_scenarios_the_backend_can_play_with_one_to_four_faults
         assert 1 <= len(trial.faults) <= 4
         kinds_seen |= {str(f["kind"]) for f in trial.faults}
     # Every family that draws itself and the listener can run is drawn in a few minutes' runs;
-    # Connect's draw themselves only where a Connect lane runs.
-    assert kinds_seen == set(LISTENER.kinds) - {"executor-loss", *CONNECT_KINDS}
+    # Connect's draw themselves only where a Connect lane runs, a database's beside its source.
+    assert kinds_seen == set(LISTENER.kinds) - {"executor-loss", *CONNECT_KINDS, *SOURCE_KINDS}
 
 
 def space_for(kind: str) -> Space:
@@ -55,6 +56,8 @@ def space_for(kind: str) -> Space:
     setting = draw_trial(LISTENER, 1, 1).scenario().setting
     if kind in CONNECT_KINDS:
         setting = replace(setting, runtimes=setting.runtimes | {CONNECT}, consumers=2)
+    if kind in SOURCE_KINDS:
+        setting = replace(setting, source="debezium")
     return Space(setting, LOCAL, 10.0)
 
 

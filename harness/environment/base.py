@@ -31,6 +31,7 @@ class Component(StrEnum):
 
     KAFKA = "kafka"
     MONGO = "mongo"
+    POSTGRES = "postgres"  # a CDC source's database
 
 
 class Link(StrEnum):

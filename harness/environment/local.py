@@ -262,6 +262,8 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
     def _targets(self, component: Component, broker: int | None) -> list[LocalServer]:
         if component is Component.MONGO:
             return [self._server("mongo")]
+        if component is Component.POSTGRES:
+            return [self._server("postgres")]
         if broker is None:
             return [self._server(f"kafka-{n}") for n in NODE_IDS]
         if broker not in NODE_IDS:
@@ -276,7 +278,8 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
         else:
             grace = KAFKA_STOP_GRACE_S if isinstance(servers[0], KafkaNode) else 10.0
             names = ", ".join(s.name for s in servers)
-            process.terminate(procs, grace=grace, what=f"stopping {names}")
+            process.terminate(procs, grace=grace, what=f"stopping {names}",
+                              sig=servers[0].stop_signal)  # fmt: skip
         for server in servers:
             self._record(server.name, pid=None, create_time=None, paused=False)
 

@@ -171,14 +171,21 @@ def signal_server(env_id: str, server: str, sig: int) -> int:
     return len(procs)
 
 
-def terminate(procs: Sequence[psutil.Process], *, grace: float, what: str = "") -> None:
-    """SIGTERM, then - for whatever still runs after ``grace`` seconds - SIGKILL to each one
+def terminate(
+    procs: Sequence[psutil.Process],
+    *,
+    grace: float,
+    what: str = "",
+    sig: signal.Signals = signal.SIGTERM,
+) -> None:
+    """``sig`` (a server's own clean stop: SIGTERM unless it says otherwise), then - for
+    whatever still runs after ``grace`` seconds - SIGKILL to each one
     and its process group; returns once every process has exited (children of ours reaped).
     Bounded: ``grace`` plus ``KILL_WAIT_S``. An escalation, or a stop slower than
     ``SLOW_STOP_S``, is logged with ``what`` was being stopped."""
     started = time.monotonic()
-    _send(procs, signal.SIGTERM)
-    _send(procs, signal.SIGCONT)  # a paused process would never act on the SIGTERM
+    _send(procs, sig)
+    _send(procs, signal.SIGCONT)  # a paused process would never act on the signal
     left = wait_exited(procs, timeout=grace)
     if left:
         log.warning(

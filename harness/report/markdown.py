@@ -131,8 +131,9 @@ def scenario_markdown(
         lines += [
             f"**The source** (Debezium, from PostgreSQL's log; every lane's): {on.expected} "
             f"changes committed; on the change topic {on.unique_in_sink}, {on.duplicates} of "
-            f"them again (re-emitted), {on.lost} never (lost at the source). The lanes below "
-            "are counted against the same commits.",
+            f"them again (re-emitted), {on.lost} never (lost at the source)"
+            + (f"; it stopped for good: {on.stopped}" if on.stopped else "")
+            + ". The lanes below are counted against the same commits.",
             "",
         ]
     if rows:

@@ -189,13 +189,12 @@ class DebeziumSource:
 
     def check(self) -> None:
         """Its workers restarted when they die; its connector put on them once they formed
-        their group, and followed. A task that FAILED stays failed: the run stops, saying why."""
+        their group, and followed (a task that FAILED stays failed: the source has stopped for
+        good, ``done``)."""
         run = self.run
         assert run.supervisor is not None and run.watch is not None and run.history is not None
         run.supervisor.check()
         run.watch.poll(run.history)
-        if run.watch.failure:
-            raise LabError(f"the source stopped: Debezium's {run.watch.failure}")
 
     def await_ready(self, progress: Progress, stop: threading.Event | None) -> None:
         """Until Debezium's task streams from its slot (its snapshot of the empty tables done):
@@ -246,9 +245,12 @@ class DebeziumSource:
 
     def done(self) -> bool:
         """Whether the application's end mark is on its topic: Debezium emits in commit order,
-        so every change committed before it was put on the change topic by then, or lost."""
+        so every change committed before it was put on the change topic by then, or lost. Or
+        whether Debezium stopped for good (its task FAILED)."""
         run = self.run
-        assert run.where is not None
+        assert run.where is not None and run.watch is not None
+        if run.watch.failure:  # nothing more will come of it: the lanes get what it sent
+            return True
         if not run.marked and time.monotonic() - run.looked >= MARK_EVERY_S:
             run.looked = time.monotonic()
             marks = read_topic(run.env.kafka_bootstrap, run.where.topic(database.MARKS))
@@ -283,11 +285,13 @@ class DebeziumSource:
         run = self.run
         self.ledger()  # reads the truth and the topic once
         committed = len(run.committed)
+        stopped = run.watch.failure if run.watch is not None else ""
         verdict = check(committed_ledger(run.committed), topic_snapshot(run.records),
-                        produced=committed)  # fmt: skip
+                        produced=committed, stopped=stopped)  # fmt: skip
         progress(
             f"    the source: {committed} changes committed; on the topic {verdict.unique_in_sink}"
             f" (+{verdict.duplicates} copies re-emitted, {verdict.lost} lost at the source)"
+            + (f"; Debezium stopped for good: {stopped}" if stopped else "")
         )
         return [], RelayStage(verdict, of=SOURCE)
 

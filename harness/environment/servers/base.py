@@ -3,6 +3,7 @@ process of this machine; the containers backend runs the same servers' commands 
 
 from __future__ import annotations
 
+import signal
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ class LocalServer(ABC):
     name: str  # key in the state file, log file name
     role: ClassVar[str]  # what it is, for people
     ready_timeout: ClassVar[float] = 30.0
+    stop_signal: ClassVar[signal.Signals] = signal.SIGTERM  # its own clean shutdown
 
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx

@@ -16,6 +16,7 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 from typing import ClassVar
@@ -116,6 +117,9 @@ class PostgresServer(LocalServer):
     name = "postgres"
     role = "PostgreSQL (logical decoding)"
     ready_timeout: ClassVar[float] = 60.0
+    # Its fast shutdown (pg_ctl's default): SIGTERM is its smart one, which waits for every
+    # client to leave - a CDC source's replication connection never does.
+    stop_signal: ClassVar[signal.Signals] = signal.SIGINT
 
     @property
     def data(self) -> Path:

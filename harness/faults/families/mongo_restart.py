@@ -1,6 +1,9 @@
 """MongoDB restarted under the run: stopped (SIGTERM, or SIGKILL when ``hard``), down for
 ``down_for`` seconds, started again on the same address with its data. Every client's
-connections break; a change stream resumes from its token, a write is retried or fails."""
+connections break; a change stream resumes from its token, a write is retried or fails.
+
+``ServerRestart`` is any server of the environment restarted so; a CDC source's PostgreSQL is
+the other (``postgres_restart``)."""
 
 from __future__ import annotations
 
@@ -25,39 +28,40 @@ from harness.history.events import EventKind
 from harness.records import Problem
 
 STOP_MONGO, START_MONGO = "stop-mongo", "start-mongo"
-# Waits until no other fault holds MongoDB down: two restarts at once would each undo the other.
+# Waits until no other fault holds the server down: two restarts at once would each undo the
+# other.
 AWAIT_MONGO = "await-mongo"
 
 
 @dataclass
-class _MongoActor(Actor):
-    fault: MongoRestart
+class _RestartActor(Actor):
+    fault: ServerRestart
     context: Context
     down: bool = False
 
     @property
     def about(self) -> str:
-        return "MongoDB"
+        return self.fault.server
 
     def holds(self, step: Step) -> bool:
         if step.action != AWAIT_MONGO:
             raise ValueError(f"{step.action} is not a waiting step of {self.fault.name}")
-        return self.context.hold(MONGO_HELD, self.fault)
+        return self.context.hold(self.fault.held, self.fault)
 
     def take(self, step: Step) -> None:
-        env = self.context.env
+        env, fault = self.context.env, self.fault
         if step.action == AWAIT_MONGO:
-            pass  # it holds MongoDB now
+            pass  # it holds the server now
         elif step.action == STOP_MONGO:
-            how = "SIGKILL" if self.fault.hard else "SIGTERM"
-            self.context.record(EventKind.FAULT_STEP, self.fault, detail=f"MongoDB {how}")
+            how = "SIGKILL" if fault.hard else fault.clean_stop
+            self.context.record(EventKind.FAULT_STEP, fault, detail=f"{fault.server} {how}")
             self.down = True  # until it is back: an interrupted restart is undone too
-            if self.fault.down_for:
-                env.kill(Component.MONGO)  # down for a while: killed now, revived at START_MONGO
+            if fault.down_for:
+                env.kill(fault.component)  # down for a while: killed now, revived at START_MONGO
             else:
-                env.restart(Component.MONGO, hard=self.fault.hard)  # returns once it is back
+                env.restart(fault.component, hard=fault.hard)  # returns once it is back
                 self.down = False
-                self.context.release(self.fault)
+                self.context.release(fault)
         elif step.action == START_MONGO:
             self.undo()
         else:
@@ -67,19 +71,22 @@ class _MongoActor(Actor):
         if self.down:
             # Whatever state a stop or start was left in (a Ctrl-C mid-restart): none left,
             # then one started and ready.
-            self.context.env.kill(Component.MONGO)
-            self.context.env.revive(Component.MONGO)
+            self.context.env.kill(self.fault.component)
+            self.context.env.revive(self.fault.component)
             self.down = False
         self.context.release(self.fault)
 
 
 @dataclass(frozen=True)
-class MongoRestart(Timed):
-    """Restart MongoDB: SIGTERM (a clean shutdown) or SIGKILL when ``hard``, then start it again
-    at once - or, with ``down_for`` seconds (SIGKILL only), after that long. The window ends
-    once it is a writable primary again."""
+class ServerRestart(Timed):
+    """Restart a server of the environment: its clean stop, or SIGKILL when ``hard``, then
+    start it again at once - or, with ``down_for`` seconds (SIGKILL only), after that long. The
+    window ends once it answers again."""
 
-    kind: ClassVar[str] = "mongo-restart"
+    server: ClassVar[str]  # what it is, for people
+    component: ClassVar[Component]
+    held: ClassVar[str]  # what Context.hold calls it
+    clean_stop: ClassVar[str] = "SIGTERM"  # its clean shutdown's signal
     name: str
     at: float | None = None
     at_event: int | None = None
@@ -99,13 +106,13 @@ class MongoRestart(Timed):
         return (self.opening(seed), wait, Step(STOP_MONGO), *start, Step(END))
 
     def actor(self, context: Context) -> Actor:
-        return _MongoActor(self, context)
+        return _RestartActor(self, context)
 
     def aim(self) -> str:
-        return "MongoDB"
+        return self.server
 
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
-        return needs_server_control(backend, "MongoDB")
+        return needs_server_control(backend, self.server)
 
     @classmethod
     def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
@@ -116,3 +123,15 @@ class MongoRestart(Timed):
     @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
         return {**cls.when(at, at_event), "hard": True}
+
+
+@dataclass(frozen=True)
+class MongoRestart(ServerRestart):
+    """Restart MongoDB: SIGTERM (a clean shutdown) or SIGKILL when ``hard``, then start it again
+    at once - or, with ``down_for`` seconds (SIGKILL only), after that long. The window ends
+    once it is a writable primary again."""
+
+    kind: ClassVar[str] = "mongo-restart"
+    server: ClassVar[str] = "MongoDB"
+    component: ClassVar[Component] = Component.MONGO
+    held: ClassVar[str] = MONGO_HELD
