@@ -771,13 +771,14 @@ def _cdc_problems(pr: Problems, scenario: Scenario, abilities: BackendAbilities)
             f"a Debezium source reads PostgreSQL, which the {abilities.name} backend does not "
             "run yet (the local backend does; the external one is given it with --postgres-uri)",
         )
-    others = sorted({r for r, _spec in scenario.lanes if r != DEFAULT_RUNTIME.name})
-    if others:
-        pr.add(
-            "source",
-            f"the {', '.join(others)} lanes do not read Debezium's records yet: a Debezium "
-            f"source's lanes run on the {DEFAULT_RUNTIME.name} runtime",
-        )
+    for i, spec in enumerate(scenario.variants):
+        if not make_variant(spec.name, spec.options).parses_records:
+            pr.add(
+                f"variants[{i}]",
+                f"{spec.label} reads its records its own way, and reading a Debezium source's is "
+                "not built for it yet: a Debezium source's lanes are the lab's own variants, on "
+                "the listener or Spark runtime",
+            )
 
 
 @dataclass(frozen=True)

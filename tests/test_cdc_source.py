@@ -49,13 +49,16 @@ def test_every_problem_of_a_source_is_named_before_anything_starts() -> None:
 
 
 def test_what_a_debezium_source_cannot_run_with_is_refused_by_name() -> None:
-    cdc = parse_scenario({**BASE, "runtimes": ["listener", "spark"], "source": DEBEZIUM})
+    lanes = {"runtimes": ["listener", "spark"], "variants": ["naive", "connect-default"]}
+    cdc = parse_scenario({**BASE, **lanes, "source": DEBEZIUM})
     with pytest.raises(ScenarioError) as refused:
         runnable(cdc, CONTAINERS_ABILITIES)
     said = str(refused.value)
     assert "the containers backend does not run yet" in said
-    assert "the spark lanes do not read Debezium's records yet" in said
-    assert runnable(parse_scenario({**BASE, "source": DEBEZIUM}), LOCAL_ABILITIES) == ()
+    assert "variants[1]: connect-default reads its records its own way" in said
+    assert "naive" not in said.split("variants[1]")[0].split("source:")[-1]
+    both = parse_scenario({**BASE, "runtimes": ["listener", "spark"], "source": DEBEZIUM})
+    assert runnable(both, LOCAL_ABILITIES) == ()
 
 
 def test_a_connect_fault_on_the_source_needs_a_source_on_connect() -> None:

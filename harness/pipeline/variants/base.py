@@ -149,6 +149,9 @@ class Variant(ABC):
     mongo: Mapping[str, Any] = MappingProxyType({})
     # Its collections: the landing zone and the projection, and whatever its own bookkeeping needs.
     collections: ClassVar[tuple[str, ...]] = ("events", "orders")
+    # Its records are parsed by the lab (harness.workload.events.parse), which reads a Debezium
+    # source's records too; a program, a connector or a user's job reads them its own way.
+    parses_records: ClassVar[bool] = True
 
     def runs_on(self, runtime: Runtime) -> bool:
         """Whether it can run on ``runtime`` (any, unless it says otherwise)."""

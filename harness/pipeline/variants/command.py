@@ -21,7 +21,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from harness.checker.promise import PROMISES, Promise
 from harness.pipeline.batch import Batch
@@ -61,6 +61,7 @@ class Command(Variant):
     """A program in any language, run with the lab's environment variables."""
 
     name = "command"
+    parses_records: ClassVar[bool] = False
     command: str = ""
     instances: int = 1
     sink: Mapping[str, Any] = field(default_factory=dict)

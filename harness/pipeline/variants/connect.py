@@ -65,6 +65,7 @@ class Connect(Variant):
     """A sink connector's config, run by Kafka Connect."""
 
     name: ClassVar[str] = "connect"
+    parses_records: ClassVar[bool] = False
     config: Mapping[str, Any] = field(default_factory=dict)
     label: str = "connect"  # the lane's own name, not derived from the config
     promised: str = "exactly-once"

@@ -170,6 +170,7 @@ class ConnectorVariant(Variant):
     """MongoDB's Spark connector writes each batch (a Spark lane's JVM does, not the lab)."""
 
     name: ClassVar[str]
+    parses_records: ClassVar[bool] = False
     # How the lane hands the rows to the connector (harness.pipeline.spark_connector).
     streaming_sink: ClassVar[bool]
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from harness.pipeline.batch import Batch
 from harness.pipeline.runtimes import Runtime
@@ -52,6 +52,7 @@ class SparkJob(Variant):
     """The user's job (``job: module:callable``) writes its batches itself."""
 
     name = "spark-job"
+    parses_records: ClassVar[bool] = False
     job: str = ""
 
     def runs_on(self, runtime: Runtime) -> bool:
