@@ -104,11 +104,11 @@ class DebeziumRun:
     supervisor: RuntimeSupervisor | None = None
     watch: ConnectorWatch | None = None
     history: HistoryWriter | None = None
-    summary: ProduceSummary | None = None
     marked: bool = False  # the application's end mark is on its topic
     looked: float = 0.0  # time.monotonic() of the last look for it
     committed: list[truth.CommittedChange] = field(default_factory=list)
     records: list[StoredRecord] = field(default_factory=list)
+    ledger: LedgerArrays | None = None  # the sinks', once read
 
     @property
     def name(self) -> str:
@@ -229,17 +229,16 @@ class DebeziumSource:
         mark. (``hold`` is a producer's: the application writes at its own pace.)"""
         run = self.run
         planned = transactions(run.scenario.workload)
-        changes = sum(len(s.changes) for t in planned for s in t.statements)
 
         def body(stop: threading.Event, on_ack: Callable[[int], None]) -> ProduceSummary:
             started = time.monotonic()
-            sql_writer.write(run.uri, planned, on_commit=on_ack, stop=stop,
-                             rate=run.scenario.rate)  # fmt: skip
+            committed = sql_writer.write(run.uri, planned, on_commit=on_ack, stop=stop,
+                                         rate=run.scenario.rate)  # fmt: skip
             if not stop.is_set():
                 database.mark_end(run.uri)
-            seconds = time.monotonic() - started
-            run.summary = ProduceSummary(changes, changes, 0, seconds)
-            return run.summary
+            done = {c.seq for c in committed}
+            changes = sum(len(t.changes) for t in planned if t.seq in done)
+            return ProduceSummary(changes, changes, 0, time.monotonic() - started)
 
         return _SourceThread(body, self)
 
@@ -270,20 +269,21 @@ class DebeziumSource:
     def ledger(self) -> LedgerArrays:
         """The committed changes, each at its first record on the change topic; the further
         records of each as the source's copies (``sink_ledger``): written as the run's ledger
-        file, as a producer's is, and read once."""
+        file, as a producer's is. The truth and the topic are read once, after the run."""
         run = self.run
-        if not run.committed:
+        if run.ledger is None:
             run.committed = truth.read(run.uri, run.truth_slot)
             run.records = read_topic(run.env.kafka_bootstrap, self.topic, contents=True)
             with LedgerWriter(self.ledger_path) as ledger:
                 for row in sink_ledger(run.committed, run.records, self.topic):
                     ledger.append(row)
-        return load_ledger(self.ledger_path)
+            run.ledger = load_ledger(self.ledger_path)
+        return run.ledger
 
     def stage(self, progress: Progress) -> tuple[list[StoredTwice], RelayStage | None]:
         """The change topic against the database's commits: the source's copies and losses."""
         run = self.run
-        self.ledger()  # reads the truth and the topic once
+        self.ledger()  # the truth and the topic, read
         committed = len(run.committed)
         stopped = run.watch.failure if run.watch is not None else ""
         verdict = check(committed_ledger(run.committed), topic_snapshot(run.records),
