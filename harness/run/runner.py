@@ -1,12 +1,13 @@
 """Running a scenario: every variant, on every runtime, over the same seeded workload.
 
-One run: a fresh topic, and for each runtime x variant (a lane) a consumer group and MongoDB
-database; every lane's consumers start, and once each can consume the producer sends the
-workload and ledgers each acknowledgement; the run waits until every lane's consumers have
-committed past the last acknowledged offset (restarting any that crash); then each sink is read
-back and the checker judges it against the ledger. The lanes of a scenario run side by side
-over one topic under one fault schedule, every runtime's at once - unless the scenario runs its
-variants one at a time (``pipeline.parallel: false``, for throughput).
+One run: the source's fresh topic (``harness.run.sources``: the lab's producer, or a database
+through Debezium), and for each runtime x variant (a lane) a consumer group and MongoDB
+database; every lane's consumers start, and once each can consume the source writes the
+workload and keeps its truth; the run waits until every lane's consumers have committed past
+the source's last record (restarting any that crash); then the source's stage is checked, and
+each sink is read back and judged against the source's ledger. The lanes of a scenario run side
+by side over one topic under one fault schedule, every runtime's at once - unless the scenario
+runs its variants one at a time (``pipeline.parallel: false``, for throughput).
 """
 
 from __future__ import annotations
@@ -53,9 +54,7 @@ from harness.run.outbox import run_outbox
 from harness.run.sources import DebeziumSource, ProducerSource, Source
 from harness.scenario import Scenario, VariantSpec
 from harness.workload.producer import Hold, ProduceSummary
-from harness.workload.verify import (
-    StoredTwice,
-)
+from harness.workload.verify import StoredTwice
 
 
 def run_scenario(
