@@ -205,6 +205,9 @@ class DebeziumSource:
 
         def streaming() -> None:
             self.check()
+            assert run.watch is not None
+            if run.watch.failure:  # it never streamed: no run to speak of
+                raise LabError(f"Debezium's {run.watch.failure}")
             if not _slot_active(run.uri, slot):
                 raise NotReady(f"Debezium's slot {slot} not streaming yet")
 
