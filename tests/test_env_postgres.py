@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -45,9 +46,15 @@ def test_postgres_starts_when_a_run_asks_on_loopback_and_is_stopped_with_all_it_
     child, handles = child_harness
     directory = tmp_path / "env"
     assert "postgres" not in handles  # up alone does not start it
-    # Asked by another process than the environment's owner, as a run with --env asks.
-    env = LocalEnvironment.attach(directory)
-    uri = env.postgres_uri()
+    # Asked by another process than the environment's owner, as a run with --env asks; by two
+    # runs at once, as the matrix's side-by-side runs ask (each its own attachment): one server
+    # started, both handed its URI once it is ready.
+    envs = [LocalEnvironment.attach(directory) for _ in range(2)]
+    with ThreadPoolExecutor(2) as pool:
+        uris = list(pool.map(lambda e: e.postgres_uri(), envs))
+    env = envs[0]
+    uri = uris[0]
+    assert uris == [uri, uri]
     assert env.postgres_uri() == uri  # asked again: the same server, not a second
     pid = server_handles(directory)["postgres"].pid
     tree = server_tree(pid)

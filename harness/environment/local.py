@@ -48,6 +48,7 @@ PORT_NAMES = (
 )
 PREPARATION_TIMEOUT_S = 120.0
 KAFKA_STOP_GRACE_S = 30.0  # a margin over a controlled shutdown (docs/performance.md)
+STARTING_LOCK = "starting.lock"  # held while a server is started on demand (_on_demand)
 
 
 class LocalEnvironment(ProcessEnvironment[LocalOptions]):
@@ -175,8 +176,7 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
         return self._spark_settings(cluster)
 
     def postgres_uri(self) -> str:
-        if not self._reload().options.get("postgres"):
-            self._start_postgres()
+        self._on_demand("postgres", self._start_postgres)
         server = self._server("postgres")
         assert isinstance(server, PostgresServer)
         return server.uri
@@ -209,8 +209,8 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
 
     def spark_on(self, cluster: SparkCluster, run_dir: Path | None = None) -> SparkSettings:
         # The workers are processes of this machine: they see every folder already.
-        if cluster is SparkCluster.STANDALONE and not self._reload().options["spark_standalone"]:
-            self._start_spark_cluster()
+        if cluster is SparkCluster.STANDALONE:
+            self._on_demand("spark_standalone", self._start_spark_cluster)
         return self._spark_settings(cluster)
 
     def _start_spark_cluster(self) -> None:
@@ -227,6 +227,14 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
                 self._await_ready(worker)
 
         self._start_later("spark_standalone", [master, *workers], start)
+
+    def _on_demand(self, option: str, start: Callable[[], None]) -> None:
+        """``start`` the servers of ``option`` unless they run, one start at a time: runs side
+        by side ask at once (two CDC scenarios of the library's matrix had two ``initdb`` into
+        one folder, and one run handed a URI before its server was there)."""
+        with state.locked(self.directory, STARTING_LOCK):
+            if not self._reload().options.get(option):
+                start()
 
     def _start_later(
         self, option: str, servers: Sequence[LocalServer], start: Callable[[], None]

@@ -87,9 +87,11 @@ def save(directory: Path, state: EnvironmentState) -> None:
 
 
 @contextmanager
-def locked(directory: Path) -> Iterator[None]:
+def locked(directory: Path, name: str = LOCK_FILE) -> Iterator[None]:
+    """The environment's lock ``name`` held (the state file's, by default), across threads and
+    processes alike: each caller opens the file anew, and flock locks an open file."""
     directory.mkdir(parents=True, exist_ok=True)
-    with (directory / LOCK_FILE).open("a") as lock:
+    with (directory / name).open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
