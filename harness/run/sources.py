@@ -15,6 +15,7 @@ run ends (``close``).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -104,8 +105,9 @@ class DebeziumRun:
     supervisor: RuntimeSupervisor | None = None
     watch: ConnectorWatch | None = None
     history: HistoryWriter | None = None
-    marked: bool = False  # the application's end mark is on its topic
-    looked: float = 0.0  # time.monotonic() of the last look for it
+    mark_lsn: int = 0  # the application's end mark's LSN, once it is on its topic
+    flushed: bool = False  # Connect has committed Debezium's offsets past the mark
+    looked: float = 0.0  # time.monotonic() of the last look for either
     committed: list[truth.CommittedChange] = field(default_factory=list)
     records: list[StoredRecord] = field(default_factory=list)
     ledger: LedgerArrays | None = None  # the sinks', once read
@@ -246,18 +248,38 @@ class DebeziumSource:
         return _SourceThread(body, self)
 
     def done(self) -> bool:
-        """Whether the application's end mark is on its topic: Debezium emits in commit order,
-        so every change committed before it was put on the change topic by then, or lost. Or
-        whether Debezium stopped for good (its task FAILED)."""
+        """Whether every change committed before the application's end mark is on the change
+        topic, or lost there: the mark is on its topic, and Connect has committed Debezium's
+        offsets past it - Connect commits a source's offsets only up to the records Kafka
+        acknowledged, in order, while the mark alone says nothing of the other topic's
+        partitions (a run's lanes were once waited for up to a partition that still had 130
+        changes to come). Or whether Debezium stopped for good (its task FAILED)."""
         run = self.run
         assert run.where is not None and run.watch is not None
         if run.watch.failure:  # nothing more will come of it: the lanes get what it sent
             return True
-        if not run.marked and time.monotonic() - run.looked >= MARK_EVERY_S:
-            run.looked = time.monotonic()
-            marks = read_topic(run.env.kafka_bootstrap, run.where.topic(database.MARKS))
-            run.marked = bool(marks)
-        return run.marked
+        if run.flushed or time.monotonic() - run.looked < MARK_EVERY_S:
+            return run.flushed
+        run.looked = time.monotonic()
+        if not run.mark_lsn:
+            marks = read_topic(run.env.kafka_bootstrap, run.where.topic(database.MARKS),
+                               contents=True)  # fmt: skip
+            run.mark_lsn = max((change_lsn(r.value) for r in marks if r.value), default=0)
+        if run.mark_lsn:
+            run.flushed = self._offset_lsn() >= run.mark_lsn
+        return run.flushed
+
+    def _offset_lsn(self) -> int:
+        """The LSN of the source offsets Connect last committed for Debezium (0: none yet)."""
+        settings = ConnectSettings.from_json(self.targets[0].supervisor.config.connect)
+        records = read_topic(self.run.env.kafka_bootstrap, settings.storage_topics["offset"],
+                             contents=True)  # fmt: skip
+        latest = 0
+        for record in records:  # a partition's records in order: its last is its newest
+            if record.value is not None and self._prefix.encode() in (record.key or b""):
+                offset = json.loads(record.value)
+                latest = max(int(offset.get("lsn") or 0), int(offset.get("lsn_proc") or 0))
+        return latest
 
     def end_offsets(self) -> dict[int, int]:
         """Past the last record of each partition of the change topic: what a lane commits
@@ -328,6 +350,11 @@ class _SourceThread(ProducerThread):
 
     def done(self) -> bool:
         return super().done() and self._source.done()
+
+
+def change_lsn(value: bytes) -> int:
+    """The LSN of the change a Debezium record carries."""
+    return int(json.loads(value)["payload"]["source"]["lsn"])
 
 
 def _slot_active(uri: str, slot: str) -> bool:
