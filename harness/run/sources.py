@@ -34,7 +34,7 @@ from harness.errors import LabError
 from harness.faults.base import Target
 from harness.history.events import EventKind, HistoryWriter
 from harness.kafka.clients import StoredRecord, create_topic, end_offsets, read_topic
-from harness.pipeline import connect
+from harness.pipeline import connect, observer
 from harness.pipeline.connect import ConnectSettings
 from harness.pipeline.connect_watch import ConnectorWatch
 from harness.pipeline.runtime import RuntimeConfig
@@ -108,6 +108,7 @@ class DebeziumRun:
     mark_lsn: int = 0  # the application's end mark's LSN, once it is on its topic
     flushed: bool = False  # Connect has committed Debezium's offsets past the mark
     looked: float = 0.0  # time.monotonic() of the last look for either
+    polled: float = 0.0  # time.monotonic() of the connector's last status
     committed: list[truth.CommittedChange] = field(default_factory=list)
     records: list[StoredRecord] = field(default_factory=list)
     ledger: LedgerArrays | None = None  # the sinks', once read
@@ -196,7 +197,11 @@ class DebeziumSource:
         run = self.run
         assert run.supervisor is not None and run.watch is not None and run.history is not None
         run.supervisor.check()
-        run.watch.poll(run.history)
+        # Connect's REST API as often as a Connect lane's observer asks it, not at every tick of
+        # the loop (a status call each 0.1 s).
+        if time.monotonic() - run.polled >= observer.POLL_S:
+            run.polled = time.monotonic()
+            run.watch.poll(run.history)
 
     def await_ready(self, progress: Progress, stop: threading.Event | None) -> None:
         """Until Debezium's task streams from its slot (its snapshot of the empty tables done):
