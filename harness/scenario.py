@@ -41,7 +41,7 @@ from harness.pipeline import connect, connect_validate, mongo_options
 from harness.pipeline.command import program_problem
 from harness.pipeline.crash import CrashPlan
 from harness.pipeline.runtimes import DEFAULT as DEFAULT_RUNTIME
-from harness.pipeline.runtimes import Runtime, get_runtime, names
+from harness.pipeline.runtimes import RELAY, Runtime, get_runtime, names
 from harness.pipeline.variants import make_variant
 from harness.pipeline.variants.connect import Connect
 from harness.records import FieldError, FieldErrors, Problem, build, coerce
@@ -125,15 +125,17 @@ class VariantSpec:
 
 
 @dataclass(frozen=True)
-class RelaySpec:
-    """An outbox relay of the scenario (seed 003), by name and options."""
-
-    name: str
-    options: dict[str, Any] = field(default_factory=dict)
+class RelaySpec(VariantSpec):
+    """An outbox relay of the scenario (seed 003), by name and options: the pipeline under test
+    of an outbox scenario's lanes (runtime ``relay``), as a variant is of a sink scenario's."""
 
     @property
     def label(self) -> str:
         return make_relay(self.name, self.options).label
+
+    @property
+    def own_runtime(self) -> str | None:
+        return RELAY.name
 
 
 @dataclass(frozen=True)
@@ -305,6 +307,8 @@ class Scenario:
     def lanes(self) -> tuple[tuple[str, VariantSpec], ...]:
         """The (runtime, variant) pairs it runs: each variant on each of its ``runtimes:``, or
         on the one it brings (a command consumer, once)."""
+        if self.outbox is not None:  # its relays: the scenario's sink stores what each published
+            return tuple((RELAY.name, spec) for spec in self.relays)
         carried = [(spec.own_runtime, spec) for spec in self.variants]
         return (
             *((r, spec) for r in self.runtimes for own, spec in carried if own is None),
@@ -316,6 +320,8 @@ class Scenario:
         share them), a command's instances, or ``pipeline.consumers``."""
         if runtime.connect:
             return int(self.pipeline.connect.get(connect.WORKERS, connect.DEFAULT_WORKERS))
+        if isinstance(spec, RelaySpec):
+            return 1  # one relay process per change stream
         return make_variant(spec.name, spec.options).consumer_count(self.pipeline.consumers)
 
     @property
@@ -337,7 +343,7 @@ class Scenario:
             source=self.source.kind,
         )
 
-    def expectations_for(self, variant: VariantSpec | RelaySpec, runtime: str) -> list[Expectation]:
+    def expectations_for(self, variant: VariantSpec, runtime: str) -> list[Expectation]:
         """``*`` first, then the variant's name, its label, and ``label@runtime``; a later
         entry replaces an earlier one's expectation on the same field."""
         chosen: dict[str, Expectation] = {}

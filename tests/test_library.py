@@ -22,7 +22,7 @@ from harness.outbox.writer import read_written
 from harness.pipeline.runtime import RuntimeConfig
 from harness.report.table import BESIDE_NOTE, beside
 from harness.results.model import RESULTS, load
-from harness.scenario import RelaySpec, Scenario, VariantSpec, load_scenario
+from harness.scenario import Scenario, VariantSpec, load_scenario
 from harness.sources.sql_workload import transactions
 from harness.sources.stages import source_change
 from harness.workload.events import Kind, change_event_id
@@ -337,9 +337,8 @@ def test_a_library_scenario_holds_its_expectations(
     rows = {(r["runtime"], r["variant"]): r for r in report["results"]}
     loaded = load_scenario(path).cut("ci")
     runtimes = loaded.runtimes
-    # Every lane of the cut ran, and no other (an outbox scenario's rows are its relays').
-    relays = [("relay", r.label) for r in loaded.relays]
-    lanes = relays if loaded.outbox else [(rt, spec.label) for rt, spec in loaded.lanes]
+    # Every lane of the cut ran, and no other (an outbox scenario's lanes are its relays).
+    lanes = [(rt, spec.label) for rt, spec in loaded.lanes]
     assert set(lanes) == set(rows), (sorted(lanes), sorted(rows))
 
     # An outbox scenario's rows are its relays' (seed 003); a command consumer, or a connector,
@@ -349,8 +348,7 @@ def test_a_library_scenario_holds_its_expectations(
     listed = set(loaded.runtimes) if any(not s.own_runtime for s in loaded.variants) else set()
     assert {rt for rt, _ in rows} == ({"relay"} if loaded.outbox else listed | own)
     assert len({r["ledger"] for r in rows.values()}) == 1
-    specs: dict[str, VariantSpec | RelaySpec] = {s.label: s for s in loaded.variants}
-    specs.update({s.label: s for s in loaded.relays})
+    specs: dict[str, VariantSpec] = {s.label: s for _, s in loaded.lanes}
     for (rt, variant), r in rows.items():
         assert r["phantoms"] == 0, variant
         # Every poison record dead-lettered, or stored as a document (a Connect lane's: counted

@@ -11,7 +11,7 @@ from harness.environment.local import LocalEnvironment
 from harness.errors import BadInput
 from harness.outbox.relays import make_relay
 from harness.outbox.workload import OutboxSpec, WriteOp, generate_writes
-from harness.run.outbox import run_outbox
+from harness.run.runner import run_scenario
 from harness.scenario import ScenarioError, parse_scenario
 
 PUSH = {
@@ -88,7 +88,8 @@ def test_a_users_own_relay_runs_as_a_relay_process_and_its_losses_are_counted(
         "relays": ["tests.custom_relay:FirstEntryRelay", "naive"], "variants": ["idempotent"],
         "faults": [{"kind": "relay-crash", "at_change": 20}],
     })  # fmt: skip
-    results = {r.variant: r for r in run_outbox(scenario_env, scenario, tmp_path, progress=print)}
+    run = run_scenario(scenario_env, scenario, tmp_path, progress=print)
+    results = {r.variant: r for r in run.variants}
     mine, naive = results["first-entry"], results["naive"]
     assert mine.crashes == naive.crashes == 1
     assert mine.relay is not None and naive.relay is not None

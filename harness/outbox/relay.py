@@ -128,7 +128,7 @@ def commit(
     """Save the token of the last change of ``batch`` (committing the open transaction, for a
     token kept in Kafka), and empty ``batch``. The application's end marker relayed: the lab's
     wait loop reads this COMMIT as "position 1 of the one-partition 'stream'"
-    (harness.run.outbox)."""
+    (``OutboxSource.end_offsets``)."""
     if not batch:
         return
     save(producer, tokens, batch[-1]["_id"], in_transaction=tokens.kafka)

@@ -13,6 +13,8 @@ from .plots import ANOMALIES_PNG, THROUGHPUT_PNG, TIMELINE_PNG
 from .table import (
     BESIDE_NOTE,
     BESIDE_OVERLAP,
+    NOT_A_FIGURE,
+    RELAY_STAGE_COLUMNS,
     SOAK_HEADER,
     beside,
     copies_text,
@@ -20,6 +22,8 @@ from .table import (
     matrix,
     matrix_cell,
     rate_lines,
+    relay_stage_cells,
+    relayed,
     render_soak_table,
     run_label,
     soak_rows,
@@ -64,6 +68,12 @@ def _when(unix: float) -> str:
 
 def _workload(run: ScenarioResult) -> str:
     w = run.workload
+    if "writes" in w:  # an outbox application's (seed 003)
+        mix = ", ".join(f"{op} {weight}" for op, weight in w.get("mix", {}).items())
+        rate = f", {w['rate']} writes/s" if w.get("rate") else ""
+        return (f"{w['writes']} application writes to {w.get('documents')} orders ({mix}), "
+                f"their outboxes to topics {', '.join(w.get('topics', []))}, "
+                f"{w.get('partitions')} partitions{rate}")  # fmt: skip
     shown = [
         f"{w[k]} {label}"
         for k, label in (("events", "events"), ("keys", "keys"), ("partitions", "partitions"))
@@ -123,7 +133,8 @@ def scenario_markdown(
         expectation = "pass" if v.passed else f"**{v.outcome.word}**: {v.reason}"
         rows.append([
             v.runtime, v.variant, d.acked, d.in_sink, d.duplicates, copies_text(d.copies),
-            d.lost, d.stale, dead_lettered_text(v), f"{v.events_per_s:.0f}",
+            d.lost, NOT_A_FIGURE if relayed(v) else d.stale,
+            NOT_A_FIGURE if relayed(v) else dead_lettered_text(v), f"{v.events_per_s:.0f}",
             f"{v.crashes}/{v.restarts}", expectation,
         ])  # fmt: skip
     if source := next((v.relay for v in run.variants if v.relay and v.relay.source), None):
@@ -136,6 +147,20 @@ def scenario_markdown(
             + ". The lanes below are counted against the same commits.",
             "",
         ]
+    if relays := [v for v in run.variants if relayed(v)]:
+        lines += [
+            "**Each relay's published stage**: its target topics against the entries MongoDB "
+            "acknowledged to the application (*copies*: entries published more than once; "
+            "*history_lost*: resumes the oplog no longer held). The table after it is each "
+            "relay's sink: what the scenario's sink variant stored of its topics.",
+            "",
+            *table(
+                [h for h, _ in RELAY_STAGE_COLUMNS],
+                [relay_stage_cells(v) for v in relays],
+                numbers=[h for h, right in RELAY_STAGE_COLUMNS if right],
+            ),
+            "",
+        ]
     if rows:
         lines += table(VARIANT_COLUMNS, rows, numbers=NUMBER_COLUMNS)
         lines += [
@@ -143,7 +168,8 @@ def scenario_markdown(
             "*duplicates*: extra copies in the sink; *copies*: business changes by how many "
             "copies they have; *lost*: acked changes absent from the sink; *stale*: orders "
             "whose current state is behind their last acked version; *events/s*: records "
-            "consumed per second, first batch to last commit.",
+            "consumed per second, first batch to last commit"
+            + ("; a relay's, entries it published per second." if relays else "."),
         ]
         lines += [
             f"\n**{v.label} stopped for good**: {v.verdict.stopped}"

@@ -38,6 +38,32 @@ def dead_lettered_text(v: VariantResult) -> str:
     return f"{v.verdict.dead_lettered}" + (f" ({', '.join(said)})" if said else "")
 
 
+# An outbox relay's row: its sink stores messages, not an order's state (an order's entries go to
+# two topics, stored one topic after the other), and no entry is a poison record.
+NOT_A_FIGURE = "-"
+# Each relay's published stage, under its rows: (header, right-aligned).
+RELAY_STAGE_COLUMNS = (
+    ("relay", False),
+    ("written", True),
+    ("published", True),
+    ("copies", True),
+    ("lost", True),
+    ("history_lost", True),
+)
+
+
+def relayed(v: VariantResult) -> bool:
+    """Whether ``v`` is an outbox relay's lane (its stage is its own, not a CDC source's)."""
+    return v.relay is not None and not v.relay.source
+
+
+def relay_stage_cells(v: VariantResult) -> list[str]:
+    assert v.relay is not None
+    p = v.relay.published
+    return [v.label, str(p.acked), str(p.unique_in_sink), str(p.duplicates), str(p.lost),
+            str(v.relay.history_lost)]  # fmt: skip
+
+
 def expectation_text(v: VariantResult) -> str:
     return "pass" if v.passed else f"{v.outcome.word}: {v.reason}"
 
@@ -53,8 +79,8 @@ def variant_cells(v: VariantResult) -> list[str]:
         str(d.duplicated_keys),
         copies_text(d.copies),
         str(d.lost),
-        str(d.stale),
-        dead_lettered_text(v),
+        NOT_A_FIGURE if relayed(v) else str(d.stale),
+        NOT_A_FIGURE if relayed(v) else dead_lettered_text(v),
         f"{v.events_per_s:.0f}",
         f"{v.crashes}/{v.restarts}",
         expectation_text(v),
@@ -93,6 +119,12 @@ def render_table(run: ScenarioResult) -> str:
     lines = [headline(run)]
     if run.variants:
         lines += grid(header, [variant_cells(v) for v in run.variants], right)
+        if relays := [v for v in run.variants if relayed(v)]:
+            lines += ["", "each relay's published stage (its target topics against the entries "
+                      "MongoDB acknowledged); the rows above are its sink's:"]  # fmt: skip
+            lines += grid([h for h, _ in RELAY_STAGE_COLUMNS],
+                          [relay_stage_cells(v) for v in relays],
+                          [r for _, r in RELAY_STAGE_COLUMNS])  # fmt: skip
         lines += [
             f"{v.label} stopped for good: {v.verdict.stopped}"
             for v in run.variants

@@ -245,10 +245,11 @@ class ScenarioResult:
             seed=scenario.seed,
             backend=backend,
             versions=dict(versions),
+            # An outbox scenario's workload is its application's writes.
             workload={
-                **asdict(scenario.workload),
+                **asdict(scenario.outbox if scenario.outbox else scenario.workload),
                 "partitions": scenario.partitions,
-                "rate": scenario.rate,
+                "rate": scenario.outbox.rate if scenario.outbox else scenario.rate,
             },
             producer=asdict(scenario.producer),
             started_at=started_at,

@@ -30,6 +30,8 @@ from harness.readiness import DeadlineExceeded, GaveUp, NotReady, wait_for
 from harness.workload.producer import ProduceSummary
 
 Progress = Callable[[str], None]
+# A wait's progress line from the lanes' watches and, once the writer is done, what they wait for
+Report = Callable[[Sequence["Watch"], dict[int, int] | None], str]
 log = logging.getLogger(__name__)
 POLL_S = 0.1  # how often the loop looks at the histories, the producer and the consumers
 PROGRESS_S = 10.0  # how often a wait says how far the lanes are
@@ -216,7 +218,7 @@ def wait_until_consumed(
     end_offsets: Callable[[], dict[int, int]],
     timeout: float,
     progress: Progress,
-    report: Callable[[Sequence[Watch], dict[int, int] | None], str] | None = None,
+    report: Report | None = None,
     stop: threading.Event | None = None,
     running: threading.Event | None = None,
 ) -> ProduceSummary:

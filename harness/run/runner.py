@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.checker.check import check
-from harness.checker.explain import explain
+from harness.checker.explain import Explanation, explain
 from harness.checker.model import LedgerArrays, RelayStage
 from harness.environment.base import Environment, Link, tail
 from harness.environment.signals import ctrl_c_unwrapped
@@ -31,12 +31,13 @@ from harness.faults.schedule import FaultPlan, plan
 from harness.history.events import EventKind, HistoryEvent, HistoryTail, HistoryWriter, read_history
 from harness.history.windows import fault_windows
 from harness.kafka.clients import create_topic, delete_topics
+from harness.outbox.writer import SOURCE
 from harness.pipeline import kafka_log, spark_log
 from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.connect import ConnectSettings
 from harness.pipeline.mongo_options import uri_with
 from harness.pipeline.runtime import RuntimeConfig
-from harness.pipeline.runtimes import Runtime, get_runtime
+from harness.pipeline.runtimes import RELAY, Runtime, get_runtime
 from harness.pipeline.sink import database_for, prepare_sink, read_sink, slug
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
 from harness.pipeline.variants import Variant, import_path, make_variant
@@ -50,7 +51,7 @@ from harness.run.loop import (
     await_ready,
     wait_until_consumed,
 )
-from harness.run.outbox import run_outbox
+from harness.run.outbox import OutboxSource
 from harness.run.sources import DebeziumSource, ProducerSource, Source
 from harness.scenario import Scenario, VariantSpec
 from harness.workload.producer import Hold, ProduceSummary
@@ -93,10 +94,6 @@ def run_scenario(
     # Ctrl-C inside the Kafka client's C code is still Ctrl-C to the caller.
     with ctrl_c_unwrapped():
         try:
-            if scenario.outbox is not None:  # seed 003: the relays side by side, then the sink
-                results.extend(run_outbox(env, scenario, out_dir, progress, keep_topics, stop))
-                so_far().write(out_dir / RESULTS)
-                return so_far()
             # Side by side, every runtime's variants share one topic and one broker's weather
             # (as seed 002's three channels did), under one fault schedule; one at a time, each
             # variant has the machine to itself (throughput).
@@ -132,7 +129,8 @@ class _Lane:
 
     runtime: Runtime
     spec: VariantSpec
-    variant: Variant
+    label: str  # the variant's, or an outbox lane's relay's
+    variant: Variant  # what writes its sink (an outbox lane's: the scenario's sink variant)
     config: RuntimeConfig
     config_path: Path
     history: HistoryWriter
@@ -146,21 +144,30 @@ class _Lane:
     def group(self) -> str:
         return self.config.group
 
+    @property
+    def topics(self) -> list[str]:
+        """Its own topics: a sink's dead letters (a relay's topics are its source's)."""
+        return [] if self.runtime is RELAY else [dead_letter_topic(self.group)]
+
 
 def _lane(
     env: Environment,
     scenario: Scenario,
     runtime: Runtime,
     spec: VariantSpec,
-    topic: str,
+    source: Source,
     run_id: str,
     out_dir: Path,
 ) -> _Lane:
-    variant = make_variant(spec.name, spec.options)
-    lane_name = f"{runtime.name}-{slug(variant.label)}"
+    label = spec.label
+    lane_name = f"{runtime.name}-{slug(label)}"
     run_dir = (out_dir / lane_name).absolute()  # whoever calls: its processes run elsewhere
     run_dir.mkdir(parents=True, exist_ok=True)
     group = f"{scenario.name}.{run_id}.{lane_name}"
+    if isinstance(source, OutboxSource):
+        return _relay_lane(env, scenario, spec, source, group, run_dir)
+    topic = source.topic
+    variant = make_variant(spec.name, spec.options)
     database = database_for(run_id, lane_name)
     mongo = {**scenario.pipeline.mongo, **variant.mongo}  # the variant's settings over the run's
     # The scenario's Spark cluster (started now if it is the standalone one and not running).
@@ -194,18 +201,62 @@ def _lane(
         cwd=str(scenario.folder) if runtime.black_box else "",
         image=variant.container_image(),
     )
+    return _made(runtime, spec, label, variant, config, f"{runtime.name} {label} topic {topic}")
+
+
+def _relay_lane(
+    env: Environment,
+    scenario: Scenario,
+    spec: VariantSpec,
+    source: OutboxSource,
+    group: str,
+    run_dir: Path,
+) -> _Lane:
+    """An outbox scenario's lane: a relay reading the application's change stream into target
+    topics of its own (named by ``topic``); the scenario's sink variant stores them once it
+    has relayed everything (``OutboxSource.relayed``)."""
+    config = RuntimeConfig(
+        runtime=RELAY.name,
+        bootstrap=env.kafka_bootstrap_for(Link.CONSUMER_KAFKA),
+        mongo_uri=uri_with(env.mongo_uri_for(Link.CONSUMER_MONGO), scenario.pipeline.mongo),
+        mongo=scenario.pipeline.mongo,
+        topic=group,
+        group=group,
+        database=source.database,
+        variant=spec.name,
+        variant_options=spec.options,
+        run_dir=str(run_dir),
+        crash_plans=scenario.crash_plans,
+        import_path=import_path(spec.name, spec.options),  # a user's relay, for the process
+    )
+    source.relay(config)
+    sink = scenario.variants[0]
+    return _made(RELAY, spec, spec.label, make_variant(sink.name, sink.options), config,
+                 f"relay {spec.label} from {source.database}.{SOURCE}")  # fmt: skip
+
+
+def _made(
+    runtime: Runtime,
+    spec: VariantSpec,
+    label: str,
+    variant: Variant,
+    config: RuntimeConfig,
+    started: str,
+) -> _Lane:
+    """A lane's configuration written for its processes, its history begun, its watch."""
+    run_dir = Path(config.run_dir)
     config_path = run_dir / "runtime.json"
     config_path.write_text(config.to_json())
-    history = HistoryWriter(config.history_dir, "harness", variant.label)
-    history.record(EventKind.RUN_START, detail=f"{runtime.name} {variant.label} topic {topic}")
+    history = HistoryWriter(config.history_dir, "harness", label)
+    history.record(EventKind.RUN_START, detail=started)
     watch = Watch(
-        f"{runtime.name}/{variant.label}",
+        f"{runtime.name}/{label}",
         HistoryTail(config.history_dir),
         history,
         run_dir / "logs",
         runtime.ready,
     )
-    return _Lane(runtime, spec, variant, config, config_path, history, watch)
+    return _Lane(runtime, spec, label, variant, config, config_path, history, watch)
 
 
 def _connect_settings(env: Environment, scenario: Scenario, run_id: str, out_dir: Path) -> str:
@@ -298,7 +349,7 @@ def run_side_by_side(
     finally:
         source_topics = source.close()
     if not keep_topics:
-        topics = source_topics + [dead_letter_topic(lane.group) for lane in run.lanes]
+        topics = source_topics + [t for lane in run.lanes for t in lane.topics]
         # A Connect cluster's own topics (its configs, offsets, status) are the run's too.
         connect = [s.config.connect for s in run.supervisors if s.config.connect]
         topics += [t for c in connect for t in ConnectSettings.from_json(c).storage_topics.values()]
@@ -319,6 +370,8 @@ def _source(
 ) -> Source:
     if scenario.source.cdc:
         return DebeziumSource(env, scenario, run_id, out_dir, ledger_path)
+    if scenario.outbox is not None:
+        return OutboxSource(env, scenario, run_id, ledger_path)
     return ProducerSource(env, scenario, f"{scenario.name}.{run_id}", ledger_path)
 
 
@@ -334,10 +387,7 @@ def _set_up(
     configuration, history and who supervises its consumers."""
     started = time.monotonic()
     source.start()
-    made = [
-        _lane(env, scenario, runtime, spec, source.topic, run_id, out_dir)
-        for runtime, spec in lanes
-    ]
+    made = [_lane(env, scenario, runtime, spec, source, run_id, out_dir) for runtime, spec in lanes]
     return _Run(
         env,
         scenario,
@@ -371,11 +421,11 @@ def _play(run: _Run, progress: Progress, stop: threading.Event | None) -> Produc
     producer = run.source.writer(hold)
     targets = [
         Target(
-            HistoryWriter(lane.config.history_dir, "nemesis", lane.variant.label),
+            HistoryWriter(lane.config.history_dir, "nemesis", lane.label),
             run.supervisor_of[lane.group],
             lane.run_dir,
             runtime=lane.runtime,
-            label=lane.variant.label,
+            label=lane.label,
             name=lane.spec.name,
             group=lane.group,
             checkpoint=lane.config.checkpoint,
@@ -410,6 +460,7 @@ def _play(run: _Run, progress: Progress, stop: threading.Event | None) -> Produc
             run.source.end_offsets,
             scenario.pipeline.timeout_s,
             progress,
+            run.source.report,
             stop=stop,
             running=running,
         )
@@ -430,15 +481,13 @@ def _check(run: _Run, summary: ProduceSummary, progress: Progress) -> list[Varia
     for lane in run.lanes:
         if lane.runtime.group_member:  # its client logs hold the coordinators' errors
             for consumer in run.supervisor_of[lane.group].consumers:
-                kafka_log.harvest(
-                    consumer.log, lane.config.history_dir, consumer.name, lane.variant.label
-                )
+                kafka_log.harvest(consumer.log, lane.config.history_dir, consumer.name, lane.label)
         if lane.runtime.spark:  # its drivers' logs hold the tasks Spark lost
             spark_log.harvest(
                 Path(SparkSettings.from_json(lane.config.spark_settings).log_dir),
                 lane.config.history_dir,
                 read_history(lane.config.history_dir),
-                lane.variant.label,
+                lane.label,
             )
     seconds = time.monotonic() - run.started
     # The consumers' own faults (crash points) have no window in the history: named here.
@@ -466,18 +515,25 @@ def _judge(
         lane.history.append(
             EventKind.STORED_TWICE, t=twice.row.acked_at, count=twice.extra, detail=twice.describe()
         )
-    sink = read_sink(
-        run.env.mongo_uri,
-        config.database,
-        lane.variant,
-        bootstrap=run.env.kafka_bootstrap,
-        topic=config.topic,
-        group=config.group,
-        ledger=run.ledger_path,
-    )
     lane.history.record(EventKind.RUN_END)
     lane.history.close()
     events = read_history(config.history_dir)
+    relayed = isinstance(run.source, OutboxSource)
+    if isinstance(run.source, OutboxSource):  # a relay's: its topics, then what its sink stored
+        sink, stage = run.source.relayed(config, lane.variant, lane.label, events)
+        # The copies in its sink are those its relay put on its topics.
+        explanation = Explanation(0, stage.published.duplicates)
+    else:
+        sink = read_sink(
+            run.env.mongo_uri,
+            config.database,
+            lane.variant,
+            bootstrap=run.env.kafka_bootstrap,
+            topic=config.topic,
+            group=config.group,
+            ledger=run.ledger_path,
+        )
+        explanation = explain(events, ledger, black_box=lane.runtime.black_box)
     verdict = check(
         ledger,
         sink,
@@ -492,11 +548,10 @@ def _judge(
     if lane.runtime.black_box and verdict.acked and not verdict.in_sink and not verdict.stopped:
         _wrote_nothing(lane, supervisor)
     judged = Judged.of(scenario.expectations_for(lane.spec, config.runtime), verdict, stage)
-    explanation = explain(events, ledger, black_box=lane.runtime.black_box)
     unexplained = explanation.failure(verdict.duplicates)
     result = VariantResult(
         runtime=config.runtime,
-        variant=lane.variant.label,
+        variant=lane.label,
         verdict=verdict,
         events_per_s=_throughput(events, summary.acked),
         seconds=seconds,
@@ -509,15 +564,25 @@ def _judge(
         unexplained=explanation.unexplained(verdict.duplicates),
         directory=lane.run_dir,
         ledger=run.ledger_path,
-        unfired=unfired(scenario.faults, events, scenario.workload.events),
+        unfired=unfired(
+            scenario.faults, events, summary.produced if relayed else scenario.workload.events
+        ),
         relay=stage,
     )
-    progress(
-        f"    {result.label}: {verdict.in_sink} in sink of {verdict.acked} acked, "
-        f"{verdict.duplicates} duplicates, {verdict.lost} lost, {verdict.stale} stale, "
-        f"{verdict.dead_lettered} dead-lettered; {result.events_per_s:.0f} events/s; "
-        f"{result.outcome.value.upper() if not result.passed else 'pass'}"
-    )
+    outcome = result.outcome.value.upper() if not result.passed else "pass"
+    if relayed and stage is not None:
+        p = stage.published
+        progress(
+            f"    {result.label}: {verdict.acked} entries written; published {p.unique_in_sink} "
+            f"(+{p.duplicates} copies, {p.lost} lost); stored {verdict.unique_in_sink} "
+            f"(+{verdict.duplicates} copies, {verdict.lost} lost); {outcome}"
+        )
+    else:
+        progress(
+            f"    {result.label}: {verdict.in_sink} in sink of {verdict.acked} acked, "
+            f"{verdict.duplicates} duplicates, {verdict.lost} lost, {verdict.stale} stale, "
+            f"{verdict.dead_lettered} dead-lettered; {result.events_per_s:.0f} events/s; {outcome}"
+        )
     if verdict.stopped:
         progress(f"      stopped for good: {verdict.stopped}")
     for u in result.unfired:
@@ -533,7 +598,7 @@ def _wrote_nothing(lane: _Lane, supervisor: RuntimeSupervisor) -> None:
         f"--- the last lines of {c.log}:\n{tail(c.log, 15)}" for c in supervisor.consumers
     )
     raise LabError(
-        f"{lane.variant.label} wrote no document to {lane.config.database}.{landing.collection} "
+        f"{lane.label} wrote no document to {lane.config.database}.{landing.collection} "
         f"(its sink: collection); the run's records were acknowledged. Does it write where "
         f"CHAOSLAB_DATABASE and the sink's collection say?\n{logs}"
     )
@@ -542,8 +607,9 @@ def _wrote_nothing(lane: _Lane, supervisor: RuntimeSupervisor) -> None:
 def _throughput(history: list[HistoryEvent], records: int) -> float:
     events = [e for e in history if e.source != "harness"]
     # A black box's first documents and its group's commits, as the lab saw them.
+    # A relay's first entries published.
     starts, commits = (
-        (EventKind.BATCH, EventKind.SINK_COUNT),
+        (EventKind.BATCH, EventKind.SINK_COUNT, EventKind.WRITTEN),
         (EventKind.COMMIT, EventKind.COMMITTED),
     )
     first = next((e.t for e in events if e.kind in starts), None)

@@ -41,7 +41,7 @@ from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.runtimes import CONNECT_SOURCE
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
 from harness.readiness import DeadlineExceeded, GaveUp, NotReady, wait_for
-from harness.run.loop import ProducerThread, Progress, Stopped
+from harness.run.loop import ProducerThread, Progress, Report, Stopped
 from harness.scenario import Scenario
 from harness.sources import database, sql_writer, truth
 from harness.sources.debezium import Where
@@ -88,6 +88,10 @@ class Source(Protocol):
     # The topic's own copies of the producer's records; the source's stage (a CDC source's)
     def stage(self, progress: Progress) -> tuple[list[StoredTwice], RelayStage | None]: ...
 
+    # The wait's progress line, where the lanes' committed offsets are not what it waits for
+    @property
+    def report(self) -> Report | None: ...
+
     def close(self) -> list[str]: ...  # its processes stopped, its state dropped; its topics
 
 
@@ -124,6 +128,8 @@ class DebeziumRun:
 
 class DebeziumSource:
     """Seed 000's source: PostgreSQL's log through Debezium (see the module's doc)."""
+
+    report = None
 
     def __init__(
         self, env: Environment, scenario: Scenario, run_id: str, out_dir: Path, ledger_path: Path
@@ -372,6 +378,8 @@ def _slot_active(uri: str, slot: str) -> bool:
 
 class ProducerSource:
     """The lab's producer (see the module's doc)."""
+
+    report = None
 
     def __init__(self, env: Environment, scenario: Scenario, topic: str, ledger_path: Path) -> None:
         self.env, self.scenario, self.topic, self.ledger_path = env, scenario, topic, ledger_path
