@@ -37,7 +37,7 @@ from harness.explore.explorer import explore
 from harness.explore.model import REPLAYS
 from harness.notebooks import execute
 from harness.paths import revision
-from harness.pipeline import connect_worker
+from harness.pipeline.connect import worker as connect_worker
 from harness.pipeline.runtimes import get_runtime
 from harness.repair import add_repair_parser
 from harness.report import (

@@ -37,8 +37,10 @@ from harness.faults.base import Fault, Setting, Timed
 from harness.faults.kinds import parse_fault
 from harness.outbox.relays import make_relay
 from harness.outbox.workload import OutboxSpec
-from harness.pipeline import connect, connect_validate, mongo_options
+from harness.pipeline import mongo_options
 from harness.pipeline.command import program_problem
+from harness.pipeline.connect import settings as connect
+from harness.pipeline.connect import validate as connect_validate
 from harness.pipeline.crash import CrashPlan
 from harness.pipeline.runtimes import DEFAULT as DEFAULT_RUNTIME
 from harness.pipeline.runtimes import RELAY, Runtime, get_runtime, names
@@ -159,7 +161,8 @@ class PipelineSpec:
     # harness.pipeline.mongo_options
     mongo: dict[str, Any] = field(default_factory=dict)
     # connect: the run's Kafka Connect cluster - {workers: 2} and worker settings in Connect's
-    # names (offset.flush.interval.ms...), Connect's defaults unless set (harness.pipeline.connect)
+    # names (offset.flush.interval.ms...), Connect's defaults unless set
+    # (harness.pipeline.connect.settings)
     connect: dict[str, Any] = field(default_factory=dict)
 
     def problems(self) -> list[tuple[str, str]]:

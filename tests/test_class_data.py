@@ -15,7 +15,7 @@ from harness.environment import jars, spark_cds
 from harness.environment.class_data import ClassData
 from harness.environment.servers import kafka
 from harness.paths import HOME_VAR
-from harness.pipeline import connect_worker
+from harness.pipeline.connect import worker as connect_worker
 from tests import hanging_probe
 
 

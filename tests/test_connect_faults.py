@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from harness.environment.local import LocalEnvironment
 from harness.history.events import EventKind, read_history
-from harness.pipeline.connect import ConnectSettings
+from harness.pipeline.connect.settings import ConnectSettings
 from harness.pipeline.runtime import RuntimeConfig
 from harness.run.runner import run_scenario
 from harness.scenario import parse_scenario

@@ -12,7 +12,7 @@ import yaml
 from harness.environment.local import LocalEnvironment
 from harness.history.events import EventKind, read_history
 from harness.kafka.clients import admin
-from harness.pipeline.connect import ConnectSettings
+from harness.pipeline.connect.settings import ConnectSettings
 from harness.pipeline.runtime import RuntimeConfig
 from harness.results.model import RESULTS
 from tests.connect_plugin import SINK, build_plugin, orders_scenario

@@ -25,7 +25,7 @@ from harness.faults.families.connect import (
 from harness.faults.kinds import parse_fault
 from harness.faults.nemesis import WAIT_TIMEOUT_S
 from harness.kafka.clients import CONSUMER_CLIENT
-from harness.pipeline.connect import (
+from harness.pipeline.connect.settings import (
     SINK_CONNECTOR,
     ConnectorState,
     ConnectSettings,

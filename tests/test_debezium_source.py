@@ -19,8 +19,8 @@ from harness.environment.local import LocalEnvironment
 from harness.environment.ports import free_ports
 from harness.errors import BadInput
 from harness.kafka.clients import StoredRecord, consumer_config, producer_config, read_topic
-from harness.pipeline.connect import ConnectError, ConnectRest, ConnectSettings
-from harness.pipeline.connect_worker import CLASS_DATA, worker_command, worker_properties
+from harness.pipeline.connect.settings import ConnectError, ConnectRest, ConnectSettings
+from harness.pipeline.connect.worker import CLASS_DATA, worker_command, worker_properties
 from harness.readiness import NotReady, wait_for
 from harness.sources import sql_writer, truth
 from harness.sources.debezium import CONNECTOR_CLASS, DebeziumSource, Where

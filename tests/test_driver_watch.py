@@ -13,8 +13,8 @@ from pymongo import MongoClient, monitoring
 from harness.environment.base import Link, LinkRule
 from harness.environment.local import LocalEnvironment
 from harness.history.events import EventKind, HistoryWriter, read_history
-from harness.pipeline.driver_watch import driver_watch
 from harness.pipeline.mongo_options import uri_with
+from harness.pipeline.spark.driver_watch import driver_watch
 from harness.readiness import wait_for
 
 pytestmark = pytest.mark.servers

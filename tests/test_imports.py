@@ -221,7 +221,12 @@ BACKEND_MODULES = ("harness.environment.local", "harness.environment.external",
 
 @pytest.mark.parametrize(
     "module",
-    ["harness.pipeline.listener", "harness.outbox.relay", "harness.cli", "harness.run.runner"],
+    [
+        "harness.pipeline.listener.consumer",
+        "harness.outbox.relay",
+        "harness.cli",
+        "harness.run.runner",
+    ],
 )
 def test_no_backend_loads_until_it_is_asked_for(module: str) -> None:
     # A listener process, a relay process, the CLI and a run on the local backend: none
@@ -231,8 +236,8 @@ def test_no_backend_loads_until_it_is_asked_for(module: str) -> None:
     assert [m for m in loaded if m.startswith(BACKEND_MODULES)] == []
 
 
-CONSUMER_PROCESSES = ("harness.pipeline.listener", "harness.outbox.relay",
-                      "harness.pipeline.connect_worker")  # fmt: skip
+CONSUMER_PROCESSES = ("harness.pipeline.listener.consumer", "harness.outbox.relay",
+                      "harness.pipeline.connect.worker")  # fmt: skip
 CHECKING_LIBRARIES = ("numpy", "pyarrow", "pandas", "matplotlib")
 
 

@@ -8,7 +8,7 @@ from harness.history.events import EventKind, read_history
 from harness.pipeline.kafka_log import BrokerError, broker_errors, harvest
 
 LOG = """\
-==== chaoslab: starting runtime-x at 2026-11-22 11:00:00: python -m harness.pipeline.listener
+==== chaoslab: starting runtime-x at 2026-11-22 11:00:00: python -m harness.pipeline.listener.consumer
 %7|1795346780.100|HEARTBEAT|chaoslab-consumer-listener-0#consumer-2| [thrd:main]: GroupCoordinator/3: Heartbeat for group "g" generation id 1
 %7|1795346785.206|HEARTBEAT|chaoslab-consumer-listener-0#consumer-2| [thrd:main]: Group "g" heartbeat error response in state up (join-state steady, 3 partition(s) assigned): Broker: Not coordinator
 %7|1795346785.230|CGRP|chaoslab-consumer-listener-0#consumer-2| [thrd:main]: Group "g": heartbeat error response: Broker: Not coordinator: marking the coordinator (3) dead

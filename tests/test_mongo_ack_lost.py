@@ -22,8 +22,8 @@ from harness.environment.proxy.rules import RuleError, RuleTable, parse_rule
 from harness.errors import BadInput
 from harness.faults.kinds import parse_fault
 from harness.history.events import EventKind, HistoryWriter, read_history
-from harness.pipeline.driver_watch import driver_watch
 from harness.pipeline.mongo_options import uri_with
+from harness.pipeline.spark.driver_watch import driver_watch
 from harness.pipeline.variants import make_variant
 from harness.records import FieldErrors
 from tests.support import unique

@@ -1,4 +1,4 @@
-"""MongoDB's Spark connector in the Spark runtime (harness.pipeline.spark_connector): the
+"""MongoDB's Spark connector in the Spark runtime (harness.pipeline.spark.connector): the
 mid_write plans armed where the lab's Spark hooks read them, a query's checkpoint read for a
 batch's records, the hold of its entries - and, in a Spark session against the lab's MongoDB,
 that the connector refuses exactly the values the lab refuses before a run, in the words the
@@ -18,7 +18,7 @@ import pytest
 from harness.environment.local import LocalEnvironment
 from harness.history.events import HistoryWriter
 from harness.pipeline.crash import Crasher, CrashPlan, CrashPoint, Struck
-from harness.pipeline.spark_connector import (
+from harness.pipeline.spark.connector import (
     ARMED,
     CheckpointHold,
     MidWrite,

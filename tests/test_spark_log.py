@@ -1,5 +1,5 @@
 """The write tasks Spark's driver lost, read from its log into a lane's history
-(harness/pipeline/spark_log.py) - from lines as a driver of the lab wrote them, without Spark."""
+(harness/pipeline/spark/log.py) - from lines as a driver of the lab wrote them, without Spark."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 
 from harness.history.events import EventKind, HistoryEvent, read_history
-from harness.pipeline.spark_log import harvest, lost_tasks
+from harness.pipeline.spark.log import harvest, lost_tasks
 
 # A driver's log of a connector lane's batch 2 under a step-down (shortened traces), and an
 # executor lost under the other lane's batch 1.

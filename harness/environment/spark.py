@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 LOG4J2_TEMPLATE = """\
 # Written by chaoslab: Spark's own logging goes to a file, only errors reach the console. Its
-# times carry their date and zone: the lab reads lost tasks from it (harness.pipeline.spark_log).
+# times carry their date and zone: the lab reads lost tasks from it (harness.pipeline.spark.log).
 status = error
 rootLogger.level = warn
 rootLogger.appenderRef.file.ref = file

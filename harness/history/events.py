@@ -31,7 +31,7 @@ class EventKind(StrEnum):
     # in it - with BATCH's first offsets, the records a consumer handled)
     WRITTEN = "written"
     WRITE_FAILED = "write-failed"  # the variant's write raised; it will be tried again
-    # What the MongoDB driver saw of the variant's commands (harness.pipeline.driver_watch): a
+    # What the MongoDB driver saw of the variant's commands (harness.pipeline.spark.driver_watch): a
     # command that failed (detail: "insert: the error"), whether or not the driver retries it,
     # and an operation the driver retried that was then answered (detail: its command).
     MONGO_ERROR = "mongo-error"
@@ -60,7 +60,7 @@ class EventKind(StrEnum):
     TASK_RETRIED = "task-retried"
     # Spark's driver lost a write task of the variant's query (batch; detail: the task and its
     # error, from the driver's log after the run - and MongoDB's connector's abort, when it
-    # said so): Spark runs it again, or fails the batch (harness.pipeline.spark_log).
+    # said so): Spark runs it again, or fails the batch (harness.pipeline.spark.log).
     TASK_FAILED = "task-failed"
     PAUSED = "paused"  # a consumer froze itself at a point (detail: the point; fault: its name)
     RESUMED = "resumed"  # the supervisor thawed a paused consumer

@@ -25,8 +25,8 @@ from pymongo.errors import PyMongoError
 from harness.history.events import EventKind, HistoryWriter
 from harness.pipeline.batch import Batch, DeadLetters, Poison, RawRecord, split
 from harness.pipeline.crash import Crasher, CrashPlan, CrashPoint
-from harness.pipeline.driver_watch import driver_watch
 from harness.pipeline.mongo_options import max_commit_time_ms
+from harness.pipeline.spark.driver_watch import driver_watch
 from harness.pipeline.variants import Variant, WriteContext, make_variant
 
 # The consumers' MongoDB appName: failCommand failpoints are scoped to it, so a fault hits the

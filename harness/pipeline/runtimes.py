@@ -52,14 +52,14 @@ class Runtime:
     # inside it, no batch in its history - the lab records what it sees (harness.pipeline.observer).
     black_box: bool = False
     # Its processes are a Kafka Connect cluster's workers, which every lane of the runtime in a
-    # run shares: each lane is a connector on it (``harness.pipeline.connect``).
+    # run shares: each lane is a connector on it (``harness.pipeline.connect.settings``).
     connect: bool = False
 
 
 LISTENER = Runtime(
     name="listener",
     listed=True,
-    module="harness.pipeline.listener",
+    module="harness.pipeline.listener.consumer",
     process_per_consumer=True,
     group_member=True,
     commit_failure=CommitFailureVia.PROXY,
@@ -70,7 +70,7 @@ LISTENER = Runtime(
 SPARK = Runtime(
     name="spark",
     listed=True,
-    module="harness.pipeline.spark_runtime",
+    module="harness.pipeline.spark.runtime",
     process_per_consumer=False,
     group_member=False,  # its Kafka source assigns partitions and keeps offsets in a checkpoint
     commit_failure=CommitFailureVia.CHECKPOINT,
@@ -117,7 +117,7 @@ COMMAND = Runtime(
 CONNECT = Runtime(
     name="connect",
     listed=False,
-    module="harness.pipeline.connect_worker",
+    module="harness.pipeline.connect.worker",
     process_per_consumer=True,  # each worker is given its index
     group_member=False,  # the workers' logs are read as they run (harness.pipeline.observer)
     commit_failure=CommitFailureVia.PROXY,  # the sink tasks' consumers commit through the proxy
@@ -134,7 +134,7 @@ CONNECT = Runtime(
 CONNECT_SOURCE = Runtime(
     name="connect-source",
     listed=False,
-    module="harness.pipeline.connect_worker",
+    module="harness.pipeline.connect.worker",
     process_per_consumer=True,  # each worker is given its index
     group_member=False,
     commit_failure=CommitFailureVia.PROXY,  # it commits no consumer offsets

@@ -20,8 +20,8 @@ from harness.environment import process as proc
 from harness.environment.base import Environment, tail
 from harness.errors import LabError
 from harness.history.events import KILLED, EventKind, HistoryWriter
-from harness.pipeline import connect
 from harness.pipeline.command import environment
+from harness.pipeline.connect import settings as connect
 from harness.pipeline.observer import ERROR_LINE, Observer
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.runtimes import Runtime, get_runtime

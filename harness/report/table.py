@@ -193,7 +193,8 @@ def matrix_cell(v: VariantResult | None) -> str:
     if v is None:
         return "-"
     d = v.verdict
-    return f"{d.duplicates}/{d.lost}/{d.stale} {v.outcome.word}"
+    stale = NOT_A_FIGURE if relayed(v) else d.stale
+    return f"{d.duplicates}/{d.lost}/{stale} {v.outcome.word}"
 
 
 def render_matrix_table(runs: Sequence[ScenarioResult]) -> str:

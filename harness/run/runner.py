@@ -32,13 +32,14 @@ from harness.history.events import EventKind, HistoryEvent, HistoryTail, History
 from harness.history.windows import fault_windows
 from harness.kafka.clients import create_topic, delete_topics
 from harness.outbox.writer import SOURCE
-from harness.pipeline import kafka_log, spark_log
+from harness.pipeline import kafka_log
 from harness.pipeline.batch import dead_letter_topic
-from harness.pipeline.connect import ConnectSettings
+from harness.pipeline.connect.settings import ConnectSettings
 from harness.pipeline.mongo_options import uri_with
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.runtimes import RELAY, Runtime, get_runtime
 from harness.pipeline.sink import database_for, prepare_sink, read_sink, slug
+from harness.pipeline.spark import log as spark_log
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
 from harness.pipeline.variants import Variant, import_path, make_variant
 from harness.results.fired import unfired
@@ -354,9 +355,14 @@ def run_side_by_side(
         connect = [s.config.connect for s in run.supervisors if s.config.connect]
         topics += [t for c in connect for t in ConnectSettings.from_json(c).storage_topics.values()]
         delete_topics(env.kafka_bootstrap, topics)
+        made = (
+            "its relays'"
+            if isinstance(source, OutboxSource)
+            else f"{run.topic} and its dead-letter"
+        )
         progress(
-            f"    deleted the run's {len(topics)} topics ({run.topic} and its dead-letter "
-            f"topics{', its Connect cluster' if connect else ''})"
+            f"    deleted the run's {len(topics)} topics ({made} topics"
+            f"{', its Connect cluster' if connect else ''})"
         )
     return results
 

@@ -34,9 +34,10 @@ from harness.errors import LabError
 from harness.faults.base import Target
 from harness.history.events import EventKind, HistoryWriter
 from harness.kafka.clients import StoredRecord, create_topic, end_offsets, read_topic
-from harness.pipeline import connect, observer
-from harness.pipeline.connect import ConnectSettings
-from harness.pipeline.connect_watch import ConnectorWatch
+from harness.pipeline import observer
+from harness.pipeline.connect import settings as connect
+from harness.pipeline.connect.settings import ConnectSettings
+from harness.pipeline.connect.watch import ConnectorWatch
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.runtimes import CONNECT_SOURCE
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all

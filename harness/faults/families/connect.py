@@ -28,7 +28,12 @@ from harness.errors import LabError
 from harness.faults.back import NOT_KILLED, BackWait, Down, ran_out, unkilled
 from harness.faults.base import END, Actor, Context, Seen, Setting, Space, Step, Target, Timed
 from harness.history.events import EventKind
-from harness.pipeline.connect import ConnectError, ConnectorState, ConnectRest, ConnectSettings
+from harness.pipeline.connect.settings import (
+    ConnectError,
+    ConnectorState,
+    ConnectRest,
+    ConnectSettings,
+)
 from harness.records import FieldError, Problem
 from harness.sources.spec import SOURCE_LABEL, SourceKind
 
@@ -206,7 +211,7 @@ class ConnectWorkerKill(_OnConnect):
     task: int = 0
     hard: bool = True  # SIGKILL (a machine lost); false: SIGTERM, Connect's clean shutdown
     # Connect's placing the tasks again is seen by the nemesis and by each lane's watch
-    # (harness.pipeline.connect_watch), each polling on its own: the run goes on a few of the
+    # (harness.pipeline.connect.watch), each polling on its own: the run goes on a few of the
     # watch's polls, so each lane's history has the tasks' new workers too.
     aftermath_s: ClassVar[float] = 2.0
 

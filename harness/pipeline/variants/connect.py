@@ -1,6 +1,6 @@
 """Kafka Connect with a sink connector as the variant: the pipeline most teams deploy, a
 connector configuration as a deployment has it (what ``GET /connectors/NAME/config`` returns
-pastes in), run on the run's Connect cluster (``harness.pipeline.connect``).
+pastes in), run on the run's Connect cluster (``harness.pipeline.connect.settings``).
 
     variants:
       - connect-default                              # MongoDB's sink connector, its defaults
@@ -27,8 +27,8 @@ from urllib.parse import parse_qsl, urlsplit
 from harness.checker.promise import AT_LEAST_ONCE, EXACTLY_ONCE, PROMISES, Promise
 from harness.kafka.clients import CONSUMER_CLIENT
 from harness.pipeline.batch import Batch, dead_letter_topic
-from harness.pipeline.connect import SINK_CONNECTOR, ConnectSettings
-from harness.pipeline.connect_watch import ConnectorWatch
+from harness.pipeline.connect.settings import SINK_CONNECTOR, ConnectSettings
+from harness.pipeline.connect.watch import ConnectorWatch
 from harness.pipeline.mongo_options import URI_OPTIONS, uri_with
 from harness.pipeline.runtimes import CONNECT, Runtime
 from harness.pipeline.variants.base import (

@@ -126,7 +126,7 @@ ROW_ID = "_id"  # the lab's option: what the row's _id is
 ROW_IDS = ("", "event_id")  # none (the driver mints one), or the producer's event id
 UNIQUE_INDEX = "unique_index"  # the lab's option: the collection's index on idFieldList
 
-# The fields of the row the lab hands the connector (``harness.pipeline.spark_connector``).
+# The fields of the row the lab hands the connector (``harness.pipeline.spark.connector``).
 ROW_FIELDS = ("event_id", "order_id", "version", "tx_id", "payload", "_lab")
 
 
@@ -171,7 +171,7 @@ class ConnectorVariant(Variant):
 
     name: ClassVar[str]
     parses_records: ClassVar[bool] = False
-    # How the lane hands the rows to the connector (harness.pipeline.spark_connector).
+    # How the lane hands the rows to the connector (harness.pipeline.spark.connector).
     streaming_sink: ClassVar[bool]
 
     def __init__(self, **options: Any) -> None:

@@ -21,7 +21,7 @@ import org.apache.spark.TaskContext;
 
 /**
  * What the connector's MongoDB driver does with a lane's commands, as the lab's pymongo lanes
- * record it (harness.pipeline.driver_watch): a command that failed, an operation the driver
+ * record it (harness.pipeline.spark.driver_watch): a command that failed, an operation the driver
  * retried and got answered, the first failed heartbeat of an outage. And the mid_write crash
  * points: a write task that has had {@code after_docs} documents acknowledged strikes as the
  * driver armed it ({@code crashes/armed-mid_write}, rewritten by the lab's Spark driver at every

@@ -3,7 +3,7 @@ run's Connect folder, says where its REST API listens (``ConnectSettings.rest_fi
 becomes the worker's JVM - so that a kill is the worker's, as it would be on a machine of its
 own.
 
-    python -m harness.pipeline.connect_worker RUNTIME.JSON... INDEX
+    python -m harness.pipeline.connect.worker RUNTIME.JSON... INDEX
 
 (the run's Connect lanes' configurations, as the supervisor starts every runtime's processes:
 each holds the cluster's settings).
@@ -22,18 +22,18 @@ from harness.environment import jars
 from harness.environment.class_data import ClassData
 from harness.environment.jvm import LIGHT_JVM
 from harness.environment.ports import free_ports
-from harness.pipeline.connect import ConnectSettings, plugin_path
+from harness.pipeline.connect.settings import ConnectSettings, plugin_path
 from harness.pipeline.runtime import RuntimeConfig
 
 MAIN = "org.apache.kafka.connect.cli.ConnectDistributed"
 LOG4J2 = jars.POMS / "connect-log4j2.properties"
 HEAP = "-Xmx256m"  # enough for a worker of a few connectors (docs/connect.md)
-# A run starts each worker again after each kill (harness.pipeline.connect_cds). Connect's
+# A run starts each worker again after each kill (harness.pipeline.connect.cds). Connect's
 # validation JVM does without: its start is the plugin path's scan, not class loading (measured).
 CLASS_DATA = ClassData(
     name="connect-worker",
     program="the Kafka Connect worker",
-    probe="harness.pipeline.connect_cds",
+    probe="harness.pipeline.connect.cds",
     jars=lambda: jars.connect().jars(),
 )
 
@@ -81,7 +81,7 @@ def worker_properties(settings: ConnectSettings, host: str, port: int) -> str:
 
 
 def main(argv: list[str]) -> None:
-    """``python -m harness.pipeline.connect_worker RUNTIME.JSON... INDEX``"""
+    """``python -m harness.pipeline.connect.worker RUNTIME.JSON... INDEX``"""
     config = RuntimeConfig.from_json(Path(argv[0]).read_text())
     settings, index = ConnectSettings.from_json(config.connect), int(argv[-1])
     host = own_address(settings.bootstrap)

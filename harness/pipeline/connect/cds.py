@@ -2,7 +2,7 @@
 from a probe worker: one worker of a one-node cluster that starts, scans its plugin path (MongoDB's
 connector), validates a sink config through its REST API, and stops.
 
-    python -m harness.pipeline.connect_cds OUT.jsa
+    python -m harness.pipeline.connect.cds OUT.jsa
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 from harness.environment.class_data import dump_options
 from harness.environment.kafka_cds import probe_node, stop
 from harness.environment.ports import LOOPBACK, free_ports
-from harness.pipeline.connect import ConnectRest, ConnectSettings
-from harness.pipeline.connect_worker import worker_command, worker_properties
+from harness.pipeline.connect.settings import ConnectRest, ConnectSettings
+from harness.pipeline.connect.worker import worker_command, worker_properties
 from harness.readiness import NotReady, wait_for
 
 SINK = "com.mongodb.kafka.connect.MongoSinkConnector"

@@ -22,7 +22,7 @@ from pathlib import Path
 from harness.environment import jars
 from harness.environment.jvm import LIGHT_JVM
 from harness.errors import LabError
-from harness.pipeline.connect import plugin_path
+from harness.pipeline.connect.settings import plugin_path
 from harness.pipeline.variants.base import Place
 
 MAIN = "chaoslab.connect.Validate"

@@ -2,7 +2,7 @@
 variant, commit (synchronously, or asynchronously with ``pipeline.commit: async``) - the shape
 of the seeds' listeners. One process per consumer.
 
-    python -m harness.pipeline.listener CONFIG.json INDEX
+    python -m harness.pipeline.listener.consumer CONFIG.json INDEX
 
 librdkafka's group debug log (``debug=cgrp``) goes to the consumer's log: the coordinator
 errors the brokers answer with (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS...) show only

@@ -15,7 +15,12 @@ from __future__ import annotations
 import time
 
 from harness.history.events import EventKind, HistoryWriter, connector_state
-from harness.pipeline.connect import ConnectError, ConnectorState, ConnectRest, ConnectSettings
+from harness.pipeline.connect.settings import (
+    ConnectError,
+    ConnectorState,
+    ConnectRest,
+    ConnectSettings,
+)
 
 FAILED = "FAILED"
 

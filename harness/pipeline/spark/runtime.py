@@ -4,7 +4,7 @@ the variant called from ``foreachBatch`` - on the executors: each task writes it
 partition's records with pymongo in its Python worker (``write_partition``) and hands the
 driver only counts. Offsets live in the query's checkpoint.
 
-    python -m harness.pipeline.spark_runtime CONFIG.json [CONFIG.json ...]
+    python -m harness.pipeline.spark.runtime CONFIG.json [CONFIG.json ...]
 
 Spark commits a batch (writes its commit log) after ``foreachBatch`` returns; a crash before
 that replays the same batch_id with the same offsets on restart - delivery into foreachBatch is
@@ -12,7 +12,7 @@ at-least-once, exactly the gap the variants must cope with. The ``after_commit``
 fires from the query listener, which Spark calls once the batch's commit is written.
 
 MongoDB's Spark connector's variants hand the parsed rows to ``format("mongodb")`` instead,
-from ``foreachBatch`` or as the query's own sink (``harness.pipeline.spark_connector``).
+from ``foreachBatch`` or as the query's own sink (``harness.pipeline.spark.connector``).
 
 A query that fails is started again from its checkpoint, as a supervised job would be (Spark
 replays the batch it did not commit), after a delay that doubles as a supervisor's back-off
@@ -46,7 +46,6 @@ from harness.environment.readonly import commit_log
 from harness.environment.spark import SparkSettings, spark_session
 from harness.history.events import EventKind, HistoryWriter
 from harness.kafka.clients import CONSUMER_CLIENT
-from harness.pipeline import spark_connector
 from harness.pipeline.batch import RawRecord, split
 from harness.pipeline.crash import Crasher, CrashPoint
 from harness.pipeline.runtime import (
@@ -57,7 +56,8 @@ from harness.pipeline.runtime import (
     Written,
 )
 from harness.pipeline.runtimes import SPARK
-from harness.pipeline.spark_connector import ConnectorWrites
+from harness.pipeline.spark import connector as spark_connector
+from harness.pipeline.spark.connector import ConnectorWrites
 from harness.pipeline.variants import make_variant
 from harness.pipeline.variants.connector import ConnectorVariant
 from harness.pipeline.variants.spark_job import JobSink, SparkJob, load_job
@@ -355,7 +355,7 @@ def run(configs: list[RuntimeConfig]) -> None:
     try:
         for lane in lanes:
             lane.start(spark)
-            # The query names the lane's lines in the driver's log (harness.pipeline.spark_log).
+            # The query names the lane's lines in the driver's log (harness.pipeline.spark.log).
             query = "" if lane.query is None else lane.query.id
             lane.handler.history.record(
                 EventKind.RUNTIME_START, detail=f"pid {os.getpid()}, query {query}"
@@ -373,7 +373,7 @@ def run(configs: list[RuntimeConfig]) -> None:
 
 
 def main(argv: list[str]) -> None:
-    """``python -m harness.pipeline.spark_runtime CONFIG.json [CONFIG.json ...]``"""
+    """``python -m harness.pipeline.spark.runtime CONFIG.json [CONFIG.json ...]``"""
     configs = [RuntimeConfig.load(path) for path in argv]
     for config in configs:
         config.use_import_path()
@@ -386,6 +386,6 @@ if __name__ == "__main__":
     # in every task, which then made its own MongoClient, history file and Kafka producer (whose
     # first send waits for a producer id), and small tasks took many times as long
     # (docs/performance.md). And the warm-up imported nothing.
-    from harness.pipeline import spark_runtime
+    from harness.pipeline.spark import runtime as spark_runtime
 
     spark_runtime.main(sys.argv[1:])

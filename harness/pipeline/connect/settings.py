@@ -3,7 +3,7 @@ handed to each worker's process as JSON) and Connect's REST API, the cluster's o
 (Kafka's own system tests drive Connect the same way: ducktape's ``services/connect.py``).
 
 A run's Connect lanes share one cluster of ``workers`` processes in distributed mode
-(``harness.pipeline.connect_worker``), each a JVM of Apache Kafka's Connect runtime with
+(``harness.pipeline.connect.worker``), each a JVM of Apache Kafka's Connect runtime with
 MongoDB's Kafka connector on its plugin path. Each lane is a connector on it. Each worker
 writes the address its REST API listens on into the run's folder (``rest_url``): the lab asks
 any worker that answers.
