@@ -242,6 +242,17 @@ def test_copies_of_a_record_the_topic_holds_twice_are_the_topics() -> None:
     assert counts(once) == counts(judge(ledger, perfect_sink(ledger)))
 
 
+def test_a_sources_copy_is_the_same_change_and_not_one_it_acknowledged() -> None:
+    """A CDC source's re-emission: a record on the topic, not a second commit - the changes
+    acknowledged are the database's, and a sink that stored both copies has one duplicate."""
+    ledger = Ledger()
+    ledger.add(1, 1, acked_at=5.0)
+    ledger.add(1, 1, Kind.COPY, acked_at=6.0)
+    ledger.add(2, 1)
+    both = judge(ledger, perfect_sink(ledger, changes=[(1, 1, 10.0), (1, 1, 11.0), (2, 1, 12)]))
+    assert (both.acked, both.expected, both.duplicates, both.lost) == (2, 2, 1, 0)
+
+
 def test_a_resend_is_the_same_business_change() -> None:
     ledger = Ledger()
     first = ledger.add(1, 1, acked_at=5.0)

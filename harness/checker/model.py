@@ -305,7 +305,8 @@ class Verdict:
     """What the checker found for one variant. Counts are of business changes (order_id,
     version) unless said otherwise.
 
-    * ``produced`` - events the workload tried to send (passed in); ``acked`` - ledger rows.
+    * ``produced`` - events the workload tried to send (passed in); ``acked`` - ledger rows
+      but a CDC source's copies (what the source acknowledged: a change committed once).
     * ``expected`` - distinct business changes over the acked rows that are not poison.
     * ``in_sink`` - documents in the landing collection; ``unique_in_sink`` - distinct business
       changes among them; ``duplicates`` - extra copies of the variant's own;
