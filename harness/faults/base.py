@@ -172,6 +172,11 @@ class Context:
         holder = self.held.setdefault(server, fault.name)
         return holder == fault.name
 
+    @property
+    def everyone(self) -> list[Target]:
+        """The lanes' consumers and the source's processes."""
+        return [*self.targets, *self.sources]
+
     def release(self, fault: Fault) -> None:
         """Let go of what ``fault`` holds."""
         for server in [s for s, holder in self.held.items() if holder == fault.name]:
@@ -181,7 +186,7 @@ class Context:
         self, kind: EventKind, fault: Fault, count: int | None = None, detail: str = ""
     ) -> None:
         """An event of ``fault`` in every variant's history, and the source's."""
-        for target in [*self.targets, *self.sources]:
+        for target in self.everyone:
             target.history.record(kind, fault=fault.name, detail=detail or fault.kind, count=count)
 
 

@@ -149,7 +149,7 @@ class _OnConnect(Timed):
         """The lanes it acts on, once each: ``of``'s (``source``: the source's connector), or
         (by default) the first Connect lane's connector - the lanes share one cluster - or the
         source's, when no lane runs on Connect."""
-        connect = [t for t in [*context.targets, *context.sources] if t.runtime.connect]
+        connect = [t for t in context.everyone if t.runtime.connect]
         chosen = [t for t in connect if self.of in (t.label, t.name)] if self.of else connect
         if not chosen:
             raise LabError(f"{self.name}: no Connect lane {self.of!r} in this run")
@@ -365,9 +365,7 @@ class _WorkerKiller(Actor):
         if self.struck.alive():
             return [f"connect-{self.index}, not gone yet"]
         found = []
-        for lane in [
-            t for t in [*self.context.targets, *self.context.sources] if t.runtime.connect
-        ]:
+        for lane in [t for t in self.context.everyone if t.runtime.connect]:
             settings = self.fault.settings(lane)
             try:
                 state = ConnectRest(settings, timeout=LOOK_TIMEOUT_S).status(lane.group)
