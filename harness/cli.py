@@ -556,10 +556,12 @@ def cmd_explore(args: argparse.Namespace) -> int:
         out=out,
         findings=args.findings,
         replays=args.replays,
+        source=args.source,
     )
     explored, budget = plan.explored, plan.budget_s
     say(
-        f"exploring {', '.join(map(str, explored.variants))} on {explored.runtime} for "
+        f"exploring {', '.join(map(str, explored.variants))} on {explored.runtime}"
+        f"{' from PostgreSQL through Debezium' if explored.source != 'producer' else ''} for "
         f"{budget:.0f} s, seed {args.seed}; fault kinds: {', '.join(explored.kinds)}"
     )
     env, owned = _environment_for_run(args, out)
@@ -874,6 +876,12 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--budget", default="10m", help="the whole command's time: 600, 90s, 10m, 1h")
     ex.add_argument("--seed", type=int, default=1, help="draws the schedules (default: 1)")
     ex.add_argument("--faults", help="comma-separated fault kinds to draw from (default: all)")
+    ex.add_argument(
+        "--source",
+        default="producer",
+        help="where the records come from: producer, or debezium (PostgreSQL through Debezium, "
+        "whose own faults are drawn too, and whose stage is held to at-least-once)",
+    )
     ex.add_argument(
         "--findings", type=int, help="stop after this many findings (default: use the budget)"
     )

@@ -10,13 +10,16 @@ from typing import Any
 
 import pytest
 
+from harness.checker.model import SOURCE, RelayStage
+from harness.checker.model import Verdict as Counts
 from harness.checker.promise import AT_LEAST_ONCE, EXACTLY_ONCE, NOTHING
 from harness.environment.base import BackendAbilities
+from harness.environment.options import LOCAL_ABILITIES
 from harness.errors import BadInput
 from harness.explore import report
 from harness.explore.coverage import Condition, exercised, unreached
 from harness.explore.inputs import default_variants, plan
-from harness.explore.model import Aim, Aimed, Exploration, Finding, RunRecord, aims
+from harness.explore.model import Aim, Aimed, Exploration, Finding, RunRecord, aims, violations
 from harness.explore.shrink import PASSED, STILL_FAILS, Replay, Tried, Verdict, shrink
 from harness.explore.trial import Explored, Shape, Trial, draw_trial, drawable, refused
 from harness.faults.base import Space
@@ -24,6 +27,7 @@ from harness.faults.kinds import KINDS, injects, parse_fault
 from harness.history.events import EventKind, HistoryEvent
 from harness.pipeline.runtimes import CONNECT
 from harness.pipeline.variants import make_variant
+from harness.results.model import ScenarioResult, VariantResult
 
 LANE = injects("listener")  # what the faults make up on a listener's lane
 
@@ -374,3 +378,45 @@ def test_the_report_counts_the_shrink_tries_that_said_nothing(tmp_path: Path) ->
     page = report.write(Exploration(planned, findings=[found])).read_text()
     assert "Shrunk in 3 tries (1 kept, 1 not judged)" in page
     assert str(trail[1].replay) == "not judged (consumer-crash#1 never fired)"
+
+
+def test_explore_beside_a_debezium_source_draws_its_faults_and_holds_its_stage() -> None:
+    """``--source debezium``: the trials read PostgreSQL through Debezium; Debezium's worker,
+    its task and the database are drawn beside the lanes' faults; a change lost at the source
+    breaks Debezium's promise (at-least-once) whatever the lanes did."""
+    planned = plan(runtime="listener", variants=["idempotent"], kinds=None, seed=1,
+                   backend=LOCAL_ABILITIES, budget="60", out=Path("."),
+                   source="debezium")  # fmt: skip
+    trials = [draw_trial(planned.explored, 1, n) for n in range(1, 80)]
+    for trial in trials:
+        assert trial.scenario().source.cdc, trial
+        assert not refused(trial, LOCAL_ABILITIES), trial
+    drawn = {(str(f["kind"]), str(f.get("of", ""))) for t in trials for f in t.faults}
+    assert {("connect-worker-kill", "source"), ("connect-task-restart", "source"),
+            ("postgres-restart", "")} <= drawn, drawn  # fmt: skip
+    with pytest.raises(BadInput) as caught:
+        plan(runtime="listener", variants=["connect-default"], kinds=None, backend=LOCAL_ABILITIES,
+             budget="60", seed=1, out=Path("."), source="debezium")  # fmt: skip
+    assert "--variant connect-default: reads its records its own way" in str(caught.value)
+    with pytest.raises(BadInput, match="--source: one of producer, debezium, got 'mysql'"):
+        plan(runtime="listener", variants=[], kinds=None, backend=LOCAL_ABILITIES, budget="60",
+             seed=1, out=Path("."), source="mysql")  # fmt: skip
+    # The source's stage: copies are within Debezium's promise, a lost change is not.
+    scenario = trials[0].scenario()
+    stage = RelayStage(verdict(lost=2, duplicates=5), of=SOURCE)
+    lane = VariantResult(runtime="listener", variant="idempotent", verdict=verdict(),
+                         seconds=1.0, relay=stage)  # fmt: skip
+    result = ScenarioResult.of(scenario, "local", {}, 0.0, 1.0, (lane,), Path("."))
+    assert [str(v) for v in violations(scenario, result)] == [
+        "source/debezium broke its promise (at-least-once): lost 2"
+    ]
+    copies = replace(lane, relay=RelayStage(verdict(duplicates=5), of=SOURCE))
+    assert violations(scenario, replace(result, variants=(copies,))) == ()
+
+
+def verdict(**counts: int) -> Counts:
+    fields = {"produced": 10, "acked": 10, "expected": 10, "in_sink": 10, "unique_in_sink": 10,
+              "duplicates": 0, "duplicated_keys": 0, "copies": {}, "lost": 0, "phantoms": 0,
+              "stale": 0, "dead_lettered": 0, "poison_missing": 0, "offsets_consistent": None,
+              "anomalies": [], "anomalies_total": 0}  # fmt: skip
+    return Counts(**{**fields, **counts})  # type: ignore[arg-type]

@@ -22,6 +22,7 @@ from harness.explore import report
 from harness.explore.coverage import Exercised, exercised
 from harness.explore.model import (
     FOUND,
+    SOURCE_VIOLATOR,
     Aimed,
     Exploration,
     Finding,
@@ -224,11 +225,13 @@ def _write_scenario(finding: Finding) -> None:
     ``chaoslab run`` of it fails while the violation reproduces."""
     scenario = finding.minimal.scenario()
     kept = promises(scenario)
-    expect = {
+    expect: dict[str, dict[str, int]] = {
         label.split("/", 1)[1]: {name: 0 for name in kept[label].zero}
         for label in {v.variant for v in finding.violations}
         if label in kept
     }
+    if any(v.variant == SOURCE_VIOLATOR for v in finding.violations):
+        expect["*"] = {"published_lost": 0}  # the source's stage, at-least-once
     finding.directory.mkdir(parents=True, exist_ok=True)
     header = (
         f"# Reproduce: chaoslab run {finding.scenario_file}\n"

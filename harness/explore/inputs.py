@@ -17,6 +17,7 @@ from harness.explore.model import REPLAYS, Plan
 from harness.explore.trial import Explored, drawable, variant_entry
 from harness.pipeline.runtimes import get_runtime, names
 from harness.pipeline.variants import BUILT_IN, make_variant
+from harness.sources.spec import SourceKind
 
 _BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, None: 1}
@@ -59,6 +60,7 @@ def plan(
     out: Path,
     findings: int | None = None,
     replays: int = REPLAYS,
+    source: str = SourceKind.PRODUCER,
 ) -> Plan:
     """The exploration the command line asks for; BadInput naming every problem."""
     problems: list[str] = []
@@ -80,6 +82,16 @@ def plan(
             # A connector brings its runtime (Kafka Connect's) and runs beside ``runtime``'s.
             if not make_variant(name, options).runs_with(get_runtime(runtime)):
                 problems.append(f"--variant {name}: does not run on {runtime}")
+    sources = [k.value for k in SourceKind]
+    if source not in sources:
+        problems.append(f"--source: one of {', '.join(sources)}, got {source!r}")
+    elif source == SourceKind.DEBEZIUM:
+        for entry in entries:
+            if not make_variant(*variant_entry(entry)).parses_records:
+                problems.append(
+                    f"--variant {variant_entry(entry)[0]}: reads its records its own way, and "
+                    "reading a Debezium source's is not built for it yet"
+                )
     known = drawable()
     if kinds is not None:
         unknown = [k for k in kinds if k not in known]
@@ -92,6 +104,7 @@ def plan(
         variants=tuple(entries) or default_variants(runtime),
         kinds=drawable(kinds),
         backend=backend,
+        source=source,
     )
     return Plan(explored, seed, budget_s, out, replays=replays, findings=findings)
 

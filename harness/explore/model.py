@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.checker.promise import Promise
+from harness.checker.promise import AT_LEAST_ONCE, Promise
 from harness.explore.coverage import Exercised
 from harness.explore.shrink import Tried
 from harness.explore.trial import Explored, Trial
@@ -20,6 +20,8 @@ from harness.scenario import Scenario
 # environment the command started.
 MARGIN_S = 30.0
 REPLAYS = 5  # of the minimal trial, for its reproduction rate
+SOURCE_PROMISE = AT_LEAST_ONCE  # Debezium's, in recovery: a change may come twice, never not
+SOURCE_VIOLATOR = "source/debezium"  # a source's violation, named as a lane's are
 FOUND = "found-{}"  # a finding's folder in the exploration's
 SCENARIO_FILE = "scenario.yaml"
 
@@ -126,6 +128,10 @@ def violations(scenario: Scenario, result: ScenarioResult) -> tuple[Violation, .
             broken += (f"unexplained duplicates {v.unexplained}",)
         if broken:
             found.append(Violation(v.label, promise.name, broken))
+    # A Debezium source's stage, every lane's: Debezium promises at-least-once in recovery.
+    source = next((v.relay for v in result.variants if v.relay and v.relay.source), None)
+    if source is not None and (broken := SOURCE_PROMISE.broken(source.published)):
+        found.append(Violation(SOURCE_VIOLATOR, SOURCE_PROMISE.name, broken))
     return tuple(found)
 
 

@@ -19,8 +19,15 @@ from harness.pipeline import mongo_options
 from harness.pipeline.runtimes import get_runtime
 from harness.pipeline.variants import make_variant
 from harness.scenario import Scenario, ScenarioError, parse_scenario, runnable
+from harness.sources.spec import SourceKind
 
 MAX_FAULTS = 4
+# A trial's Debezium source: one worker whose offsets are flushed often enough that a kill within
+# a trial's seconds of writing comes after one (Connect's default is a minute).
+DEBEZIUM = {
+    "kind": SourceKind.DEBEZIUM.value,
+    "connect": {"workers": 1, "offset.flush.interval.ms": 2000},
+}
 # A trial's Connect cluster hands a lost worker's tasks out after this, not Connect's five
 # minutes: a worker kill is under way until Connect has placed them again (the fault family
 # waits for it), and a trial has 180 s in all.
@@ -95,6 +102,7 @@ class Trial:
     shape: Shape
     faults: tuple[Mapping[str, Any], ...]
     description: str = ""
+    source: str = SourceKind.PRODUCER
 
     def document(self, expect: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, Any]:
         """The scenario file's mapping."""
@@ -124,6 +132,8 @@ class Trial:
             "variants": [v if isinstance(v, str) else dict(v) for v in self.variants],
             "faults": [dict(f) for f in self.faults],
         }
+        if self.source == SourceKind.DEBEZIUM:
+            doc["source"] = dict(DEBEZIUM)
         if expect:
             doc["expect"] = {k: dict(v) for k, v in expect.items()}
         return doc
@@ -159,6 +169,7 @@ class Explored:
     variants: tuple[str | Mapping[str, Any], ...]
     kinds: tuple[str, ...]
     backend: BackendAbilities
+    source: str = SourceKind.PRODUCER  # where the records come from (a scenario's source:)
 
 
 def drawable(kinds: Sequence[str] | None = None) -> tuple[str, ...]:
@@ -186,6 +197,7 @@ def draw_trial(explored: Explored, seed: int, number: int) -> Trial:
         variants=explored.variants,
         shape=shape,
         faults=(),
+        source=explored.source,
     )
     space = Space(trial.scenario().setting, explored.backend, shape.horizon_s + 2.0)
     faults: list[Mapping[str, Any]] = []

@@ -261,13 +261,16 @@ class ConnectWorkerKill(_OnConnect):
 
     @classmethod
     def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
+        # A machine lost or a rolling deploy's clean restart: which of the two costs copies
+        # depends on whether the worker's last offsets were committed.
+        hard = rng.random() < 0.5
+        source = cls.on_source(space.setting)
+        if source and (not cls.beside_connect(space) or rng.random() < 0.5):
+            return {**space.when(rng), "of": SOURCE_LABEL, "hard": hard}  # Debezium's worker
         if not cls.beside_connect(space):
             return None
         workers = space.setting.consumers
         roles = ROLES if workers > 1 else ()
-        # A machine lost or a rolling deploy's clean restart: which of the two costs copies
-        # depends on whether the worker's last offsets were committed.
-        hard = rng.random() < 0.5
         return {**space.when(rng), "worker": rng.choice([*range(workers), *roles]), "hard": hard}
 
 
@@ -451,4 +454,6 @@ class ConnectTaskRestart(_OnConnect):
 
     @classmethod
     def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
+        if cls.on_source(space.setting) and (not cls.beside_connect(space) or rng.random() < 0.5):
+            return {**space.when(rng), "of": SOURCE_LABEL}  # Debezium's task
         return space.when(rng) if cls.beside_connect(space) else None
