@@ -737,6 +737,14 @@ def runnable(scenario: Scenario, abilities: BackendAbilities) -> tuple[str, ...]
             )
     if scenario.source.cdc:
         _cdc_problems(pr, scenario, abilities)
+    else:
+        for i, spec in enumerate(scenario.variants):
+            if make_variant(spec.name, spec.options).reads_change_events:
+                pr.add(
+                    f"variants[{i}]",
+                    f"{spec.label} applies a Debezium source's change events (a row's primary "
+                    "key, its schema): it needs source: {kind: debezium}",
+                )
     connectors = {
         i: variant.connector_config(connect_validate.PLACE)
         for i, spec in enumerate(scenario.variants)
@@ -781,7 +789,8 @@ def _cdc_problems(pr: Problems, scenario: Scenario, abilities: BackendAbilities)
             "run yet (the local backend does; the external one is given it with --postgres-uri)",
         )
     for i, spec in enumerate(scenario.variants):
-        if not make_variant(spec.name, spec.options).parses_records:
+        variant = make_variant(spec.name, spec.options)
+        if not variant.parses_records and not variant.reads_change_events:
             pr.add(
                 f"variants[{i}]",
                 f"{spec.label} reads its records its own way, and reading a Debezium source's is "

@@ -12,11 +12,12 @@ import pytest
 from harness.checker.check import check
 from harness.checker.explain import explain
 from harness.checker.model import KIND_CODES, LedgerArrays, SinkSnapshot
+from harness.checker.state import FinalState, check_state
 from harness.environment.options import CONTAINERS_ABILITIES, LOCAL_ABILITIES
 from harness.kafka.clients import StoredRecord
 from harness.scenario import ScenarioError, parse_scenario, runnable
 from harness.sources.spec import SourceKind
-from harness.sources.stages import sink_ledger
+from harness.sources.stages import final_state, sink_ledger
 from harness.sources.truth import CommittedChange
 from harness.workload.events import Kind, Op
 
@@ -115,3 +116,40 @@ def test_the_sinks_ledger_places_each_commit_at_its_first_record_and_lists_the_c
     verdict = check(ledger, stored, produced=len(rows))
     assert (verdict.duplicates, verdict.lost, verdict.phantoms) == (1, 1, 0)
     assert explain([], ledger).unexplained(verdict.duplicates) == 0
+
+
+def test_the_cdc_handler_needs_a_debezium_source_and_is_refused_without_one() -> None:
+    cdc = parse_scenario({**BASE, "variants": ["connect-cdc", "naive"], "source": DEBEZIUM})
+    assert runnable(cdc, LOCAL_ABILITIES) == ()
+    assert {r for r, _ in cdc.lanes} == {"connect", "listener"}
+    with pytest.raises(ScenarioError) as refused:
+        runnable(parse_scenario({**BASE, "variants": ["naive", "connect-cdc"]}), LOCAL_ABILITIES)
+    said = str(refused.value)
+    assert "variants[1]: connect-cdc applies a Debezium source's change events" in said, said
+    assert "variants[0]" not in said
+
+
+def test_a_current_state_sink_is_judged_on_each_row_against_the_final_table() -> None:
+    """One order per outcome: the row at its version; absent (lost); behind (stale); ahead, and
+    one the database never had (phantoms); a deleted row gone, and one still there (stale)."""
+    changes = [(1, 2, 10.0), (2, 1, 11.0), (3, 3, 12.0), (4, 1, 13.0), (5, 2, 14.0), (6, 2, 15.0)]
+    ledger = LedgerArrays.of_changes(changes)
+    final = FinalState(rows={1: 2, 2: 1, 3: 3, 4: 1}, deleted={5: 2, 6: 2})
+    stored = {1: 2, 3: 2, 4: 2, 6: 1, 9: 1}  # 2 absent; 3 behind; 4 ahead; 5 gone; 6 still there
+    verdict = check_state(final, stored, ledger, produced=6, in_sink=6)
+    assert (verdict.acked, verdict.expected, verdict.in_sink) == (6, 6, 6)
+    assert (verdict.lost, verdict.stale, verdict.phantoms, verdict.duplicates) == (1, 2, 2, 0)
+    assert verdict.unique_in_sink == 1  # order 1 alone holds the table's version
+    said = {(a.kind, a.order_id, a.version, a.at) for a in verdict.anomalies}
+    assert said == {("lost", 2, 1, 11.0), ("stale", 3, 2, 12.0), ("stale", 6, 1, 15.0)}
+    # Order 2 stored at its version: nothing lost.
+    assert check_state(final, {**stored, 2: 1}, ledger, produced=6, in_sink=7).lost == 0
+
+
+def test_the_final_state_is_the_table_and_the_rows_whose_last_change_deleted_them() -> None:
+    delete = CommittedChange(40, 4, "orders", Op.DELETE, 2, 2, {}, 10.0)
+    again = CommittedChange(50, 5, "orders", Op.CREATE, 3, 3, {}, 10.0)
+    gone = CommittedChange(30, 3, "orders", Op.DELETE, 3, 2, {}, 10.0)
+    state = final_state([committed(10, 1, 1), committed(20, 2, 1), delete, gone, again],
+                        {1: 1, 3: 3})  # fmt: skip
+    assert state == FinalState(rows={1: 1, 3: 3}, deleted={2: 2})

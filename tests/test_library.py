@@ -23,9 +23,9 @@ from harness.pipeline.runtime import RuntimeConfig
 from harness.report.table import BESIDE_NOTE, beside
 from harness.results.model import RESULTS, load
 from harness.scenario import Scenario, VariantSpec, load_scenario
-from harness.sources.sql_workload import transactions
+from harness.sources.sql_workload import RowChange, Transaction, transactions
 from harness.sources.stages import source_change
-from harness.workload.events import Kind, change_event_id
+from harness.workload.events import Kind, Op, change_event_id
 from harness.workload.ledger import read_ledger
 from harness.workload.producer import aborted_ledger
 from tests.support import SPARK, chaoslab
@@ -101,9 +101,12 @@ def assert_cdc_recounts(
     with mongo:
         for (_, variant), r in rows.items():
             published = r["relay"]["published"]
-            assert r["expected"] == len(truth), variant
             assert published["lost"] == len(truth) - len(on_topic), variant
             assert published["duplicates"] == copies, variant
+            if variant == "connect-cdc":  # its state against the plan's last change of each row
+                assert_state_recounts(mongo, planned, r)
+                continue
+            assert r["expected"] == len(truth), variant
             config = json.loads((Path(r["directory"]) / "runtime.json").read_text())
             documents = list(mongo[config["database"]].events.find({}, {"event_id": 1}))
             stored = Counter(d["event_id"] for d in documents)
@@ -121,6 +124,24 @@ def assert_cdc_recounts(
                 )
                 assert len(documents) == len(truth) - twice, variant
                 assert r["lost"] == twice > 0, variant
+
+
+def assert_state_recounts(
+    mongo: MongoClient[dict[str, Any]], planned: list[Transaction], r: dict[str, Any]
+) -> None:
+    """A current-state sink's documents: each row of the plan's end at its version, no row the
+    plan deleted; and its rows went back while the replays were under way (the lab's watch)."""
+    last: dict[int, RowChange] = {}
+    for t in planned:
+        for c in t.changes:
+            last[c.order_id] = c
+    rows = {o: c.version for o, c in last.items() if c.op is not Op.DELETE}
+    config = json.loads((Path(r["directory"]) / "runtime.json").read_text())
+    documents = list(mongo[config["database"]].events.find({}))
+    assert {d["_id"]["order_id"]: d["version"] for d in documents} == rows
+    assert (r["lost"], r["stale"], r["expected"]) == (0, 0, len(last))
+    events = read_history(Path(r["directory"]) / "history")
+    assert any(e.kind is EventKind.WENT_BACK for e in events)
 
 
 def assert_relay_crash_holds(rows: dict[tuple[str, str], dict[str, Any]]) -> None:
@@ -300,7 +321,7 @@ def test_the_library_has_every_scenario_the_issue_names() -> None:
         "outbox-push-shape", "outbox-relay-crash", "outbox-server-restarts", "outbox-history-lost",
         "spark-connector-replay", "connect-worker-loss", "connect-rolling-upgrade",
         "connect-mongo-outage", "connect-poison", "cdc-debezium-crash", "cdc-exactly-once-source",
-        "cdc-postgres-restart",
+        "cdc-postgres-restart", "cdc-mongo-cdc-handler",
     }  # fmt: skip
     for path in LIBRARY:
         scenario = load_scenario(path)
@@ -575,8 +596,9 @@ def test_a_library_scenario_holds_its_expectations(
         assert_connect_worker_loss(scenario_env, rows)
     if name == "connect-rolling-upgrade":
         assert_connect_rolling_upgrade(rows)
-    for (rt, variant), r in rows.items():  # every connector's collection, recounted
-        if rt == "connect":
+    # Every connector's collection of changes, recounted (connect-cdc's rows: assert_state_recounts)
+    for (rt, variant), r in rows.items():
+        if rt == "connect" and variant != "connect-cdc":
             assert recount(scenario_env, r) == counted(r), (name, variant)
     if name == "connect-mongo-outage":  # Connect's own words for the failed task
         stopped = rows[("connect", "connect-idempotent")]["stopped"]

@@ -85,13 +85,13 @@ def check(
     histogram = dict(zip(*np.unique(copies, return_counts=True), strict=True))
 
     found = {
-        "lost": _Found(
+        "lost": Found(
             expected.keys[lost] >> VERSION_BITS,
             expected.keys[lost] & MAX_VERSION,
             expected.first_acked[lost],
         ),
         "stale": stale,
-        "duplicate": _Found(
+        "duplicate": Found(
             sink_changes.extra_keys >> VERSION_BITS,
             sink_changes.extra_keys & MAX_VERSION,
             sink_changes.extra_at,
@@ -116,7 +116,7 @@ def check(
         dead_lettered=dead_lettered,
         poison_missing=poison_missing,
         offsets_consistent=_offsets_consistent(ledger, sink.stored_offsets),
-        anomalies=_anomalies(found, windows, max_anomalies),
+        anomalies=place_anomalies(found, windows, max_anomalies),
         anomalies_total=sum(len(f.at) for f in found.values()),
         topic_duplicates=topic_duplicates,
         stopped=stopped,
@@ -198,7 +198,7 @@ class _SinkChanges:
 
 
 @dataclass(frozen=True, eq=False)
-class _Found:
+class Found:
     """Anomalies of one kind, as columns."""
 
     order_id: np.ndarray
@@ -258,11 +258,11 @@ def _topic_share(
     return capped
 
 
-def _stale_orders(expected: _Expected, sink: SinkSnapshot) -> _Found:
+def _stale_orders(expected: _Expected, sink: SinkSnapshot) -> Found:
     """Orders whose projection is behind their highest acked version (or missing)."""
     if not sink.projection_kept:
         none = np.zeros(0, dtype=np.int64)
-        return _Found(none, none, np.zeros(0, dtype=np.float64))
+        return Found(none, none, np.zeros(0, dtype=np.float64))
     # Keys are sorted by (order, version): each order's last key is its highest version.
     last = _group_ends(expected.keys >> VERSION_BITS)
     order_id = expected.keys[last] >> VERSION_BITS
@@ -279,7 +279,7 @@ def _stale_orders(expected: _Expected, sink: SinkSnapshot) -> _Found:
         present = projected_orders[i] == order_id
         projected = np.where(present, projected_versions[i], 0)
     stale = ~present | (projected < top_version)
-    return _Found(order_id[stale], projected[stale], top_acked[stale])
+    return Found(order_id[stale], projected[stale], top_acked[stale])
 
 
 def _poison(ledger: LedgerArrays, sink: SinkSnapshot) -> tuple[int, int]:
@@ -313,8 +313,8 @@ def _offsets_consistent(ledger: LedgerArrays, stored: Mapping[int, int] | None) 
 # --- anomalies ------------------------------------------------------------------------------
 
 
-def _anomalies(
-    found: Mapping[str, _Found], windows: Sequence[FaultWindow], limit: int
+def place_anomalies(
+    found: Mapping[str, Found], windows: Sequence[FaultWindow], limit: int
 ) -> list[Anomaly]:
     """At most `limit` anomalies, the earliest of each kind, fairly shared, in time order."""
     room = _share(limit, [len(found[kind].at) for kind in _KIND_ORDER])
@@ -352,7 +352,7 @@ def _share(limit: int, counts: list[int]) -> list[int]:
     return room
 
 
-def _earliest(found: _Found, n: int) -> np.ndarray:
+def _earliest(found: Found, n: int) -> np.ndarray:
     """Indices of the `n` earliest anomalies (ties broken by order_id, version)."""
     total = len(found.at)
     if n >= total:

@@ -79,6 +79,10 @@ class EventKind(StrEnum):
     # An outbox relay could not resume its change stream: the resume point is no longer in the
     # oplog (ChangeStreamHistoryLost). What happened in between is not relayed; the lab counts it.
     HISTORY_LOST = "history-lost"
+    # A current-state sink's row went back: a write left an order below a version its document
+    # had shown (detail: ``order 17 v3 after v5``), as the lab's watch of its collection saw it
+    # (harness.pipeline.state_watch).
+    WENT_BACK = "went-back"
     # What the lab sees of a command consumer from outside (harness.pipeline.observer), as it
     # polled it - not what the program said:
     GROUP = "group"  # its consumer group's state changed (detail: stable, preparing-rebalancing...)

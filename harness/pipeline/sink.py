@@ -129,6 +129,23 @@ def _changes(
     )
 
 
+def read_state(mongo_uri: str, database: str, landing: Landing) -> tuple[dict[int, int], int]:
+    """A current-state sink's rows (order_id -> the version of its document, by
+    ``landing.row_key``) and how many documents its collection holds."""
+    assert landing.row_key, "not a current-state landing"
+    client: MongoClient[dict[str, Any]] = MongoClient(mongo_uri)
+    rows: dict[int, int] = {}
+    with client:
+        docs = list(client[database][landing.collection].find({}, batch_size=CURSOR_BATCH))
+    for doc in docs:
+        order_id: Any = doc
+        for part in landing.row_key.split("."):
+            order_id = order_id.get(part) if isinstance(order_id, Mapping) else None
+        if isinstance(order_id, int) and isinstance(doc.get(landing.version), int):
+            rows[order_id] = doc[landing.version]
+    return rows, len(docs)
+
+
 def written_at(doc: Mapping[str, Any]) -> float:
     """When a document was written: the lab's stamp; else, for a document whose _id the driver
     minted at the insert (an ObjectId: seed 002's listener), that id's second; else unknown

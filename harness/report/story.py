@@ -211,6 +211,14 @@ def variant_sentences(v: VariantResult, row: TimelineRow) -> list[str]:
             f"first at {at(failed.t)} ({failed.error}); each time it was started again from its "
             "checkpoint, which replays the batch it had not committed."
         )
+    if row.went_back:
+        orders = len({e.error.split()[1] for e in row.went_back})
+        lines.append(
+            f"{label}: its rows went back {len(row.went_back)} times ({orders} orders), from "
+            f"{at(row.went_back[0].t)} to {at(row.went_back[-1].t)}: an older change applied "
+            f"over a newer one, a replay's, as the lab's watch of its collection saw it (first: "
+            f"{row.went_back[0].error}); what it held at the end is counted below."
+        )
     if row.stopped is not None:
         lines.append(
             f"{label}: stopped for good at {at(row.stopped.t)} - {row.stopped.error}; the run "

@@ -133,6 +133,8 @@ class TimelineRow:
     # pipeline's end for good, if it came (the rest of the run went on without it).
     query_failures: tuple[BrokerError, ...] = ()
     stopped: BrokerError | None = None
+    # A current-state sink's rows that went back (a replayed older change over a newer one).
+    went_back: tuple[BrokerError, ...] = ()
     task_failures: tuple[BrokerError, ...] = ()  # write tasks Spark's driver lost (its log)
     # A Connect connector's or task's state, as the REST API said it when it changed.
     connector_states: tuple[BrokerError, ...] = ()
@@ -348,6 +350,7 @@ def timeline_row(v: VariantResult, t0: float) -> TimelineRow:
         task_failures=said(events, t0, EventKind.TASK_FAILED),
         connector_states=said(events, t0, EventKind.CONNECTOR_STATE),
         stopped=next(iter(said(events, t0, EventKind.FAILED_FOR_GOOD)), None),
+        went_back=said(events, t0, EventKind.WENT_BACK),
         counts={
             "duplicate": drawn(v).duplicates,
             "lost": drawn(v).lost,

@@ -27,7 +27,9 @@ from pymongo import MongoClient
 
 from harness.checker.check import check
 from harness.checker.model import LedgerArrays, RelayStage, SinkSnapshot
+from harness.checker.state import FinalState
 from harness.environment.base import Environment
+from harness.errors import LabError
 from harness.faults.base import Target
 from harness.history.events import EventKind, HistoryEvent
 from harness.history.windows import fault_windows
@@ -124,6 +126,9 @@ class OutboxSource:
         if self._ledger is None:
             self._ledger = written_ledger(list(read_written(self.ledger_path)))
         return self._ledger
+
+    def final_state(self) -> FinalState:
+        raise LabError("a current-state sink judges a database's tables: an outbox has none")
 
     def stage(self, progress: Progress) -> tuple[list[StoredTwice], RelayStage | None]:
         return [], None  # each relay's published stage is its lane's (``relayed``)

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from harness.checker.check import check
 from harness.checker.explain import Explanation, explain
-from harness.checker.model import LedgerArrays, RelayStage
+from harness.checker.model import LedgerArrays, RelayStage, Verdict
+from harness.checker.state import check_state
 from harness.environment.base import Environment, Link, tail
 from harness.environment.signals import ctrl_c_unwrapped
 from harness.environment.spark import SparkCluster, SparkSettings
@@ -38,8 +39,9 @@ from harness.pipeline.connect.settings import ConnectSettings
 from harness.pipeline.mongo_options import uri_with
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.runtimes import RELAY, Runtime, get_runtime
-from harness.pipeline.sink import database_for, prepare_sink, read_sink, slug
+from harness.pipeline.sink import database_for, prepare_sink, read_sink, read_state, slug
 from harness.pipeline.spark import log as spark_log
+from harness.pipeline.state_watch import StateWatch
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
 from harness.pipeline.variants import Variant, import_path, make_variant
 from harness.results.fired import unfired
@@ -441,7 +443,15 @@ def _play(run: _Run, progress: Progress, stop: threading.Event | None) -> Produc
     nemesis = Nemesis(env, run.schedule, targets, topic=run.topic, sources=run.source.targets)
     supervisors = run.supervisors
     checked: list[Checked] = [*supervisors, run.source]
+    # A current-state sink's rows, followed as they change: what a replay does meanwhile.
+    watches = [
+        StateWatch(env.mongo_uri, lane.config.database, landing,
+                   HistoryWriter(lane.config.history_dir, "state-watch", lane.label))
+        for lane in run.lanes if (landing := lane.variant.landing()).row_key
+    ]  # fmt: skip
     try:
+        for watch in watches:
+            watch.start()
         for supervisor in supervisors:
             supervisor.start()
         # The workload starts once every lane can consume: side by side, a listener joins its
@@ -474,6 +484,8 @@ def _play(run: _Run, progress: Progress, stop: threading.Event | None) -> Produc
         producer.stop()
         nemesis.restore()
         stop_all([*supervisors, *run.source.supervisors])
+        for watch in watches:
+            watch.stop()
 
 
 def _check(run: _Run, summary: ProduceSummary, progress: Progress) -> list[VariantResult]:
@@ -525,31 +537,8 @@ def _judge(
     lane.history.close()
     events = read_history(config.history_dir)
     relayed = isinstance(run.source, OutboxSource)
-    if isinstance(run.source, OutboxSource):  # a relay's: its topics, then what its sink stored
-        sink, stage = run.source.relayed(config, lane.variant, lane.label, events)
-        # The copies in its sink are those its relay put on its topics.
-        explanation = Explanation(0, stage.published.duplicates)
-    else:
-        sink = read_sink(
-            run.env.mongo_uri,
-            config.database,
-            lane.variant,
-            bootstrap=run.env.kafka_bootstrap,
-            topic=config.topic,
-            group=config.group,
-            ledger=run.ledger_path,
-        )
-        explanation = explain(events, ledger, black_box=lane.runtime.black_box)
-    verdict = check(
-        ledger,
-        sink,
-        produced=summary.produced,
-        windows=fault_windows(events),
-        stored_twice=[
-            (t.row.order_id, t.row.version) for t in twice_in_topic for _ in range(t.extra)
-        ],
-        stopped=next((e.detail for e in events if e.kind is EventKind.FAILED_FOR_GOOD), ""),
-    )
+    verdict, stage, explanation = _sink_verdict(run, lane, ledger, summary, events,
+                                                twice_in_topic, stage)  # fmt: skip
     # A pipeline that stopped for good has said why; it may have stopped before its first write.
     if lane.runtime.black_box and verdict.acked and not verdict.in_sink and not verdict.stopped:
         _wrote_nothing(lane, supervisor)
@@ -594,6 +583,55 @@ def _judge(
     for u in result.unfired:
         progress(f"      {u}")
     return result
+
+
+def _sink_verdict(
+    run: _Run,
+    lane: _Lane,
+    ledger: LedgerArrays,
+    summary: ProduceSummary,
+    events: list[HistoryEvent],
+    twice_in_topic: list[StoredTwice],
+    stage: RelayStage | None,
+) -> tuple[Verdict, RelayStage | None, Explanation]:
+    """A lane's sink judged against its source's truth, its upstream stage, and what explains
+    its copies: a relay's sink against the entries written (its topics its stage); a
+    current-state sink against the database's final table; any other against the ledger."""
+    config = lane.config
+    windows = fault_windows(events)
+    stopped = next((e.detail for e in events if e.kind is EventKind.FAILED_FOR_GOOD), "")
+    landing = lane.variant.landing()
+    if landing.row_key:  # a document per row: its state, not each change, is what it keeps
+        rows, documents = read_state(run.env.mongo_uri, config.database, landing)
+        verdict = check_state(run.source.final_state(), rows, ledger, produced=summary.produced,
+                              in_sink=documents, windows=windows, stopped=stopped)  # fmt: skip
+        return verdict, stage, Explanation(0, 0)  # a copy replaces its row: none to explain
+    if isinstance(run.source, OutboxSource):  # a relay's: its topics, then what its sink stored
+        sink, stage = run.source.relayed(config, lane.variant, lane.label, events)
+        # The copies in its sink are those its relay put on its topics.
+        explanation = Explanation(0, stage.published.duplicates)
+    else:
+        sink = read_sink(
+            run.env.mongo_uri,
+            config.database,
+            lane.variant,
+            bootstrap=run.env.kafka_bootstrap,
+            topic=config.topic,
+            group=config.group,
+            ledger=run.ledger_path,
+        )
+        explanation = explain(events, ledger, black_box=lane.runtime.black_box)
+    verdict = check(
+        ledger,
+        sink,
+        produced=summary.produced,
+        windows=windows,
+        stored_twice=[
+            (t.row.order_id, t.row.version) for t in twice_in_topic for _ in range(t.extra)
+        ],
+        stopped=stopped,
+    )
+    return verdict, stage, explanation
 
 
 def _wrote_nothing(lane: _Lane, supervisor: RuntimeSupervisor) -> None:

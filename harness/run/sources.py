@@ -28,6 +28,7 @@ import psycopg
 from harness.checker.check import check
 from harness.checker.load import load_ledger
 from harness.checker.model import SOURCE, LedgerArrays, RelayStage
+from harness.checker.state import FinalState
 from harness.environment import jars
 from harness.environment.base import Environment, Link
 from harness.errors import LabError
@@ -48,7 +49,7 @@ from harness.sources import database, sql_writer, truth
 from harness.sources.debezium import Where
 from harness.sources.spec import SOURCE_LABEL
 from harness.sources.sql_workload import transactions
-from harness.sources.stages import committed_ledger, sink_ledger, topic_snapshot
+from harness.sources.stages import committed_ledger, final_state, sink_ledger, topic_snapshot
 from harness.workload.events import TABLE
 from harness.workload.generator import generate
 from harness.workload.ledger import LedgerWriter, read_ledger
@@ -89,6 +90,9 @@ class Source(Protocol):
     # The topic's own copies of the producer's records; the source's stage (a CDC source's)
     def stage(self, progress: Progress) -> tuple[list[StoredTwice], RelayStage | None]: ...
 
+    # The database's tables at the end, for a current-state sink (a Debezium source's only)
+    def final_state(self) -> FinalState: ...
+
     # The wait's progress line, where the lanes' committed offsets are not what it waits for
     @property
     def report(self) -> Report | None: ...
@@ -117,6 +121,7 @@ class DebeziumRun:
     committed: list[truth.CommittedChange] = field(default_factory=list)
     records: list[StoredRecord] = field(default_factory=list)
     ledger: LedgerArrays | None = None  # the sinks', once read
+    final: FinalState | None = None  # the table at the end, read with the truth
 
     @property
     def name(self) -> str:
@@ -311,11 +316,18 @@ class DebeziumSource:
         if run.ledger is None:
             run.committed = truth.read(run.uri, run.truth_slot)
             run.records = read_topic(run.env.kafka_bootstrap, self.topic, contents=True)
+            run.final = final_state(run.committed, database.table_rows(run.uri))
             with LedgerWriter(self.ledger_path) as ledger:
                 for row in sink_ledger(run.committed, run.records, self.topic):
                     ledger.append(row)
             run.ledger = load_ledger(self.ledger_path)
         return run.ledger
+
+    def final_state(self) -> FinalState:
+        """The run's table at the end (read with the truth, before the database is dropped)."""
+        self.ledger()
+        assert self.run.final is not None
+        return self.run.final
 
     def stage(self, progress: Progress) -> tuple[list[StoredTwice], RelayStage | None]:
         """The change topic against the database's commits: the source's copies and losses."""
@@ -419,6 +431,9 @@ class ProducerSource:
         if self._ledger is None:
             self._ledger = load_ledger(self.ledger_path)
         return self._ledger
+
+    def final_state(self) -> FinalState:
+        raise LabError("a current-state sink judges a database's tables: the producer has none")
 
     def stage(self, progress: Progress) -> tuple[list[StoredTwice], RelayStage | None]:
         """The topic holds every record the broker acknowledged (else ``BrokerLostData``);

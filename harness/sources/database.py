@@ -14,6 +14,7 @@ import psycopg
 
 from harness.readiness import NotReady, wait_for
 from harness.sources.sql_workload import DDL, REPLICA_IDENTITY
+from harness.workload.events import TABLE
 
 MARKS = "marks"
 MARKS_DDL = f"CREATE TABLE {MARKS} (mark text PRIMARY KEY)"
@@ -43,6 +44,13 @@ def mark_end(uri: str) -> int:
         row = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
     assert row is not None
     return int(row[0])
+
+
+def table_rows(uri: str) -> dict[int, int]:
+    """The workload table's rows at the end: order_id -> version."""
+    with psycopg.connect(uri) as conn:
+        found = conn.execute(f"SELECT order_id, version FROM {TABLE}").fetchall()
+    return {int(order_id): int(version) for order_id, version in found}
 
 
 SLOTS = "SELECT slot_name, active_pid FROM pg_replication_slots WHERE database = %s"

@@ -18,10 +18,11 @@ keyed on the change's source identity stores once and a naive one stores again.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from harness.checker.model import LedgerArrays, SinkSnapshot
+from harness.checker.state import FinalState
 from harness.kafka.clients import StoredRecord
 from harness.sources.truth import CommittedChange
 from harness.workload.events import DEBEZIUM_READ, Kind, Op, change_event_id, debezium_change
@@ -109,3 +110,13 @@ def sink_ledger(
         LedgerRow(seq, change_event_id(lsn, order_id), order_id, version, kind, topic, p, o, at)
         for seq, (lsn, order_id, version, kind, p, o, at) in enumerate(rows)
     ]
+
+
+def final_state(changes: Sequence[CommittedChange], rows: Mapping[int, int]) -> FinalState:
+    """The database at the end, for a current-state sink: the table's ``rows`` (order_id ->
+    version, as read from it), and each order whose last committed change deleted its row."""
+    last: dict[int, CommittedChange] = {}
+    for change in changes:  # commit order: an order's last is its newest
+        last[change.order_id] = change
+    deleted = {o: c.version for o, c in last.items() if c.op is Op.DELETE and o not in rows}
+    return FinalState(dict(rows), deleted)

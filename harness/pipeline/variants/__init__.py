@@ -16,6 +16,7 @@ from harness.pipeline.variants.command import Command
 from harness.pipeline.variants.connect import (
     Connect,
     ConnectBusinessKey,
+    ConnectCdc,
     ConnectDefault,
     ConnectIdempotent,
 )
@@ -46,6 +47,7 @@ BUILT_IN: dict[str, type[Variant]] = {
         ConnectDefault,
         ConnectIdempotent,
         ConnectBusinessKey,
+        ConnectCdc,
     )
 }
 

@@ -75,6 +75,9 @@ class Landing:
     version: str = "version"
     event_id: str = ""  # when set, the change is the ledger's for this event id
     current: str = "orders"
+    # When set, the collection holds a document per row, not per change: this field (a dotted
+    # path) is its order's id, and the lane is judged on state (harness.checker.state).
+    row_key: str = ""
 
 
 @dataclass
@@ -152,6 +155,8 @@ class Variant(ABC):
     # Its records are parsed by the lab (harness.workload.events.parse), which reads a Debezium
     # source's records too; a program, a connector or a user's job reads them its own way.
     parses_records: ClassVar[bool] = True
+    # It reads a Debezium source's change events only (a CDC handler's): no producer's records.
+    reads_change_events: ClassVar[bool] = False
 
     def runs_on(self, runtime: Runtime) -> bool:
         """Whether it can run on ``runtime`` (any, unless it says otherwise)."""

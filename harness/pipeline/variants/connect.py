@@ -58,6 +58,7 @@ DLQ_HEADERS = "errors.deadletterqueue.context.headers.enable"
 COLLECTION = "collection"
 _ID_STRATEGY = "com.mongodb.kafka.connect.sink.processor.id.strategy"
 _WRITE_MODEL = "com.mongodb.kafka.connect.sink.writemodel.strategy"
+POSTGRES_HANDLER = "com.mongodb.kafka.connect.sink.cdc.debezium.rdbms.postgres.PostgresHandler"
 
 
 @dataclass
@@ -209,3 +210,28 @@ class ConnectBusinessKey(_BuiltIn):
     }
     base_promise = EXACTLY_ONCE
     unique_index: ClassVar[tuple[str, ...]] = ("payload.source.txId", "order_id")
+
+
+@dataclass
+class ConnectCdc(_BuiltIn):
+    """MongoDB's sink connector applying a Debezium source's change events with its Postgres
+    CDC handler: the current state, a document per row replaced by its primary key (``_id:
+    {order_id: ...}``) and deleted on a delete (Debezium's tombstones skipped). It keeps no
+    record of each change, so it is judged on its state against the database's final table
+    (``harness.checker.state``), and reads only a Debezium source's records (JSON with their
+    schema, as the source writes them)."""
+
+    name = "connect-cdc"
+    base: ClassVar[dict[str, str]] = {
+        "connector.class": SINK_CONNECTOR,
+        "change.data.capture.handler": POSTGRES_HANDLER,
+        "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "key.converter.schemas.enable": "false",
+        "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "value.converter.schemas.enable": "true",
+    }
+    base_promise = EXACTLY_ONCE
+    reads_change_events: ClassVar[bool] = True
+
+    def landing(self) -> Landing:
+        return Landing(self.collection, current="", row_key="_id.order_id")
