@@ -80,6 +80,22 @@ def test_a_database_restart_needs_a_source_database() -> None:
     )
 
 
+def test_a_producers_record_bursts_are_refused_beside_a_database_source() -> None:
+    """Resends and poison shape the lab producer's records: a database's changes are its
+    application's, so such a fault would never fire - it is refused by name."""
+    burst = {"name": "b", "start_event": 10, "events": 50, "fraction": 0.2}
+    for kind in ("producer-resend", "poison"):
+        fault = {"kind": kind, **burst}
+        runnable(parse_scenario({**BASE, "faults": [fault]}), LOCAL_ABILITIES)
+        with pytest.raises(ScenarioError) as refused:
+            runnable(parse_scenario({**BASE, "source": DEBEZIUM, "faults": [fault]}),
+                     LOCAL_ABILITIES)  # fmt: skip
+        assert (
+            "faults[0]: shapes the lab producer's records, and the scenario's source is "
+            "debezium" in str(refused.value)
+        )
+
+
 def record(partition: int, offset: int, lsn: int, order_id: int, version: int) -> StoredRecord:
     payload = {"op": "u", "before": None, "source": {"txId": lsn // 10, "lsn": lsn},
                "after": {"order_id": order_id, "version": version}}  # fmt: skip

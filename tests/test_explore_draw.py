@@ -394,6 +394,7 @@ def test_explore_beside_a_debezium_source_draws_its_faults_and_holds_its_stage()
     drawn = {(str(f["kind"]), str(f.get("of", ""))) for t in trials for f in t.faults}
     assert {("connect-worker-kill", "source"), ("connect-task-restart", "source"),
             ("postgres-restart", "")} <= drawn, drawn  # fmt: skip
+    assert not {k for k, _ in drawn} & {"producer-resend", "poison"}  # the producer's records
     with pytest.raises(BadInput) as caught:
         plan(runtime="listener", variants=["connect-default"], kinds=None, backend=LOCAL_ABILITIES,
              budget="60", seed=1, out=Path("."), source="debezium")  # fmt: skip

@@ -8,8 +8,10 @@ import random
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from harness.environment.base import BackendAbilities
 from harness.faults.base import END, START, Fault, Seen, Setting, Space, Step, positive
 from harness.records import Problem
+from harness.sources.spec import SourceKind
 from harness.workload.events import Kind
 from harness.workload.generator import Burst
 
@@ -40,6 +42,12 @@ class _Burst(Fault):
         return Burst(
             self.record_kind, self.start_event, self.start_event + self.events, self.fraction
         )
+
+    def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
+        if setting.source != SourceKind.PRODUCER:  # a database's changes are its application's
+            return [("", f"shapes the lab producer's records, and the scenario's source is "
+                         f"{setting.source}")]  # fmt: skip
+        return super().refusals(setting, backend)
 
     def reach(self, setting: Setting) -> tuple[str, str]:
         if self.start_event >= setting.events:
