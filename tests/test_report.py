@@ -22,9 +22,10 @@ from harness.report import (
     write_report,
 )
 from harness.report.markdown import soak_markdown
-from harness.report.story import fault_sentences
+from harness.report.story import anomaly_sentences, fault_sentences
 from harness.report.table import BESIDE_NOTE, beside
 from harness.report.timeline import (
+    Death,
     Pause,
     clusters,
     consumer_deaths,
@@ -326,6 +327,21 @@ def test_what_happened_for_a_known_run() -> None:
         f"listener/naive: expectation failed: {NAIVE_REASON}.",
         "listener/idempotent: no duplicates, lost changes or stale orders.",
     ]
+
+
+def test_copies_inside_a_fault_window_name_the_lanes_own_crash_before_them() -> None:
+    """A consumer crash point inside a fault's window (a source's worker bounced meanwhile):
+    the copies are not the fault's alone, and the sentence says what else came before them."""
+    naive = timeline(in_memory_run()).rows[0]
+    crashed = replace(naive, deaths=(Death(5.6, "listener-0", "mid_write", True, 3),))
+    assert anomaly_sentences(crashed, "duplicate")[0] == (
+        "listener/naive: 2 of 5 duplicates were written inside fault window "
+        "broker-rolling-restart#1, between +6.0 s and +6.5 s, 0.4 s after the crash of "
+        "listener-0 at +5.6 s (mid_write, batch 3)."
+    )
+    # One before the window opened is not its cause inside it.
+    before = replace(naive, deaths=(Death(4.0, "listener-0", "mid_write", True, 3),))
+    assert anomaly_sentences(before, "duplicate")[0].endswith("between +6.0 s and +6.5 s.")
 
 
 def test_what_happened_without_faults_and_with_old_fault_strings() -> None:

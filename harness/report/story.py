@@ -292,6 +292,17 @@ def replay_causes(row: TimelineRow) -> list[tuple[float, str]]:
     return sorted(found)
 
 
+def _own_replay(row: TimelineRow, window: str, first: float) -> str:
+    """``, 0.4 s after the crash of listener-0 ...``: the lane's own replay cause, when one came
+    inside the window before its first copy - a copy there is not the fault's alone (a
+    consumer crash point in a scenario whose source's worker was bounced meanwhile)."""
+    span = next((w for w in row.windows if w.name == window), None)
+    if span is None:
+        return ""
+    cause = next((c for c in reversed(replay_causes(row)) if span.start <= c[0] <= first), None)
+    return f", {first - cause[0]:.1f} s after {cause[1]}" if cause else ""
+
+
 def anomaly_sentences(row: TimelineRow, kind: str) -> list[str]:
     """Where the anomalies of one kind fell: fault windows, after which crash, or neither."""
     total = row.counts.get(kind, 0)
@@ -312,7 +323,7 @@ def anomaly_sentences(row: TimelineRow, kind: str) -> list[str]:
         times = [m.t for m in ms]
         lines.append(
             f"{label}: {len(ms)} of {total} {noun} {verb} inside fault window {window}, "
-            f"{during(times)}."
+            f"{during(times)}{_own_replay(row, window, min(times)) if kind == 'duplicate' else ''}."
         )
     if kind == "duplicate":
         causes = replay_causes(row)
