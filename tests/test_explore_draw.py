@@ -395,6 +395,12 @@ def test_explore_beside_a_debezium_source_draws_its_faults_and_holds_its_stage()
     assert {("connect-worker-kill", "source"), ("connect-task-restart", "source"),
             ("postgres-restart", "")} <= drawn, drawn  # fmt: skip
     assert not {k for k, _ in drawn} & {"producer-resend", "poison"}  # the producer's records
+    # The coverage table names what a source's fault aimed at.
+    on_source = [f for t in trials for f in t.faults if f.get("of") == "source"]
+    assert {parse_fault(dict(f), "f").aim() for f in on_source} == {
+        "the source's Connect worker (Debezium's)",
+        "the source's Connect task (Debezium's)",
+    }
     with pytest.raises(BadInput) as caught:
         plan(runtime="listener", variants=["connect-default"], kinds=None, backend=LOCAL_ABILITIES,
              budget="60", seed=1, out=Path("."), source="debezium")  # fmt: skip

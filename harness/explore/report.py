@@ -12,6 +12,7 @@ from pathlib import Path
 from harness.explore.coverage import Condition, Exercised, unreached
 from harness.explore.model import Exploration, Finding, RunRecord, aims
 from harness.explore.shrink import Tried, Verdict
+from harness.sources.spec import SourceKind
 
 PAGE = "explore.md"
 
@@ -22,7 +23,8 @@ def write(state: Exploration) -> Path:
     elapsed = sum(r.seconds for r in state.runs)
     explored = plan.explored
     lines = [
-        f"# Exploration: seed {plan.seed}, {explored.runtime}",
+        f"# Exploration: seed {plan.seed}, {explored.runtime}"
+        + (" from PostgreSQL through Debezium" if explored.source == SourceKind.DEBEZIUM else ""),
         "",
         f"Variants: {', '.join(map(str, explored.variants))}. Fault kinds: "
         f"{', '.join(explored.kinds)}. Budget {plan.budget_s:.0f} s; {len(state.runs)} runs "

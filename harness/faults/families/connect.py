@@ -234,6 +234,8 @@ class ConnectWorkerKill(_OnConnect):
         return found
 
     def aim(self) -> str:
+        if self.of == SOURCE_LABEL:
+            return "the source's Connect worker (Debezium's)"
         return "a Connect worker running a task" if self.of else "a Connect worker"
 
     def steps(self, seed: int) -> tuple[Step, ...]:
@@ -446,7 +448,11 @@ class ConnectTaskRestart(_OnConnect):
         )
 
     def aim(self) -> str:
-        return "a Connect task"
+        return (
+            "the source's Connect task (Debezium's)"
+            if self.of == SOURCE_LABEL
+            else "a Connect task"
+        )
 
     def act(self, lane: Target) -> str:
         ConnectRest(self.settings(lane)).restart_task(lane.group, self.task)
