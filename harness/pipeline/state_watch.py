@@ -79,6 +79,7 @@ class StateWatch:
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
-        self._thread.join(timeout)
+        if self._thread.ident is not None:  # started (a run that failed before may stop it)
+            self._thread.join(timeout)
         self._client.close()
         self._history.close()
