@@ -1,5 +1,6 @@
 """A run's source stage: what writes the run's topic and keeps the truth its lanes are judged
-against. The run loop (``harness.run.runner``) sees a source only through ``Source``:
+against. The run loop (``harness.run.runner``) sees a source through ``Source`` (an outbox's,
+also to make and judge its relays' lanes):
 
 * ``ProducerSource`` - the lab's producer sends the seeded workload; the truth is what the
   broker acknowledged (its ledger), and the topic is checked to hold each of those.
@@ -8,6 +9,8 @@ against. The run loop (``harness.run.runner``) sees a source only through ``Sour
   source's own, puts each committed change on the change topic; the truth is what the database
   committed, read back from its log through a slot of the lab's (``harness.sources.truth``).
   Its topic stage judges the topic against those commits: the source's copies and losses.
+* ``OutboxSource`` (``harness.run.outbox``) - seed 003's application writing outboxes into
+  MongoDB; its relays are the run's lanes, each with a published stage of its own.
 
 Each source's processes are stopped, its slot, publication and database dropped, however the
 run ends (``close``).
