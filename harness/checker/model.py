@@ -111,6 +111,12 @@ class LedgerArrays:
     def __len__(self) -> int:
         return len(self.order_id)
 
+    @property
+    def acknowledged(self) -> int:
+        """Rows the source acknowledged: all but a CDC source's copies (a record put on the
+        topic again is not a change committed again)."""
+        return len(self) - int(np.count_nonzero(self.kind == KIND_CODES[Kind.COPY]))
+
     def end_offsets(self) -> dict[int, int]:
         """Partition -> the offset after its last acknowledged record: a consumer that
         committed that far has read everything (an ack without an offset, -1, counts 0)."""

@@ -59,7 +59,7 @@ def check_state(
     without a row's key is not in ``stored``)."""
     last_at = _last_change_at(ledger)
     lost = [o for o in final.rows if o not in stored]
-    behind = [o for o, v in final.rows.items() if o in stored and stored[o] < final.rows[o]]
+    behind = [o for o, v in final.rows.items() if o in stored and stored[o] < v]
     undeleted = [o for o in final.deleted if o in stored]
     ahead = [o for o, v in final.rows.items() if o in stored and stored[o] > v]
     unknown = [o for o in stored if o not in final.rows and o not in final.deleted]
@@ -78,10 +78,9 @@ def check_state(
         "stale": found(stale, stored),
         "duplicate": found([], stored),
     }
-    copies = int(np.count_nonzero(ledger.kind == KIND_CODES[Kind.COPY]))
     return Verdict(
         produced=int(produced),
-        acked=len(ledger) - copies,
+        acked=ledger.acknowledged,
         expected=len(target),
         in_sink=in_sink,
         unique_in_sink=sum(1 for o, v in final.rows.items() if stored.get(o) == v),

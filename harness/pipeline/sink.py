@@ -138,11 +138,8 @@ def read_state(mongo_uri: str, database: str, landing: Landing) -> tuple[dict[in
     with client:
         docs = list(client[database][landing.collection].find({}, batch_size=CURSOR_BATCH))
     for doc in docs:
-        order_id: Any = doc
-        for part in landing.row_key.split("."):
-            order_id = order_id.get(part) if isinstance(order_id, Mapping) else None
-        if isinstance(order_id, int) and isinstance(doc.get(landing.version), int):
-            rows[order_id] = doc[landing.version]
+        if (row := landing.row(doc)) is not None:
+            rows[row[0]] = row[1]
     return rows, len(docs)
 
 

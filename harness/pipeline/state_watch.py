@@ -63,12 +63,9 @@ class StateWatch:
         doc = change.get("fullDocument")
         if change.get("operationType") not in ("insert", "replace", "update") or not doc:
             return
-        order_id: Any = doc
-        for part in self._landing.row_key.split("."):
-            order_id = order_id.get(part) if isinstance(order_id, Mapping) else None
-        version = doc.get(self._landing.version)
-        if not isinstance(order_id, int) or not isinstance(version, int):
+        if (row := self._landing.row(doc)) is None:
             return
+        order_id, version = row
         highest = self.highest.get(order_id, 0)
         if version < highest:
             self.went_back += 1

@@ -79,6 +79,17 @@ class Landing:
     # path) is its order's id, and the lane is judged on state (harness.checker.state).
     row_key: str = ""
 
+    def row(self, doc: Mapping[str, Any]) -> tuple[int, int] | None:
+        """A current-state document's (order_id, version), by ``row_key``; None if it has
+        neither."""
+        order_id: Any = doc
+        for part in self.row_key.split("."):
+            order_id = order_id.get(part) if isinstance(order_id, Mapping) else None
+        version = doc.get(self.version)
+        if isinstance(order_id, int) and isinstance(version, int):
+            return order_id, version
+        return None
+
 
 @dataclass
 class WriteContext:
