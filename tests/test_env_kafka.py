@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import (
     ConfigResource,  # confluent_kafka.admin re-exports it implicitly
 )
@@ -29,6 +30,7 @@ from harness.kafka.clients import (
     admin,
     consumer_config,
     create_topic,
+    delete_topics,
     end_offsets,
     partition_offset,
     producer_config,
@@ -431,6 +433,34 @@ def is_replicated(env: LocalEnvironment) -> bool:
     except NotReady:
         return False
     return True
+
+
+def test_a_deleted_topic_stays_deleted_when_a_harness_client_asks_for_it_by_name(
+    lab_env: LocalEnvironment,
+) -> None:
+    # A run's topics are deleted once judged, while clients of the lab that once named them may
+    # still live; a producer's or admin client's ask for a missing topic by name makes the
+    # broker create it (with its default partitions), unless the client says not to.
+    bootstrap = lab_env.kafka_bootstrap
+    ours, control = unique("deleted"), unique("deleted-control")
+    for name in (ours, control):
+        create_topic(bootstrap, name, 1)
+    delete_topics(bootstrap, [ours, control])
+    client = admin(bootstrap)
+    # The control: a client as librdkafka makes it by default. Each asks until the control's
+    # topic is back: a broker whose metadata has not caught up with the deletion yet answers
+    # with the topic and creates nothing.
+    default = AdminClient({"bootstrap.servers": bootstrap})
+
+    def created() -> None:
+        client.list_topics(ours, timeout=5)
+        default.list_topics(control, timeout=5)  # after ours
+        if control not in client.list_topics(timeout=5).topics:
+            raise NotReady(f"{control} not created again yet")
+
+    wait_for(created, what="the control topic created by its client's ask", timeout=60)
+    # The cluster creates topics in the order asked: ours would be there by now.
+    assert ours not in client.list_topics(timeout=5).topics
 
 
 def test_a_cluster_id_never_starts_with_a_dash() -> None:

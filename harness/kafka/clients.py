@@ -35,6 +35,11 @@ QUIET = 3  # librdkafka's syslog levels: 3 errors only (7 debug)
 # question's timeout or exception, which names it.
 HARNESS_SETTINGS: dict[str, str | int] = {"client.id": HARNESS_CLIENT, "log_level": 2}
 _COMMON: dict[str, Any] = {
+    # A client that once named a topic keeps asking for its metadata (every refresh interval,
+    # until it is collected), and a producer's or admin client's ask makes the broker create a
+    # topic that is not there: a run's topic deleted once judged came back, with the broker's
+    # default partitions, from a harness client still alive. The lab creates every topic itself.
+    "allow.auto.create.topics": False,
     "reconnect.backoff.ms": 50,
     "reconnect.backoff.max.ms": 1000,
     "socket.connection.setup.timeout.ms": 5000,
