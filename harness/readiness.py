@@ -32,11 +32,12 @@ def wait_for(
     timeout: float,
     interval: float = 0.05,
     abort: Callable[[], str | None] | None = None,
+    most: float = 0.5,
 ) -> T:
     """Call ``probe`` until it returns without raising; return what it returned.
 
     ``abort`` is checked between attempts; a non-None answer ends the wait with ``GaveUp``.
-    The interval grows to at most 0.5 s so a slow server is not hammered.
+    The interval grows to at most ``most`` (0.5 s) so a slow server is not hammered.
     """
     deadline = time.monotonic() + timeout
     last: BaseException | None = None
@@ -50,7 +51,7 @@ def wait_for(
         if time.monotonic() >= deadline:
             raise DeadlineExceeded(what, timeout, last) from last
         time.sleep(interval)
-        interval = min(interval * 1.5, 0.5)
+        interval = min(interval * 1.5, most)
 
 
 def accepts_connections(host: str, port: int, timeout: float = 0.5) -> None:

@@ -15,11 +15,21 @@ from harness.checker.model import KIND_CODES, LedgerArrays, SinkSnapshot
 from harness.checker.state import FinalState, check_state
 from harness.environment.options import CONTAINERS_ABILITIES, LOCAL_ABILITIES
 from harness.kafka.clients import StoredRecord
+from harness.run.sources import split
 from harness.scenario import ScenarioError, parse_scenario, runnable
 from harness.sources.spec import SourceKind
-from harness.sources.stages import final_state, sink_ledger
+from harness.sources.sql_workload import transactions
+from harness.sources.stages import (
+    committed_ledger,
+    expected_changes,
+    final_state,
+    sink_ledger,
+    snapshots,
+    topic_snapshot,
+)
 from harness.sources.truth import CommittedChange
 from harness.workload.events import Kind, Op
+from harness.workload.generator import WorkloadSpec
 
 BASE: dict[str, Any] = {"name": "cdc", "variants": ["naive"]}
 DEBEZIUM = {"kind": "debezium", "config": {"snapshot.mode": "no_data"}}
@@ -169,3 +179,56 @@ def test_the_final_state_is_the_table_and_the_rows_whose_last_change_deleted_the
     state = final_state([committed(10, 1, 1), committed(20, 2, 1), delete, gone, again],
                         {1: 1, 3: 3})  # fmt: skip
     assert state == FinalState(rows={1: 1, 3: 3}, deleted={2: 2})
+
+
+def read(
+    partition: int, offset: int, lsn: int, order_id: int, version: int, mark: str
+) -> StoredRecord:
+    """A snapshot's read of a row: every read of one snapshot has its LSN and transaction."""
+    payload = {"op": "r", "before": None, "source": {"txId": 7, "lsn": lsn, "snapshot": mark},
+               "after": {"order_id": order_id, "version": version}}  # fmt: skip
+    value = json.dumps({"schema": {}, "payload": payload}).encode()
+    return StoredRecord(partition, offset, {}, value, timestamp=1000.0 + offset)
+
+
+def test_over_a_table_with_rows_the_source_owes_each_row_once_then_each_later_change() -> None:
+    # Order 1 was changed twice and order 2 deleted before Debezium started (LSN 500): the
+    # snapshot owes order 1's row at version 2 and nothing of order 2; after, order 1's update.
+    before = [committed(100, 1, 1), committed(110, 1, 2), committed(120, 2, 1),
+              CommittedChange(130, 13, "orders", Op.DELETE, 2, 2, {}, 10.0)]  # fmt: skip
+    after = [committed(600, 1, 3)]
+    expected = expected_changes(before + after, {1: 2}, 500, 50.0)
+    assert [(c.order_id, c.version, c.lsn) for c in expected] == [(1, 2, 500), (1, 3, 600)]
+    # The snapshot interrupted and taken again: its read of order 1 comes twice, with the LSN
+    # of each snapshot; the change after once.
+    records = [read(0, 0, 510, 1, 2, "first"), read(0, 1, 700, 1, 2, "first"),
+               read(0, 2, 700, 3, 1, "last"), record(0, 3, 600, 1, 3)]  # fmt: skip
+    assert snapshots(records) == (2, 1)
+    rows = sink_ledger(expected, records, "t")
+    got = [(r.event_id, r.kind, r.offset) for r in rows]
+    # A read is the change that made the version it read; its event id its own LSN's.
+    assert got == [("lsn-510-1", Kind.NORMAL, 0), ("lsn-600-1", Kind.NORMAL, 3),
+                   ("lsn-700-1", Kind.COPY, 1)]  # fmt: skip
+    # Order 3's read is of no change the database committed: the topic stage's phantom.
+    verdict = check(committed_ledger(expected), topic_snapshot(records), produced=2)
+    assert (verdict.duplicates, verdict.lost, verdict.phantoms) == (1, 0, 1)
+
+
+def test_the_application_rows_before_debezium_are_whole_transactions() -> None:
+    planned = transactions(WorkloadSpec(events=200, keys=50, seed=3))
+    head, tail = split(planned, 40)
+    assert head + tail == planned
+    changes = [len(t.changes) for t in head]
+    assert sum(changes) >= 40 > sum(changes[:-1])
+    assert split(planned, 0) == ([], planned)
+
+
+def test_an_existing_table_is_for_a_database_source_alone() -> None:
+    cdc = parse_scenario({**BASE, "source": {**DEBEZIUM, "existing": 100}}).source
+    assert cdc.existing == 100
+    with pytest.raises(ScenarioError) as refused:
+        parse_scenario({**BASE, "source": {"kind": "producer", "existing": 100}})
+    assert "source.existing: a producer source has no existing" in str(refused.value)
+    with pytest.raises(ScenarioError) as refused:
+        parse_scenario({**BASE, "source": {**DEBEZIUM, "existing": -1}})
+    assert "source.existing: a count of row changes, 0 or more; got -1" in str(refused.value)

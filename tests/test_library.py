@@ -22,9 +22,10 @@ from harness.outbox.writer import read_written
 from harness.pipeline.runtime import RuntimeConfig
 from harness.report.table import BESIDE_NOTE, beside
 from harness.results.model import RESULTS, load
+from harness.run.sources import split
 from harness.scenario import Scenario, VariantSpec, load_scenario
 from harness.sources.sql_workload import RowChange, Transaction, transactions
-from harness.sources.stages import source_change
+from harness.sources.stages import snapshots, source_change
 from harness.workload.events import Kind, Op, change_event_id
 from harness.workload.ledger import read_ledger
 from harness.workload.producer import aborted_ledger
@@ -124,6 +125,45 @@ def assert_cdc_recounts(
                 )
                 assert len(documents) == len(truth) - twice, variant
                 assert r["lost"] == twice > 0, variant
+
+
+def assert_snapshot_recounts(
+    env: LocalEnvironment, scenario: Scenario, rows: dict[tuple[str, str], dict[str, Any]]
+) -> None:
+    """A Debezium source over a table with rows, its snapshot interrupted: recounted from the
+    plan (the rows its first changes left, then each later change), the change topic's own
+    records and MongoDB."""
+    head, tail = split(transactions(scenario.workload), scenario.source.existing)
+    table: dict[int, int] = {}
+    for change in (c for t in head for c in t.changes):
+        if change.op is Op.DELETE:
+            del table[change.order_id]
+        else:
+            table[change.order_id] = change.version
+    expected = set(table.items()) | {(c.order_id, c.version) for t in tail for c in t.changes}
+    (ledger,) = {r["ledger"] for r in rows.values()}
+    (topic,) = {row.topic for row in read_ledger(Path(ledger))}
+    records = read_topic(env.kafka_bootstrap, topic, contents=True)
+    changes = [c for record in records if (c := source_change(record)) is not None]
+    on_topic = Counter((c.order_id, c.version) for c in changes)
+    assert set(on_topic) <= expected  # nothing the database did not commit
+    assert snapshots(records) == (2, 1)  # the first cut off, the second whole
+    copies = sum(on_topic.values()) - len(on_topic)
+    mongo: MongoClient[dict[str, Any]] = MongoClient(env.mongo_uri)
+    with mongo:
+        for (_, variant), r in rows.items():
+            assert r["relay"]["snapshots"] == [2, 1], variant
+            assert r["relay"]["snapshot_rows"] == len(table), variant
+            published = r["relay"]["published"]
+            assert published["lost"] == len(expected - set(on_topic)) > 0, variant
+            assert published["duplicates"] == copies > 0, variant
+            assert r["expected"] == len(expected), variant
+            # Each copy is the second snapshot's read of a row the first had sent: another
+            # transaction and LSN, so no key of the change's source identity takes it once.
+            assert r["duplicates"] == copies, variant
+            config = json.loads((Path(r["directory"]) / "runtime.json").read_text())
+            stored = mongo[config["database"]].events.count_documents({})
+            assert stored == r["in_sink"] == len(on_topic) + copies, variant
 
 
 def assert_state_recounts(
@@ -321,7 +361,7 @@ def test_the_library_has_every_scenario_the_issue_names() -> None:
         "outbox-push-shape", "outbox-relay-crash", "outbox-server-restarts", "outbox-history-lost",
         "spark-connector-replay", "connect-worker-loss", "connect-rolling-upgrade",
         "connect-mongo-outage", "connect-poison", "cdc-debezium-crash", "cdc-exactly-once-source",
-        "cdc-postgres-restart", "cdc-mongo-cdc-handler",
+        "cdc-postgres-restart", "cdc-mongo-cdc-handler", "cdc-snapshot-interrupted",
     }  # fmt: skip
     for path in LIBRARY:
         scenario = load_scenario(path)
@@ -425,7 +465,9 @@ def test_a_library_scenario_holds_its_expectations(
     if name.startswith("outbox-"):
         for r in rows.values():
             assert_stages_add_up(r)
-    if loaded.source.cdc:
+    if loaded.source.existing:
+        assert_snapshot_recounts(scenario_env, loaded, rows)
+    elif loaded.source.cdc:
         assert_cdc_recounts(scenario_env, loaded, rows)
     if name == "cdc-debezium-crash":
         assert rows[("listener", "naive")]["relay"]["published"]["duplicates"] > 0

@@ -424,11 +424,15 @@ class RelayStage:
       MongoDB acknowledged; ``history_lost`` counts the times the relay could not resume its
       change stream (ChangeStreamHistoryLost);
     * ``of: source`` - a CDC source's (seed 000): the change topic against what the database
-      committed, one stage every lane of the run shares."""
+      committed, one stage every lane of the run shares; over a table that had rows, how many
+      of the expected changes are the rows its snapshot was to read, and how many snapshots
+      Debezium began and finished on the topic."""
 
     published: Verdict
     history_lost: int = 0
     of: str = RELAY
+    snapshot_rows: int = 0
+    snapshots: tuple[int, int] = (0, 0)  # (begun, finished)
 
     @property
     def source(self) -> bool:
@@ -436,7 +440,8 @@ class RelayStage:
 
     def to_dict(self) -> dict[str, Any]:
         return {"published": self.published.to_dict(), "history_lost": self.history_lost,
-                "of": self.of}  # fmt: skip
+                "of": self.of, "snapshot_rows": self.snapshot_rows,
+                "snapshots": list(self.snapshots)}  # fmt: skip
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> RelayStage:
@@ -444,4 +449,6 @@ class RelayStage:
             Verdict.from_dict(raw.get("published") or {}),
             int(raw.get("history_lost", 0)),
             str(raw.get("of") or RELAY),
+            int(raw.get("snapshot_rows", 0)),
+            tuple(raw.get("snapshots") or (0, 0)),
         )

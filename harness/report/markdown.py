@@ -139,10 +139,16 @@ def scenario_markdown(
         ])  # fmt: skip
     if source := next((v.relay for v in run.variants if v.relay and v.relay.source), None):
         on = source.published
+        what = f"{on.expected} changes committed"
+        if read := source.snapshot_rows:
+            what = (f"{read} rows in the table when Debezium started (what its snapshot was to "
+                    f"read) and {on.expected - read} changes committed after")  # fmt: skip
+        begun, finished = source.snapshots
         lines += [
-            f"**The source** (Debezium, from PostgreSQL's log; every lane's): {on.expected} "
-            f"changes committed; on the change topic {on.unique_in_sink}, {on.duplicates} of "
-            f"them again (re-emitted), {on.lost} never (lost at the source)"
+            f"**The source** (Debezium, from PostgreSQL's log; every lane's): {what}; on the "
+            f"change topic {on.unique_in_sink}, {on.duplicates} of them again (re-emitted), "
+            f"{on.lost} never (lost at the source)"
+            + (f"; snapshots begun {begun}, finished {finished}" if begun else "")
             + (f"; it stopped for good: {on.stopped}" if on.stopped else "")
             + ". The lanes below are counted against the same commits.",
             "",

@@ -37,7 +37,13 @@ from harness.environment.base import Environment, Link
 from harness.errors import LabError
 from harness.faults.base import Target
 from harness.history.events import EventKind, HistoryWriter
-from harness.kafka.clients import StoredRecord, create_topic, end_offsets, read_topic
+from harness.kafka.clients import (
+    StoredRecord,
+    Watermarks,
+    create_topic,
+    end_offsets,
+    read_topic,
+)
 from harness.pipeline import observer
 from harness.pipeline.connect import settings as connect
 from harness.pipeline.connect.settings import ConnectSettings
@@ -51,8 +57,15 @@ from harness.scenario import Scenario
 from harness.sources import database, sql_writer, truth
 from harness.sources.debezium import Where
 from harness.sources.spec import SOURCE_LABEL
-from harness.sources.sql_workload import transactions
-from harness.sources.stages import committed_ledger, final_state, sink_ledger, topic_snapshot
+from harness.sources.sql_workload import Transaction, transactions
+from harness.sources.stages import (
+    committed_ledger,
+    expected_changes,
+    final_state,
+    sink_ledger,
+    snapshots,
+    topic_snapshot,
+)
 from harness.workload.events import TABLE
 from harness.workload.generator import generate
 from harness.workload.ledger import LedgerWriter, read_ledger
@@ -122,6 +135,12 @@ class DebeziumRun:
     looked: float = 0.0  # time.monotonic() of the last look for either
     polled: float = 0.0  # time.monotonic() of the connector's last status
     committed: list[truth.CommittedChange] = field(default_factory=list)
+    # A table with rows when Debezium started (``source.existing``): those rows (order_id ->
+    # version), the LSN after their last commit, and when they were read.
+    existing: dict[int, int] = field(default_factory=dict)
+    boundary: int = 0
+    existing_at: float = 0.0
+    expected: list[truth.CommittedChange] = field(default_factory=list)  # what the topic owes
     records: list[StoredRecord] = field(default_factory=list)
     ledger: LedgerArrays | None = None  # the sinks', once read
     final: FinalState | None = None  # the table at the end, read with the truth
@@ -150,6 +169,8 @@ class DebeziumSource:
         self.targets: list[Target] = []
         self.supervisors: list[RuntimeSupervisor] = []
         self._prefix = prefix
+        self._head: list[Transaction] = []  # committed before Debezium starts
+        self._tail: list[Transaction] = []  # the application's, in the run
 
     def start(self) -> None:
         """The run's database and the truth's slot (before the first write), the change and
@@ -159,6 +180,11 @@ class DebeziumSource:
         run.server_uri = env.postgres_uri()
         run.uri = database.create(run.server_uri, run.name)
         truth.create_slot(run.uri, run.truth_slot)
+        self._head, self._tail = split(transactions(scenario.workload), scenario.source.existing)
+        if self._head:  # the rows a deployment's database had before it added CDC
+            sql_writer.write(run.uri, self._head)
+            run.existing, run.existing_at = database.table_rows(run.uri), time.time()
+            run.boundary = database.current_lsn(run.uri)
         where = Where(run.uri, slot=run.name, topic_prefix=self._prefix,
                       tables=(TABLE, database.MARKS), partitions=scenario.partitions)  # fmt: skip
         run.where = where
@@ -220,25 +246,34 @@ class DebeziumSource:
 
     def await_ready(self, progress: Progress, stop: threading.Event | None) -> None:
         """Until Debezium's task streams from its slot (its snapshot of the empty tables done):
-        the application starts after its CDC, as a deployment's would."""
+        the application starts after its CDC, as a deployment's would. Over a table with rows,
+        until its snapshot is under way (its first record on the topic): the application
+        writes on, and the faults' clock starts, while Debezium reads the table."""
         run = self.run
         assert run.supervisor is not None and run.where is not None
         supervisor, slot = run.supervisor, run.where.slot
+        topic = Watermarks(run.env.kafka_bootstrap, self.topic)
 
         def streaming() -> None:
             self.check()
             assert run.watch is not None
             if run.watch.failure:  # it never streamed: no run to speak of
                 raise LabError(f"Debezium's {run.watch.failure}")
-            if not _slot_active(run.uri, slot):
+            if run.existing:
+                if not any(topic.read(timeout=5).values()):
+                    raise NotReady(f"Debezium's snapshot of {len(run.existing)} rows not begun")
+            elif not _slot_active(run.uri, slot):
                 raise NotReady(f"Debezium's slot {slot} not streaming yet")
 
         def stopped() -> str | None:
             return "asked to stop" if stop is not None and stop.is_set() else None
 
         try:
+            # A snapshot is seconds long: its start is looked for often, for the faults' clock
+            # to start while it is under way.
             wait_for(streaming, what="Debezium streaming from its slot",
-                     timeout=STREAMING_WITHIN_S, abort=stopped)  # fmt: skip
+                     timeout=STREAMING_WITHIN_S, abort=stopped,
+                     most=0.05 if run.existing else 0.5)  # fmt: skip
         except GaveUp as exc:
             raise Stopped(str(exc)) from None
         except DeadlineExceeded:
@@ -247,13 +282,19 @@ class DebeziumSource:
                 f"Debezium did not stream from slot {slot} within {STREAMING_WITHIN_S:.0f} s "
                 f"(see {logs})"
             ) from None
-        progress(f"    the source streams: Debezium on slot {slot} into {self.topic}")
+        finally:
+            topic.close()
+        if run.existing:
+            progress(f"    the source's snapshot is under way: Debezium reads the table's "
+                     f"{len(run.existing)} rows into {self.topic}")  # fmt: skip
+        else:
+            progress(f"    the source streams: Debezium on slot {slot} into {self.topic}")
 
     def writer(self, hold: Hold | None) -> ProducerThread:
         """The application, in the writer's thread: the planned transactions, then the end
         mark. (``hold`` is a producer's: the application writes at its own pace.)"""
         run = self.run
-        planned = transactions(run.scenario.workload)
+        planned = self._tail
 
         def body(stop: threading.Event, on_ack: Callable[[int], None]) -> ProduceSummary:
             started = time.monotonic()
@@ -290,7 +331,10 @@ class DebeziumSource:
         return run.flushed
 
     def _offset_lsn(self) -> int:
-        """The LSN of the source offsets Connect last committed for Debezium (0: none yet)."""
+        """The LSN of the source offsets Connect last committed for Debezium (0: none yet, or
+        a snapshot's under way: its records all carry the LSN it reads at, and the end mark,
+        committed before it began, is one of its rows - it is past the mark only once it has
+        put every row on the topic)."""
         settings = ConnectSettings.from_json(self.targets[0].supervisor.config.connect)
         records = read_topic(self.run.env.kafka_bootstrap, settings.storage_topics["offset"],
                              contents=True)  # fmt: skip
@@ -299,6 +343,8 @@ class DebeziumSource:
             if record.value is not None and self._prefix.encode() in (record.key or b""):
                 offset = json.loads(record.value)
                 latest = max(int(offset.get("lsn") or 0), int(offset.get("lsn_proc") or 0))
+                if offset.get("snapshot") and not offset.get("last_snapshot_record"):
+                    latest = 0
         return latest
 
     def end_offsets(self) -> dict[int, int]:
@@ -318,10 +364,14 @@ class DebeziumSource:
         run = self.run
         if run.ledger is None:
             run.committed = truth.read(run.uri, run.truth_slot)
+            run.expected = run.committed
+            if run.boundary:
+                run.expected = expected_changes(run.committed, run.existing, run.boundary,
+                                                run.existing_at)  # fmt: skip
             run.records = read_topic(run.env.kafka_bootstrap, self.topic, contents=True)
             run.final = final_state(run.committed, database.table_rows(run.uri))
             with LedgerWriter(self.ledger_path) as ledger:
-                for row in sink_ledger(run.committed, run.records, self.topic):
+                for row in sink_ledger(run.expected, run.records, self.topic):
                     ledger.append(row)
             run.ledger = load_ledger(self.ledger_path)
         return run.ledger
@@ -336,16 +386,23 @@ class DebeziumSource:
         """The change topic against the database's commits: the source's copies and losses."""
         run = self.run
         self.ledger()  # the truth and the topic, read
-        committed = len(run.committed)
+        expected = len(run.expected)
         stopped = run.watch.failure if run.watch is not None else ""
-        verdict = check(committed_ledger(run.committed), topic_snapshot(run.records),
-                        produced=committed, stopped=stopped)  # fmt: skip
+        verdict = check(committed_ledger(run.expected), topic_snapshot(run.records),
+                        produced=expected, stopped=stopped)  # fmt: skip
+        begun, finished = snapshots(run.records)
+        what = f"{expected} changes committed"
+        if run.boundary:
+            what = (f"{len(run.existing)} rows for its snapshot and "
+                    f"{expected - len(run.existing)} changes committed after")  # fmt: skip
         progress(
-            f"    the source: {committed} changes committed; on the topic {verdict.unique_in_sink}"
+            f"    the source: {what}; on the topic {verdict.unique_in_sink}"
             f" (+{verdict.duplicates} copies re-emitted, {verdict.lost} lost at the source)"
+            + (f"; snapshots begun {begun}, finished {finished}" if begun else "")
             + (f"; Debezium stopped for good: {stopped}" if stopped else "")
         )
-        return [], RelayStage(verdict, of=SOURCE)
+        return [], RelayStage(verdict, of=SOURCE, snapshot_rows=len(run.existing),
+                              snapshots=(begun, finished))  # fmt: skip
 
     def close(self) -> list[str]:
         """Its workers stopped, its slots and database dropped; its topics (for a run that
@@ -377,6 +434,16 @@ class _SourceThread(ProducerThread):
 
     def done(self) -> bool:
         return super().done() and self._source.done()
+
+
+def split(planned: list[Transaction], existing: int) -> tuple[list[Transaction], list[Transaction]]:
+    """``planned`` as the transactions committed before Debezium starts - whole ones, until
+    ``existing`` row changes - and the rest."""
+    changes, at = 0, 0
+    while at < len(planned) and changes < existing:
+        changes += sum(len(statement.changes) for statement in planned[at].statements)
+        at += 1
+    return planned[:at], planned[at:]
 
 
 def change_lsn(value: bytes) -> int:

@@ -14,6 +14,7 @@ import psycopg
 
 from harness.readiness import NotReady, wait_for
 from harness.sources.sql_workload import DDL, REPLICA_IDENTITY
+from harness.sources.truth import lsn_number
 from harness.workload.events import TABLE
 
 MARKS = "marks"
@@ -44,6 +45,14 @@ def mark_end(uri: str) -> int:
         row = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
     assert row is not None
     return int(row[0])
+
+
+def current_lsn(uri: str) -> int:
+    """Where the server's log is now (Debezium's number for an LSN)."""
+    with psycopg.connect(uri) as conn:
+        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    assert row is not None
+    return lsn_number(str(row[0]))
 
 
 def table_rows(uri: str) -> dict[int, int]:

@@ -10,6 +10,8 @@ log through Debezium.
       connect:                  #   settings, pasted; connect its workers and their settings
         workers: 1              #   (Connect's names, as pipeline.connect has them)
         offset.flush.interval.ms: 60000
+      existing: 20000           # the workload's first row changes, committed before Debezium
+                                #   starts: the table its snapshot reads (0: an empty table)
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ class SourceSpec:
     config: dict[str, Any] = field(default_factory=dict)
     # The source's Connect cluster: {workers: N} and worker settings, Connect's names
     connect: dict[str, Any] = field(default_factory=dict)
+    # The workload's first row changes (whole transactions) committed before Debezium starts:
+    # a deployment adding CDC to a database that has rows, which its snapshot reads.
+    existing: int = 0
 
     @classmethod
     def of(cls, raw: Any) -> Self | Any:
@@ -56,6 +61,9 @@ class SourceSpec:
         if self.kind not in set(SourceKind):
             return [("kind", f"one of {', '.join(SourceKind)}; got {self.kind!r}")]
         if not self.cdc:
-            extra = [k for k in ("config", "connect") if getattr(self, k)]
+            extra = [k for k in ("config", "connect", "existing") if getattr(self, k)]
             return [(k, f"a {self.kind} source has no {k}") for k in extra]
-        return [(f"config.{key}", why) for key, why in self.debezium().problems()]
+        found = [(f"config.{key}", why) for key, why in self.debezium().problems()]
+        if self.existing < 0:
+            found.append(("existing", f"a count of row changes, 0 or more; got {self.existing}"))
+        return found

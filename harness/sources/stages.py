@@ -6,6 +6,9 @@ them like a sink's landing collection. So the stage is one ``check``:
 
     committed -> topic:  check(committed_ledger(truth), topic_snapshot(records))
 
+Over a table that had rows when Debezium started, the expected changes are those rows, each at
+its version (what a snapshot reads), then the changes committed after (``expected_changes``).
+
 A copy on the topic is the source's (Debezium re-emitting what it had sent before its offsets
 were flushed); a committed change never on the topic is lost at the source.
 
@@ -25,7 +28,7 @@ from harness.checker.model import LedgerArrays, SinkSnapshot
 from harness.checker.state import FinalState
 from harness.kafka.clients import StoredRecord
 from harness.sources.truth import CommittedChange
-from harness.workload.events import DEBEZIUM_READ, Kind, Op, change_event_id, debezium_change
+from harness.workload.events import TABLE, Kind, Op, change_event_id, debezium_change
 from harness.workload.ledger import LedgerRow
 
 
@@ -45,17 +48,38 @@ class SourceChange:
 
 
 def source_change(record: StoredRecord) -> SourceChange | None:
-    """The change a record carries (None: a delete's tombstone, or a snapshot's read)."""
+    """The change a record carries (None: a delete's tombstone). A snapshot's read is the
+    change that made the row's version it read: a sink stores it as it stores that change."""
     if record.value is None:
         return None
-    payload = json.loads(record.value)["payload"]
-    if payload["op"] == DEBEZIUM_READ:
-        return None
-    change = debezium_change(payload)
+    change = debezium_change(json.loads(record.value)["payload"])
     return SourceChange(
         record.partition, record.offset, int(change.tx_id), change.lsn, change.op,
         change.order_id, change.version, record.timestamp,
     )  # fmt: skip
+
+
+def expected_changes(
+    changes: Sequence[CommittedChange], snapshot: Mapping[int, int], boundary: int, at: float
+) -> list[CommittedChange]:
+    """What a source that started on a table with rows is to put on its topic: the rows its
+    snapshot reads (``snapshot``: order_id -> version when Debezium started, at LSN
+    ``boundary``, read at ``at``) - a snapshot carries a row's version, not the changes that
+    made it - then every change committed after."""
+    read = [CommittedChange(boundary, 0, TABLE, Op.CREATE, order_id, version, {}, at)
+            for order_id, version in sorted(snapshot.items())]  # fmt: skip
+    return read + [c for c in changes if c.lsn >= boundary]
+
+
+def snapshots(records: Iterable[StoredRecord]) -> tuple[int, int]:
+    """How many snapshots Debezium began and how many it finished on this topic (of one
+    table): the records it marks as a snapshot's first and last (``source.snapshot``). A
+    snapshot interrupted and taken again from the start shows as two begun and one finished."""
+    marks = [json.loads(r.value)["payload"]["source"].get("snapshot") for r in records if r.value]
+    # A snapshot marks its first and last record of each table, and of all of them: the run's
+    # other table (its end mark) has a topic of its own.
+    begun = sum(m in ("first", "first_in_data_collection") for m in marks)
+    return begun, sum(m in ("last", "last_in_data_collection") for m in marks)
 
 
 def committed_ledger(changes: Sequence[CommittedChange]) -> LedgerArrays:
@@ -99,7 +123,9 @@ def sink_ledger(
     for c in changes:
         at = first.get((c.order_id, c.version))
         partition, offset = (-1, -1) if at is None else (at.partition, at.offset)
-        rows.append((c.lsn, c.order_id, c.version, Kind.NORMAL, partition, offset, c.committed_at))
+        # A snapshot's read has the LSN Debezium gave it, not the one expected of it.
+        lsn = c.lsn if at is None else at.lsn
+        rows.append((lsn, c.order_id, c.version, Kind.NORMAL, partition, offset, c.committed_at))
     committed = {(c.order_id, c.version) for c in changes}
     rows += [
         (s.lsn, s.order_id, s.version, Kind.COPY, s.partition, s.offset, s.timestamp)
