@@ -5,6 +5,8 @@ sinks (pure: no servers). The run itself is the library's cdc-debezium-crash
 from __future__ import annotations
 
 import json
+import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -13,7 +15,13 @@ from harness.checker.check import check
 from harness.checker.explain import explain
 from harness.checker.model import KIND_CODES, LedgerArrays, SinkSnapshot
 from harness.checker.state import FinalState, check_state
-from harness.environment.options import CONTAINERS_ABILITIES, LOCAL_ABILITIES
+from harness.environment.options import (
+    CONTAINERS_ABILITIES,
+    LOCAL_ABILITIES,
+    external_abilities,
+)
+from harness.faults.base import Space
+from harness.faults.families.network import NetworkFault
 from harness.kafka.clients import StoredRecord
 from harness.run.sources import split
 from harness.scenario import ScenarioError, parse_scenario, runnable
@@ -232,3 +240,29 @@ def test_an_existing_table_is_for_a_database_source_alone() -> None:
     with pytest.raises(ScenarioError) as refused:
         parse_scenario({**BASE, "source": {**DEBEZIUM, "existing": -1}})
     assert "source.existing: a count of row changes, 0 or more; got -1" in str(refused.value)
+
+
+def test_a_cut_of_the_sources_database_link_needs_a_database_source_and_its_proxy() -> None:
+    cut = {"kind": "network", "name": "c", "link": "source-postgres", "action": "cut",
+           "duration": 5, "at": 1}  # fmt: skip
+    runnable(parse_scenario({**BASE, "source": DEBEZIUM, "faults": [cut]}), LOCAL_ABILITIES)
+    with pytest.raises(ScenarioError) as refused:
+        runnable(parse_scenario({**BASE, "faults": [cut]}), LOCAL_ABILITIES)
+    assert (
+        "faults[0].link: source-postgres is a CDC source's link to its database, and the "
+        "scenario's source is producer (source: debezium)" in str(refused.value)
+    )
+    external = external_abilities((1, 2, 3))
+    with pytest.raises(ScenarioError) as refused:
+        runnable(parse_scenario({**BASE, "source": DEBEZIUM, "faults": [cut]}), external)
+    assert "the external backend has no proxy on source-postgres" in str(refused.value)
+    # Drawn beside a Debezium source alone; the other links' draws as before.
+    setting = parse_scenario({**BASE, "source": DEBEZIUM}).setting
+    for source, drawn in (("debezium", True), ("producer", False)):
+        space = Space(replace(setting, source=source), LOCAL_ABILITIES, 10.0)
+        links = set()
+        for k in range(200):
+            entry = NetworkFault.draw(random.Random(k), space)
+            assert entry is not None
+            links.add(entry["link"])
+        assert ("source-postgres" in links) is drawn, links

@@ -12,6 +12,7 @@ import psutil
 import psycopg
 import pytest
 
+from harness.environment.base import Link, LinkRule
 from harness.environment.local import LocalEnvironment
 from harness.environment.options import LocalOptions
 from harness.environment.process import ProcessHandle
@@ -133,3 +134,28 @@ def test_postgres_is_refused_where_the_backend_runs_none(tmp_path: Path) -> None
     assert f"PostgreSQL: no postgres in {tmp_path / 'nowhere'}" in missing.stderr
     assert not (tmp_path / "local").exists()
     assert LocalOptions.from_dict({"spark_standalone": False, "spark_cores": 2}).postgres is False
+
+
+def test_a_cdc_sources_link_to_postgres_runs_through_the_fault_proxy(
+    lab_env: LocalEnvironment,
+) -> None:
+    direct = lab_env.postgres_uri()
+    proxied = lab_env.postgres_uri_for(Link.SOURCE_POSTGRES)
+    assert proxied != direct and proxied.startswith("postgresql://postgres@127.0.0.1:")
+    assert lab_env.postgres_uri_for(Link.CONSUMER_MONGO) == direct  # not a PostgreSQL link
+    with psycopg.connect(proxied, autocommit=True) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+        rule = lab_env.add_link_rule(LinkRule(Link.SOURCE_POSTGRES, "reset"))
+        try:
+            # Its connections closed at once, new ones too; a client of the database on no
+            # link of the proxy (the application, the truth's slot) untouched.
+            with pytest.raises(psycopg.OperationalError):
+                conn.execute("SELECT 1")
+            with pytest.raises(psycopg.OperationalError):
+                psycopg.connect(proxied, connect_timeout=5).close()
+            with psycopg.connect(direct) as other:
+                assert other.execute("SELECT 1").fetchone() == (1,)
+        finally:
+            lab_env.remove_link_rule(rule)
+    with psycopg.connect(proxied) as again:
+        assert again.execute("SELECT 1").fetchone() == (1,)

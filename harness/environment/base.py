@@ -40,6 +40,7 @@ class Link(StrEnum):
     PRODUCER_KAFKA = "producer-kafka"
     CONSUMER_KAFKA = "consumer-kafka"
     CONSUMER_MONGO = "consumer-mongo"
+    SOURCE_POSTGRES = "source-postgres"  # a CDC source's connection to its database
 
 
 KAFKA_LINKS = frozenset({Link.PRODUCER_KAFKA, Link.CONSUMER_KAFKA})
@@ -133,6 +134,7 @@ class BackendAbilities:
     test_commands: bool = True  # its MongoDB has test commands (failCommand)
     containers: bool = False  # its servers and consumers are containers (ContainerControl)
     postgres: bool = False  # it runs (or is given) a PostgreSQL for a CDC source
+    postgres_link: bool = False  # a proxy on a CDC source's link to its PostgreSQL
     # A second environment of it can run beside the first on one machine: the matrix plays
     # the scenarios whose faults act on the environment there, beside the others.
     second: bool = False
@@ -351,6 +353,11 @@ class Environment(ABC):
     def mongo_uri_for(self, link: Link) -> str:
         """The URI a client on ``link`` connects with; a fault proxy on the link changes it."""
         return self.mongo_uri
+
+    def postgres_uri_for(self, link: Link) -> str:
+        """The URI of the environment's PostgreSQL for a client on ``link``; a fault proxy on
+        the link changes it."""
+        return self.postgres_uri()
 
     # -- what faults use ----------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from harness.environment import process, state
 from harness.environment.base import (
@@ -40,7 +41,8 @@ PORT_NAMES = (
     *(name for node in NODE_IDS for name in port_names(node)),
     "mongo",
     "mongo-proxy",
-    "postgres",  # the consumers' MongoDB link
+    "postgres",
+    "postgres-proxy",  # a CDC source's link to PostgreSQL
     "proxy-control",
     "spark-master",
     "spark-master-ui",
@@ -75,6 +77,7 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
                 ctx,
                 kafka={n: f"{LOOPBACK}:{ctx.ports[f'kafka-{n}-client']}" for n in NODE_IDS},
                 mongo=f"{LOOPBACK}:{ctx.ports['mongo']}",
+                postgres=f"{LOOPBACK}:{ctx.ports['postgres']}",
             ),
             *(KafkaNode(ctx, node) for node in NODE_IDS),
         ]
@@ -174,6 +177,15 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
     def spark(self) -> SparkSettings:
         cluster = SparkCluster.STANDALONE if self.options.spark_standalone else SparkCluster.LOCAL
         return self._spark_settings(cluster)
+
+    def postgres_uri_for(self, link: Link) -> str:
+        uri = self.postgres_uri()
+        if link is not Link.SOURCE_POSTGRES:
+            return uri
+        address = urlsplit(uri)
+        user = address.netloc.rpartition("@")[0]  # its user (and password), as they were
+        at = f"{user}@" if user else ""
+        return urlunsplit(address._replace(netloc=f"{at}{self._proxy.postgres_address}"))
 
     def postgres_uri(self) -> str:
         self._on_demand("postgres", self._start_postgres)

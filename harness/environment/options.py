@@ -17,7 +17,7 @@ from harness.environment.servers.kafka import NODE_IDS
 from harness.errors import BadInput
 
 LOCAL_ABILITIES = BackendAbilities(
-    "local", nodes=NODE_IDS, link_faults=True, second=True, postgres=True
+    "local", nodes=NODE_IDS, link_faults=True, second=True, postgres=True, postgres_link=True
 )
 CONTAINERS_ABILITIES = BackendAbilities(
     "containers", nodes=NODE_IDS, link_faults=True, containers=True

@@ -161,6 +161,7 @@ class Context:
     # A source's own processes, as a fault that names them reaches them (``of: source``): not
     # among ``targets``, which every other fault takes for the lanes' consumers.
     sources: Sequence[Target] = ()
+    database: str = ""  # a CDC source's database (its URI), where its faults act
     # Kafka nodes a fault holds stopped or paused, and by which fault: another fault due on
     # such a node waits until it is back (two faults restarting one node at once would each
     # wait for a state the other undid); MongoDB likewise, under MONGO_HELD.

@@ -46,6 +46,7 @@ class Nemesis:
     targets: Sequence[Target]
     topic: str = ""  # the run's topic (leader-of picks among its partitions)
     sources: Sequence[Target] = ()  # the source's processes (``Context.sources``)
+    database: str = ""  # a CDC source's database (``Context.database``)
     _context: Context = field(init=False)
     _progress: list[_Progress] = field(init=False)
     _opened: set[str] = field(default_factory=set, init=False)  # windows not ended yet
@@ -53,7 +54,7 @@ class Nemesis:
     _ended: dict[str, float] = field(default_factory=dict, init=False)  # monotonic, by fault
 
     def __post_init__(self) -> None:
-        self._context = Context(self.env, self.targets, self.topic, self.sources)
+        self._context = Context(self.env, self.targets, self.topic, self.sources, self.database)
         self._progress = [
             _Progress(p, p.fault.actor(self._context)) for p in self.schedule if p.steps
         ]

@@ -52,6 +52,8 @@ from harness.workload.verify import StoredTwice
 class OutboxSource:
     """The application of an outbox scenario (see the module's doc)."""
 
+    database = ""  # its application writes MongoDB: no database of a CDC source
+
     def __init__(self, env: Environment, scenario: Scenario, run_id: str, ledger_path: Path):
         assert scenario.outbox is not None, "not an outbox scenario"
         # Its processes: none (the application is the lab's thread, the relays are lanes).

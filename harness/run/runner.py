@@ -440,7 +440,8 @@ def _play(run: _Run, progress: Progress, stop: threading.Event | None) -> Produc
         )
         for lane in run.lanes
     ]
-    nemesis = Nemesis(env, run.schedule, targets, topic=run.topic, sources=run.source.targets)
+    nemesis = Nemesis(env, run.schedule, targets, topic=run.topic, sources=run.source.targets,
+                      database=run.source.database)  # fmt: skip
     supervisors = run.supervisors
     checked: list[Checked] = [*supervisors, run.source]
     # A current-state sink's rows, followed as they change: what a replay does meanwhile.

@@ -91,6 +91,9 @@ class Source(Protocol):
     targets: list[Target]  # its processes, for a fault that names the source
     supervisors: list[RuntimeSupervisor]  # checked by the loop: restarted when they die
 
+    @property
+    def database(self) -> str: ...  # a CDC source's database (its URI), where faults act
+
     def start(self) -> None: ...
 
     def check(self) -> None: ...  # each tick of the loop: its processes and its connector
@@ -172,6 +175,10 @@ class DebeziumSource:
         self._head: list[Transaction] = []  # committed before Debezium starts
         self._tail: list[Transaction] = []  # the application's, in the run
 
+    @property
+    def database(self) -> str:
+        return self.run.uri
+
     def start(self) -> None:
         """The run's database and the truth's slot (before the first write), the change and
         mark topics, and the source's Connect workers; its connector is put on them once
@@ -185,7 +192,10 @@ class DebeziumSource:
             sql_writer.write(run.uri, self._head)
             run.existing, run.existing_at = database.table_rows(run.uri), time.time()
             run.boundary = database.current_lsn(run.uri)
-        where = Where(run.uri, slot=run.name, topic_prefix=self._prefix,
+        # Debezium reaches its database through the fault proxy where there is one (network
+        # faults on the source-postgres link); the application and the truth's slot directly.
+        debeziums = database.uri_of(env.postgres_uri_for(Link.SOURCE_POSTGRES), run.name)
+        where = Where(debeziums, slot=run.name, topic_prefix=self._prefix,
                       tables=(TABLE, database.MARKS), partitions=scenario.partitions)  # fmt: skip
         run.where = where
         create_topic(env.kafka_bootstrap, self.topic, scenario.partitions)
@@ -463,6 +473,7 @@ class ProducerSource:
     """The lab's producer (see the module's doc)."""
 
     report = None
+    database = ""  # no database of its own
 
     def __init__(self, env: Environment, scenario: Scenario, topic: str, ledger_path: Path) -> None:
         self.env, self.scenario, self.topic, self.ledger_path = env, scenario, topic, ledger_path

@@ -8,7 +8,9 @@ too; a rule on ``kafka`` covers all three. The producer and consumer links share
 addresses and are told apart by client.id (``harness.kafka.clients``'s ``PRODUCER_CLIENT``,
 ``CONSUMER_CLIENT``; the harness's own ``HARNESS_CLIENT`` is never a target). The consumers'
 MongoDB link is a listener in front of SecantusDB that reads MongoDB's messages (to drop a
-write's reply: ``ack-lost``). In front of servers the lab did not
+write's reply: ``ack-lost``). A CDC source's link to PostgreSQL is a plain TCP listener in front
+of the database's port, there from the environment's start (PostgreSQL starts when a CDC run
+first asks for it). In front of servers the lab did not
 start (the external backend), the proxy rewrites the brokers' addresses in Kafka's responses
 instead (``rewrite_addresses``; ``harness.environment.proxy.addresses``).
 """
@@ -26,6 +28,7 @@ from harness.kafka.clients import CONSUMER_CLIENT, PRODUCER_CLIENT
 
 KAFKA_LISTENER = "kafka"  # the group of the nodes' listeners, kafka/1 ...
 MONGO_LISTENER = "mongo"
+POSTGRES_LISTENER = "postgres"
 
 
 def link_target(link: Link) -> tuple[str, str]:
@@ -34,6 +37,7 @@ def link_target(link: Link) -> tuple[str, str]:
         Link.PRODUCER_KAFKA: (KAFKA_LISTENER, PRODUCER_CLIENT),
         Link.CONSUMER_KAFKA: (KAFKA_LISTENER, CONSUMER_CLIENT),
         Link.CONSUMER_MONGO: (MONGO_LISTENER, ""),
+        Link.SOURCE_POSTGRES: (POSTGRES_LISTENER, ""),
     }
     return targets[link]
 
@@ -45,7 +49,7 @@ def proxy_port_names(nodes: Collection[int]) -> list[str]:
 
 class FaultProxy(LocalServer):
     name = "proxy"
-    role = "fault proxy (Kafka, MongoDB links)"
+    role = "fault proxy (Kafka, MongoDB, PostgreSQL links)"
     ready_timeout = 15.0
 
     def __init__(
@@ -55,10 +59,14 @@ class FaultProxy(LocalServer):
         kafka: Mapping[int, str],
         mongo: str,
         rewrite_addresses: bool = False,
+        postgres: str = "",
     ) -> None:
-        """``kafka``: each node's address (node id -> HOST:PORT), ``mongo``: MongoDB's."""
+        """``kafka``: each node's address (node id -> HOST:PORT), ``mongo``: MongoDB's,
+        ``postgres``: PostgreSQL's (a plain TCP listener, there before PostgreSQL is: it starts
+        when a CDC run first asks for it; none: no such link)."""
         super().__init__(ctx)
         self.kafka, self.mongo, self.rewrite_addresses = dict(kafka), mongo, rewrite_addresses
+        self.postgres = postgres
 
     @property
     def port(self) -> int:
@@ -74,6 +82,10 @@ class FaultProxy(LocalServer):
     def mongo_address(self) -> str:
         return f"{LOOPBACK}:{self.ctx.ports['mongo-proxy']}"
 
+    @property
+    def postgres_address(self) -> str:
+        return f"{LOOPBACK}:{self.ctx.ports['postgres-proxy']}"
+
     def control(self) -> ProxyControl:
         return ProxyControl(LOOPBACK, self.ctx.ports["proxy-control"])
 
@@ -84,7 +96,10 @@ class FaultProxy(LocalServer):
             for n, address in self.kafka.items()
         ]
         mongo = f"{MONGO_LISTENER},mongo,{ports['mongo-proxy']},{self.mongo}"
-        listeners = [arg for spec in [*kafka, mongo] for arg in ("--listener", spec)]
+        specs = [*kafka, mongo]
+        if self.postgres:
+            specs.append(f"{POSTGRES_LISTENER},tcp,{ports['postgres-proxy']},{self.postgres}")
+        listeners = [arg for spec in specs for arg in ("--listener", spec)]
         rewrite = ["--rewrite-addresses"] if self.rewrite_addresses else []
         return [sys.executable, "-m", "harness.environment.proxy",
                 "--control", str(ports["proxy-control"]), *listeners, *rewrite]  # fmt: skip

@@ -20,6 +20,7 @@ from harness.faults.base import (
     positive,
 )
 from harness.records import Problem
+from harness.sources.spec import SourceKind
 
 ON, OFF = "link-fault-on", "link-fault-off"
 
@@ -61,14 +62,24 @@ class NetworkFault(Timed):
         return f"link {self.link}"
 
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
-        return needs_link_proxies(backend)
+        if self.link is not Link.SOURCE_POSTGRES:
+            return needs_link_proxies(backend)
+        if setting.source != SourceKind.DEBEZIUM:
+            why = f"{self.link} is a CDC source's link to its database, and the scenario's source"
+            return [("link", f"{why} is {setting.source} (source: debezium)")]
+        if not backend.postgres_link:
+            return [("link", f"the {backend.name} backend has no proxy on {self.link}")]
+        return []
 
     @classmethod
     def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
         action = rng.choice(list(NetworkAction))
         delay = {"delay_ms": rng.randint(100, 3000)} if action is NetworkAction.DELAY else {}
+        # A CDC source's link beside a Debezium source alone (the others' draws unchanged).
+        cdc = space.setting.source == SourceKind.DEBEZIUM and space.backend.postgres_link
+        links = [link for link in Link if cdc or link is not Link.SOURCE_POSTGRES]
         return {**space.when(rng), "duration": space.seconds(rng, 1, 10),
-                "link": rng.choice(list(Link)).value, "action": action.value, **delay}  # fmt: skip
+                "link": rng.choice(links).value, "action": action.value, **delay}  # fmt: skip
 
     @classmethod
     def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
