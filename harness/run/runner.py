@@ -343,7 +343,7 @@ def run_side_by_side(
     once: set up, play the workload and the faults, check each variant."""
     run_id = uuid.uuid4().hex[:6]
     ledger_path = out_dir / f"{_runtimes(lanes)}-{run_id}.ledger.csv"
-    source = _source(env, scenario, run_id, out_dir, ledger_path)
+    source = _source(env, scenario, run_id, out_dir, ledger_path, progress)
     try:
         run = _set_up(env, scenario, source, run_id, [(get_runtime(r), s) for r, s in lanes],
                       out_dir)  # fmt: skip
@@ -374,10 +374,15 @@ def _runtimes(lanes: list[tuple[str, VariantSpec]]) -> str:
 
 
 def _source(
-    env: Environment, scenario: Scenario, run_id: str, out_dir: Path, ledger_path: Path
+    env: Environment,
+    scenario: Scenario,
+    run_id: str,
+    out_dir: Path,
+    ledger_path: Path,
+    progress: Progress,
 ) -> Source:
     if scenario.source.cdc:
-        return DebeziumSource(env, scenario, run_id, out_dir, ledger_path)
+        return DebeziumSource(env, scenario, run_id, out_dir, ledger_path, progress)
     if scenario.outbox is not None:
         return OutboxSource(env, scenario, run_id, ledger_path)
     return ProducerSource(env, scenario, f"{scenario.name}.{run_id}", ledger_path)

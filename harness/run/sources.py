@@ -163,9 +163,16 @@ class DebeziumSource:
     report = None
 
     def __init__(
-        self, env: Environment, scenario: Scenario, run_id: str, out_dir: Path, ledger_path: Path
+        self,
+        env: Environment,
+        scenario: Scenario,
+        run_id: str,
+        out_dir: Path,
+        ledger_path: Path,
+        progress: Progress = print,
     ) -> None:
         self.run = DebeziumRun(env, scenario, run_id, out_dir)
+        self.progress = progress
         self.ledger_path = ledger_path
         prefix = f"{scenario.name}.{run_id}"
         self.topic = f"{prefix}.public.{TABLE}"
@@ -189,9 +196,15 @@ class DebeziumSource:
         truth.create_slot(run.uri, run.truth_slot)
         self._head, self._tail = split(transactions(scenario.workload), scenario.source.existing)
         if self._head:  # the rows a deployment's database had before it added CDC
+            changes = sum(len(t.changes) for t in self._head)
+            self.progress(f"    the table before Debezium starts: the application's first "
+                          f"{changes} row changes ({len(self._head)} transactions)")  # fmt: skip
+            began = time.monotonic()
             sql_writer.write(run.uri, self._head)
             run.existing, run.existing_at = database.table_rows(run.uri), time.time()
             run.boundary = database.current_lsn(run.uri)
+            self.progress(f"    {len(run.existing)} rows in the table, written in "
+                          f"{time.monotonic() - began:.0f} s")  # fmt: skip
         # Debezium reaches its database through the fault proxy where there is one (network
         # faults on the source-postgres link); the application and the truth's slot directly.
         debeziums = database.uri_of(env.postgres_uri_for(Link.SOURCE_POSTGRES), run.name)
