@@ -23,10 +23,9 @@ from harness.environment.options import (
 from harness.faults.base import Space
 from harness.faults.families.network import NetworkFault
 from harness.kafka.clients import StoredRecord
-from harness.run.sources import split
 from harness.scenario import ScenarioError, parse_scenario, runnable
 from harness.sources.spec import SourceKind
-from harness.sources.sql_workload import transactions
+from harness.sources.sql_workload import split, transactions
 from harness.sources.stages import (
     committed_ledger,
     expected_changes,

@@ -38,6 +38,7 @@ from harness.pipeline.runtimes import DEFAULT as DEFAULT_RUNTIME
 from harness.pipeline.runtimes import CommitFailureVia, Runtime
 from harness.pipeline.supervisor import RuntimeSupervisor
 from harness.records import Problem
+from harness.sources.spec import SourceKind
 from harness.workload.generator import Burst
 
 START = "start"  # a fault's window opens (recorded in the history)
@@ -46,6 +47,14 @@ END = "end"  # and closes
 
 class FaultStuck(LabError):
     """A waiting step of a fault never came true (a node that did not come back)."""
+
+
+def needs_cdc_source(setting: Setting, does: str, at: str = "") -> list[Problem]:
+    """The refusal of a fault that acts on a CDC source's database (``does`` says how), beside
+    a source that has none."""
+    if setting.source == SourceKind.DEBEZIUM:
+        return []
+    return [(at, f"{does}, and the scenario's source is {setting.source} (source: debezium)")]
 
 
 def needs_link_proxies(backend: BackendAbilities) -> list[Problem]:

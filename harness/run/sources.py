@@ -57,7 +57,7 @@ from harness.scenario import Scenario
 from harness.sources import database, sql_writer, truth
 from harness.sources.debezium import Where
 from harness.sources.spec import SOURCE_LABEL
-from harness.sources.sql_workload import Transaction, transactions
+from harness.sources.sql_workload import Transaction, split, transactions
 from harness.sources.stages import (
     committed_ledger,
     expected_changes,
@@ -179,7 +179,6 @@ class DebeziumSource:
         self.targets: list[Target] = []
         self.supervisors: list[RuntimeSupervisor] = []
         self._prefix = prefix
-        self._head: list[Transaction] = []  # committed before Debezium starts
         self._tail: list[Transaction] = []  # the application's, in the run
 
     @property
@@ -194,13 +193,13 @@ class DebeziumSource:
         run.server_uri = env.postgres_uri()
         run.uri = database.create(run.server_uri, run.name)
         truth.create_slot(run.uri, run.truth_slot)
-        self._head, self._tail = split(transactions(scenario.workload), scenario.source.existing)
-        if self._head:  # the rows a deployment's database had before it added CDC
-            changes = sum(len(t.changes) for t in self._head)
+        head, self._tail = split(transactions(scenario.workload), scenario.source.existing)
+        if head:  # the rows a deployment's database had before it added CDC
+            changes = sum(len(t.changes) for t in head)
             self.progress(f"    the table before Debezium starts: the application's first "
-                          f"{changes} row changes ({len(self._head)} transactions)")  # fmt: skip
+                          f"{changes} row changes ({len(head)} transactions)")  # fmt: skip
             began = time.monotonic()
-            sql_writer.write(run.uri, self._head)
+            sql_writer.write(run.uri, head)
             run.existing, run.existing_at = database.table_rows(run.uri), time.time()
             run.boundary = database.current_lsn(run.uri)
             self.progress(f"    {len(run.existing)} rows in the table, written in "
@@ -275,14 +274,15 @@ class DebeziumSource:
         run = self.run
         assert run.supervisor is not None and run.where is not None
         supervisor, slot = run.supervisor, run.where.slot
-        topic = Watermarks(run.env.kafka_bootstrap, self.topic)
+        # Over a table with rows: its change topic's ends, until the snapshot's first record.
+        topic = Watermarks(run.env.kafka_bootstrap, self.topic) if run.existing else None
 
         def streaming() -> None:
             self.check()
             assert run.watch is not None
             if run.watch.failure:  # it never streamed: no run to speak of
                 raise LabError(f"Debezium's {run.watch.failure}")
-            if run.existing:
+            if topic is not None:
                 if not any(topic.read(timeout=5).values()):
                     raise NotReady(f"Debezium's snapshot of {len(run.existing)} rows not begun")
             elif not _slot_active(run.uri, slot):
@@ -306,7 +306,8 @@ class DebeziumSource:
                 f"(see {logs})"
             ) from None
         finally:
-            topic.close()
+            if topic is not None:
+                topic.close()
         if run.existing:
             progress(f"    the source's snapshot is under way: Debezium reads the table's "
                      f"{len(run.existing)} rows into {self.topic}")  # fmt: skip
@@ -457,16 +458,6 @@ class _SourceThread(ProducerThread):
 
     def done(self) -> bool:
         return super().done() and self._source.done()
-
-
-def split(planned: list[Transaction], existing: int) -> tuple[list[Transaction], list[Transaction]]:
-    """``planned`` as the transactions committed before Debezium starts - whole ones, until
-    ``existing`` row changes - and the rest."""
-    changes, at = 0, 0
-    while at < len(planned) and changes < existing:
-        changes += sum(len(statement.changes) for statement in planned[at].statements)
-        at += 1
-    return planned[:at], planned[at:]
 
 
 def change_lsn(value: bytes) -> int:

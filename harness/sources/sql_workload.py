@@ -181,6 +181,16 @@ def _statement(table: _Table, shape: Shape) -> Statement | None:
     return Statement(shape, tuple(table.change(op, k) for k in sorted(ids)))
 
 
+def split(planned: list[Transaction], existing: int) -> tuple[list[Transaction], list[Transaction]]:
+    """``planned`` as the transactions committed before a CDC source starts - whole ones,
+    until ``existing`` row changes - and the rest."""
+    changes, at = 0, 0
+    while at < len(planned) and changes < existing:
+        changes += len(planned[at].changes)
+        at += 1
+    return planned[:at], planned[at:]
+
+
 def transactions(spec: WorkloadSpec) -> list[Transaction]:
     """The workload's transactions in the order they begin, about ``spec.events`` row changes
     in all; the first ones take each shape in turn, so that every shape is in any workload of

@@ -22,7 +22,16 @@ from typing import Any, ClassVar
 import psycopg
 
 from harness.environment.base import BackendAbilities
-from harness.faults.base import Actor, Context, Setting, Space, Step, Timed, positive
+from harness.faults.base import (
+    Actor,
+    Context,
+    Setting,
+    Space,
+    Step,
+    Timed,
+    needs_cdc_source,
+    positive,
+)
 from harness.history.events import EventKind
 from harness.records import Problem
 from harness.sources.spec import SourceKind
@@ -124,10 +133,7 @@ class LongTransaction(Timed):
         return "the source's database"
 
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
-        if setting.source != SourceKind.DEBEZIUM:
-            return [("", "holds a transaction open on a CDC source's database, and the "
-                         f"scenario's source is {setting.source} (source: debezium)")]  # fmt: skip
-        return []
+        return needs_cdc_source(setting, "holds a transaction open on a CDC source's database")
 
     @classmethod
     def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:

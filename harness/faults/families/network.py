@@ -16,6 +16,7 @@ from harness.faults.base import (
     Space,
     Step,
     Timed,
+    needs_cdc_source,
     needs_link_proxies,
     positive,
 )
@@ -29,6 +30,15 @@ class NetworkAction(StrEnum):
     CUT = "cut"  # nothing gets through either way; connections stay open
     RESET = "reset"  # connections are closed, new ones too
     DELAY = "delay"  # delay_ms added each way
+
+
+# What the proxy counts of each action's rule, said in the history when the window ends: what
+# the fault did, which no client's history shows (a reset in a client's retry delay hits none).
+TALLIES = {
+    NetworkAction.CUT: "connections held",
+    NetworkAction.RESET: "connections reset",
+    NetworkAction.DELAY: "chunks delayed",
+}
 
 
 @dataclass(frozen=True)
@@ -56,7 +66,7 @@ class NetworkFault(Timed):
 
     def actor(self, context: Context) -> Actor:
         rule = LinkRule(self.link, self.action.value, delay_ms=self.delay_ms)
-        return LinkRuleActor(context, rule, ON, OFF)
+        return LinkRuleActor(context, rule, ON, OFF, fault=self, tally=TALLIES[self.action])
 
     def aim(self) -> str:
         return f"link {self.link}"
@@ -64,9 +74,9 @@ class NetworkFault(Timed):
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
         if self.link is not Link.SOURCE_POSTGRES:
             return needs_link_proxies(backend)
-        if setting.source != SourceKind.DEBEZIUM:
-            why = f"{self.link} is a CDC source's link to its database, and the scenario's source"
-            return [("link", f"{why} is {setting.source} (source: debezium)")]
+        if refused := needs_cdc_source(setting, f"{self.link} is a CDC source's link to its "
+                                       "database", at="link"):  # fmt: skip
+            return refused
         if not backend.postgres_link:
             return [("link", f"the {backend.name} backend has no proxy on {self.link}")]
         return []

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from harness.environment.base import BackendAbilities, Component
-from harness.faults.base import Setting, Space
+from harness.faults.base import Setting, Space, needs_cdc_source
 from harness.faults.families.mongo_restart import ServerRestart
 from harness.records import Problem
 from harness.sources.spec import SourceKind
@@ -31,10 +31,9 @@ class PostgresRestart(ServerRestart):
     clean_stop: ClassVar[str] = "fast shutdown (SIGINT)"
 
     def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
-        if setting.source != SourceKind.DEBEZIUM:
-            return [("", "restarts a CDC source's database, and the scenario's source is "
-                         f"{setting.source} (source: debezium)")]  # fmt: skip
-        return super().refusals(setting, backend)
+        return needs_cdc_source(setting, "restarts a CDC source's database") or super().refusals(
+            setting, backend
+        )
 
     @classmethod
     def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
