@@ -97,6 +97,27 @@ def test_a_database_restart_needs_a_source_database() -> None:
     )
 
 
+def test_a_slot_behind_needs_a_source_database_the_lab_started() -> None:
+    behind = {"kind": "slot-behind", "name": "b", "at": 1, "duration": 5, "keep_mb": 16}
+    debezium = parse_scenario({**BASE, "source": DEBEZIUM, "faults": [behind]})
+    runnable(debezium, LOCAL_ABILITIES)
+    with pytest.raises(ScenarioError) as refused:
+        runnable(parse_scenario({**BASE, "faults": [behind]}), LOCAL_ABILITIES)
+    assert "faults[0]: puts a CDC source's slot behind, and the scenario's source is producer" in (
+        str(refused.value)
+    )
+    # A server the lab did not start: no WAL written into it, no setting of it changed.
+    with pytest.raises(ScenarioError) as refused:
+        runnable(debezium, external_abilities())
+    assert "the external environment did not start PostgreSQL" in str(refused.value)
+    # Its own fields, each problem named.
+    with pytest.raises(ScenarioError) as bad:
+        parse_scenario({**BASE, "source": DEBEZIUM, "faults": [
+            {**behind, "wal_mb": 8, "keep_mb": 0, "duration": -1}]})  # fmt: skip
+    for field in ("wal_mb: from 16 to 4096", "keep_mb: from 1", "duration"):
+        assert field in str(bad.value), (field, str(bad.value))
+
+
 def test_a_producers_record_bursts_are_refused_beside_a_database_source() -> None:
     """Resends and poison shape the lab producer's records: a database's changes are its
     application's, so such a fault would never fire - it is refused by name."""

@@ -34,7 +34,8 @@ LANE = injects("listener")  # what the faults make up on a listener's lane
 LOCAL = BackendAbilities("local", (1, 2, 3), link_faults=True)
 LISTENER = Explored("listener", ("idempotent", "transactional"), drawable(), LOCAL)
 CONNECT_KINDS = ("connect-task-restart", "connect-worker-kill")  # drawn beside a Connect lane
-SOURCE_KINDS = ("postgres-restart", "long-transaction")  # drawn beside a Debezium source
+# drawn beside a Debezium source
+SOURCE_KINDS = ("postgres-restart", "long-transaction", "slot-behind")
 
 
 def test_the_same_seed_draws_the_same_trials_and_another_seed_others() -> None:

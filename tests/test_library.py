@@ -126,6 +126,27 @@ def assert_cdc_recounts(
                 assert r["lost"] == twice > 0, variant
 
 
+def assert_slot_lost_after_its_cap(rows: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """cdc-slot-behind: the slot kept its WAL when nothing capped it, and was invalidated at the
+    capped checkpoint, as PostgreSQL's own pg_replication_slots said in the source's history;
+    the source stopped for good there, and lost nothing before the uncapped window ended."""
+    (lane, *_) = rows.values()
+    events = read_history(Path(lane["directory"]).parent / "source" / "history")
+    said = {e.fault: e.detail for e in events
+            if e.kind is EventKind.FAULT_STEP and "a checkpoint" in e.detail}  # fmt: skip
+    assert " reserved (" in said["behind"] or " extended (" in said["behind"], said
+    assert said["behind-capped"].endswith(" lost"), said
+    (stopped,) = [e for e in events if e.kind is EventKind.FAILED_FOR_GOOD]
+    assert "wal_status lost" in stopped.detail
+    behind_ended = next(e.t for e in events
+                        if e.kind is EventKind.FAULT_END and e.fault == "behind")  # fmt: skip
+    never = [row for row in read_ledger(Path(lane["ledger"]))
+             if row.kind is Kind.NORMAL and row.partition < 0]  # fmt: skip
+    assert never and min(row.acked_at for row in never) > behind_ended
+    for (_, variant), r in rows.items():
+        assert r["relay"]["published"]["lost"] == len(never), variant
+
+
 def assert_snapshot_recounts(
     env: LocalEnvironment, scenario: Scenario, rows: dict[tuple[str, str], dict[str, Any]]
 ) -> None:
@@ -361,6 +382,7 @@ def test_the_library_has_every_scenario_the_issue_names() -> None:
         "spark-connector-replay", "connect-worker-loss", "connect-rolling-upgrade",
         "connect-mongo-outage", "connect-poison", "cdc-debezium-crash", "cdc-exactly-once-source",
         "cdc-postgres-restart", "cdc-mongo-cdc-handler", "cdc-snapshot-interrupted",
+        "cdc-slot-behind",
     }  # fmt: skip
     for path in LIBRARY:
         scenario = load_scenario(path)
@@ -483,6 +505,8 @@ def test_a_library_scenario_holds_its_expectations(
         tallies = {e.fault: e.count for e in events
                    if e.kind is EventKind.FAULT_STEP and e.count is not None}  # fmt: skip
         assert tallies.get("link-reset", 0) >= 1 and tallies.get("link-cut", 0) >= 1, tallies
+    if name == "cdc-slot-behind":
+        assert_slot_lost_after_its_cap(rows)
     if name == "cdc-exactly-once-source":  # KIP-618's promise, under both bounces
         for (_, variant), r in rows.items():
             steps = [e.detail for e in read_history(Path(r["directory"]) / "history")

@@ -25,6 +25,7 @@ from harness.scenario import Scenario, load_scenario
 # Their faults act on a server or a link of the environment: they run alone.
 ALONE = {
     "cdc-postgres-restart",  # PostgreSQL restarts: every CDC run's database with it
+    "cdc-slot-behind",  # a cap on what every slot on the server may keep
     "connect-mongo-outage",  # the consumers' connections to MongoDB are reset
     "mongo-ack-lost",  # the replies on the consumers' link to MongoDB are dropped
     "mongo-partition",  # the consumers' link to MongoDB is cut

@@ -10,7 +10,8 @@ from collections import Counter, defaultdict
 import psycopg
 import pytest
 
-from harness.sources import sql_writer, truth
+from harness.readiness import NotReady, wait_for
+from harness.sources import database, sql_writer, truth
 from harness.sources.sql_workload import (
     Shape,
     commit_order,
@@ -109,3 +110,54 @@ def test_the_database_log_holds_each_committed_change_in_commit_order(
     with psycopg.connect(postgres_database) as conn:
         rows = conn.execute("SELECT order_id, version, status, amount_cents FROM orders").fetchall()
     assert {r[0]: tuple(r) for r in rows} == final_rows(planned)
+
+
+@pytest.mark.servers
+def test_the_truth_read_as_the_run_goes_is_the_truth_read_once_at_the_end(
+    postgres_database: str,
+) -> None:
+    planned = transactions(WorkloadSpec(events=300, keys=60, seed=5))
+    once, going = (f"truth_{uuid.uuid4().hex[:8]}_{n}" for n in (1, 2))
+    for slot in (once, going):
+        truth.create_slot(postgres_database, slot)
+    try:
+        reader = truth.Truth(postgres_database, going)
+        first, rest = planned[: len(planned) // 2], planned[len(planned) // 2 :]
+        sql_writer.write(postgres_database, first)
+        new = reader.catch_up()
+        assert new == len(reader.changes) > 0
+        assert reader.catch_up() == 0  # nothing committed since: nothing again
+        sql_writer.write(postgres_database, rest)
+        reader.catch_up()
+        assert reader.changes == truth.read(postgres_database, once)
+        assert len(reader.changes) == sum(len(t.changes) for t in planned)
+    finally:
+        for slot in (once, going):
+            truth.drop_slot(postgres_database, slot)
+
+
+@pytest.mark.servers
+def test_a_slot_cap_a_dead_run_left_in_force_is_taken_back(postgres_database: str) -> None:
+    server = database.uri_of(postgres_database, "postgres")
+    assert database.reset_slot_cap(server) == ""  # none in force: nothing done
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"ALTER SYSTEM SET {database.SLOT_CAP} = '16MB'")
+        conn.execute("SELECT pg_reload_conf()")
+    try:
+        cap_becomes(server, "16MB")
+        assert database.reset_slot_cap(server) == "16 MB"
+        cap_becomes(server, "-1")
+    finally:
+        database.reset_slot_cap(server)
+
+
+def cap_becomes(uri: str, value: str) -> None:
+    """Until a new session sees the server's cap at ``value`` (a reload is asynchronous)."""
+
+    def seen() -> None:
+        with psycopg.connect(uri) as conn:
+            row = conn.execute(f"SHOW {database.SLOT_CAP}").fetchone()
+        if row is None or row[0] != value:
+            raise NotReady(f"{database.SLOT_CAP} is {row}")
+
+    wait_for(seen, what=f"{database.SLOT_CAP} {value}", timeout=30)

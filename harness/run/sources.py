@@ -18,6 +18,7 @@ run ends (``close``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -81,6 +82,9 @@ class BrokerLostData(LabError):
 CONNECTOR = "source"  # the source's connector, on its own cluster
 STREAMING_WITHIN_S = 180.0  # a worker's start and Debezium's first look at its slot
 MARK_EVERY_S = 1.0  # how often the end mark's topic is looked at
+# How often the truth's slot is read: a slot holds the WAL it has not given out, and a server
+# capping that (max_slot_wal_keep_size) would otherwise invalidate the lab's own slot too.
+TRUTH_EVERY_S = 1.0
 
 
 class Source(Protocol):
@@ -137,7 +141,10 @@ class DebeziumRun:
     flushed: bool = False  # Connect has committed Debezium's offsets past the mark
     looked: float = 0.0  # time.monotonic() of the last look for either
     polled: float = 0.0  # time.monotonic() of the connector's last status
-    committed: list[truth.CommittedChange] = field(default_factory=list)
+    reader: truth.Truth | None = None  # the database's commits, read from the lab's slot
+    caught_up: float = 0.0  # time.monotonic() of its last read
+    slot_lost: str = ""  # why Debezium's slot can give no change again (the server's word)
+    committed: list[truth.CommittedChange] = field(default_factory=list)  # all of them, at the end
     # A table with rows when Debezium started (``source.existing``): those rows (order_id ->
     # version), the LSN after their last commit, and when they were read.
     existing: dict[int, int] = field(default_factory=dict)
@@ -155,6 +162,12 @@ class DebeziumRun:
     @property
     def truth_slot(self) -> str:
         return f"{self.name}_truth"
+
+    @property
+    def stopped(self) -> str:
+        """Why the source stopped for good ('' while it has not): its task FAILED, or its slot
+        was invalidated."""
+        return (self.watch.failure if self.watch is not None else "") or self.slot_lost
 
 
 class DebeziumSource:
@@ -191,8 +204,12 @@ class DebeziumSource:
         every worker is in their group (``ConnectorWatch``, polled by ``check``)."""
         run, scenario, env = self.run, self.run.scenario, self.run.env
         run.server_uri = env.postgres_uri()
+        if left := database.reset_slot_cap(run.server_uri):
+            self.progress(f"    PostgreSQL had {database.SLOT_CAP} {left} from a run that ended "
+                          "inside its slot-behind fault: taken back")  # fmt: skip
         run.uri = database.create(run.server_uri, run.name)
         truth.create_slot(run.uri, run.truth_slot)
+        run.reader = truth.Truth(run.uri, run.truth_slot)
         head, self._tail = split(transactions(scenario.workload), scenario.source.existing)
         if head:  # the rows a deployment's database had before it added CDC
             changes = sum(len(t.changes) for t in head)
@@ -202,6 +219,9 @@ class DebeziumSource:
             sql_writer.write(run.uri, head)
             run.existing, run.existing_at = database.table_rows(run.uri), time.time()
             run.boundary = database.current_lsn(run.uri)
+            # Their changes decoded now, not at the run loop's first look: that look is in the
+            # wait for the snapshot's first record, where the faults' clock starts.
+            run.reader.catch_up()
             self.progress(f"    {len(run.existing)} rows in the table, written in "
                           f"{time.monotonic() - began:.0f} s")  # fmt: skip
         # Debezium reaches its database through the fault proxy where there is one (network
@@ -256,15 +276,37 @@ class DebeziumSource:
     def check(self) -> None:
         """Its workers restarted when they die; its connector put on them once they formed
         their group, and followed (a task that FAILED stays failed: the source has stopped for
-        good, ``done``)."""
+        good, ``done``); the truth's slot read each second."""
         run = self.run
         assert run.supervisor is not None and run.watch is not None and run.history is not None
         run.supervisor.check()
+        if time.monotonic() - run.caught_up >= TRUTH_EVERY_S:
+            run.caught_up = time.monotonic()
+            assert run.reader is not None
+            # The database restarting (a fault's) is read at the next look.
+            with contextlib.suppress(psycopg.OperationalError):
+                run.reader.catch_up()
+                self._look_at_slot()
         # Connect's REST API as often as a Connect lane's observer asks it, not at every tick of
         # the loop (a status call each 0.1 s).
         if time.monotonic() - run.polled >= observer.POLL_S:
             run.polled = time.monotonic()
             run.watch.poll(run.history)
+
+    def _look_at_slot(self) -> None:
+        """Whether the server invalidated Debezium's slot (``max_slot_wal_keep_size``: the
+        slot-behind fault): its task does not fail then, it retries reading the slot for half
+        an hour (Debezium's PostgresConnection: 900 attempts 2 s apart), RUNNING meanwhile. The
+        source has stopped for good all the same; the history says so, as the server said it."""
+        run = self.run
+        if run.slot_lost or run.where is None:
+            return
+        if database.wal_status(run.uri, run.where.slot) == "lost":
+            run.slot_lost = (f"slot {run.where.slot} invalidated by PostgreSQL (wal_status lost: "
+                             "behind more WAL than max_slot_wal_keep_size lets a slot keep); "
+                             "Debezium can read no change from it again")  # fmt: skip
+            assert run.history is not None
+            run.history.record(EventKind.FAILED_FOR_GOOD, detail=run.slot_lost)
 
     def await_ready(self, progress: Progress, stop: threading.Event | None) -> None:
         """Until Debezium's task streams from its slot (its snapshot of the empty tables done):
@@ -341,7 +383,7 @@ class DebeziumSource:
         changes to come). Or whether Debezium stopped for good (its task FAILED)."""
         run = self.run
         assert run.where is not None and run.watch is not None
-        if run.watch.failure:  # nothing more will come of it: the lanes get what it sent
+        if run.stopped:  # nothing more will come of it: the lanes get what it sent
             return True
         if run.flushed or time.monotonic() - run.looked < MARK_EVERY_S:
             return run.flushed
@@ -384,10 +426,13 @@ class DebeziumSource:
     def ledger(self) -> LedgerArrays:
         """The committed changes, each at its first record on the change topic; the further
         records of each as the source's copies (``sink_ledger``): written as the run's ledger
-        file, as a producer's is. The truth and the topic are read once, after the run."""
+        file, as a producer's is. The topic is read once, after the run, and the truth's last
+        changes with it."""
         run = self.run
         if run.ledger is None:
-            run.committed = truth.read(run.uri, run.truth_slot)
+            assert run.reader is not None
+            run.reader.catch_up()
+            run.committed = run.reader.changes
             run.expected = run.committed
             if run.boundary:
                 run.expected = expected_changes(run.committed, run.existing, run.boundary,
@@ -411,7 +456,7 @@ class DebeziumSource:
         run = self.run
         self.ledger()  # the truth and the topic, read
         expected = len(run.expected)
-        stopped = run.watch.failure if run.watch is not None else ""
+        stopped = run.stopped
         verdict = check(committed_ledger(run.expected), topic_snapshot(run.records),
                         produced=expected, stopped=stopped)  # fmt: skip
         begun, finished = snapshots(run.records)

@@ -62,6 +62,35 @@ def table_rows(uri: str) -> dict[int, int]:
     return {int(order_id): int(version) for order_id, version in found}
 
 
+def wal_status(uri: str, slot: str) -> str:
+    """What the server keeps of ``slot``'s WAL (``reserved``, ``extended``, ``unreserved``;
+    ``lost``: invalidated, it can give no change again), '' while there is no such slot."""
+    with psycopg.connect(uri) as conn:
+        row = conn.execute(
+            "SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()
+    return str(row[0] or "") if row else ""
+
+
+# What a slot may keep of the server's WAL (MB; -1: all it needs): server-wide, set by the
+# slot-behind fault through ALTER SYSTEM for one checkpoint.
+SLOT_CAP = "max_slot_wal_keep_size"
+
+
+def reset_slot_cap(server_uri: str) -> str:
+    """The cap a run left in force, ALTER SYSTEM's (a run that died inside slot-behind's
+    checkpoint), taken back; what it was ('' when there was none)."""
+    with psycopg.connect(server_uri, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT setting, sourcefile FROM pg_settings WHERE name = %s", (SLOT_CAP,)
+        ).fetchone()
+        if row is None or row[0] == "-1" or not str(row[1] or "").endswith("postgresql.auto.conf"):
+            return ""
+        conn.execute(f"ALTER SYSTEM RESET {SLOT_CAP}")
+        conn.execute("SELECT pg_reload_conf()")
+    return f"{row[0]} MB"
+
+
 SLOTS = "SELECT slot_name, active_pid FROM pg_replication_slots WHERE database = %s"
 DROP_WITHIN_S = 30.0  # a terminated client's slot is released when its backend has exited
 

@@ -2,14 +2,17 @@
 through a logical slot of the lab's (test_decoding, which ships with PostgreSQL), with its
 transaction id and LSN - not what the writer meant to send.
 
-The slot is made before the workload's first write and read once it ends; what it returns is
-what the database committed, in commit order (an aborted transaction is never in it).
+The slot is made before the workload's first write and read as the run goes (``Truth``): a slot
+holds the server's WAL until it is read, and a server that caps what a slot may hold
+(``max_slot_wal_keep_size``, the slot-behind fault) invalidates one read only at the end. What
+it returns is what the database committed, in commit order (an aborted transaction is never in
+it).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -106,6 +109,26 @@ def read(uri: str, slot: str, table: str = TABLE) -> list[CommittedChange]:
         elif (change := parse(lsn, xid, data, table)) is not None:
             pending.append(change)
     return changes
+
+
+@dataclass
+class Truth:
+    """The changes committed since the slot was made, read from it as the run goes
+    (``catch_up``) and once more at the end."""
+
+    uri: str
+    slot: str
+    changes: list[CommittedChange] = field(default_factory=list)
+    # A slot read through SQL keeps its position on disk at checkpoints only: after a crash (a
+    # hard restart) it decodes again from the last one, and a change read twice counts once.
+    _seen: set[tuple[int, int]] = field(default_factory=set)
+
+    def catch_up(self) -> int:
+        """Read what was committed since the last read; how many changes were new."""
+        new = [c for c in read(self.uri, self.slot) if (c.lsn, c.order_id) not in self._seen]
+        self._seen.update((c.lsn, c.order_id) for c in new)
+        self.changes += new
+        return len(new)
 
 
 def drop_slot(uri: str, slot: str) -> None:

@@ -36,6 +36,7 @@ INSTALL_HINT = "apt-get install postgresql (or set CHAOSLAB_POSTGRES_BIN to a bi
 # Slots and WAL senders for the runs sharing the environment: each Debezium connector takes one
 # of each, and the lab's own reader of a run's log another slot.
 REPLICATION_SLOTS = 16
+AUTO_CONF = "postgresql.auto.conf"  # where ALTER SYSTEM writes
 
 
 def bin_dir() -> Path | None:
@@ -132,6 +133,15 @@ class PostgresServer(LocalServer):
     def argv(self) -> list[str]:
         postgres = str(required_bin_dir() / "postgres")
         return as_unprivileged([postgres, "-D", str(self.data), *settings(self.port)])
+
+    def prepare(self) -> None:
+        """A cluster kept from an earlier start of this environment starts with none of the
+        settings a fault changed through ALTER SYSTEM (a run SIGKILLed inside the slot-behind
+        fault's checkpoint leaves its cap in this file): the lab sets nothing else there."""
+        auto = self.data / AUTO_CONF
+        lines = auto.read_text().splitlines() if auto.exists() else []
+        if any(not line.startswith("#") for line in lines):
+            auto.write_text("".join(f"{line}\n" for line in lines if line.startswith("#")))
 
     def preparation(self) -> list[str]:
         if (self.data / "PG_VERSION").exists():

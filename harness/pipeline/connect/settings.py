@@ -308,6 +308,17 @@ class ConnectRest:
         )
         _expect(status, payload, f"restart task {task} of connector {name}")
 
+    def stop(self, name: str) -> None:
+        """Connector ``name`` STOPPED: its tasks shut down and their offsets committed, its
+        config kept (Connect's own maintenance stop, KIP-875)."""
+        status, payload = self._call("PUT", f"/connectors/{quote(name, safe='')}/stop")
+        _expect(status, payload, f"stop connector {name}")
+
+    def resume(self, name: str) -> None:
+        """A STOPPED or PAUSED connector ``name`` running again."""
+        status, payload = self._call("PUT", f"/connectors/{quote(name, safe='')}/resume")
+        _expect(status, payload, f"resume connector {name}")
+
     def delete(self, name: str) -> None:
         status, payload = self._call("DELETE", f"/connectors/{quote(name, safe='')}")
         if status != 404:

@@ -1,0 +1,278 @@
+"""Debezium's replication slot falls behind: its connector is stopped through Connect's REST API
+(Connect's maintenance stop: the task shuts down, its offsets are committed, the slot stays) for
+``duration`` seconds while the application commits on; then the server writes ``wal_mb`` MB of
+WAL elsewhere - another database's traffic, or a bulk job's - and checkpoints. A slot keeps
+every WAL segment its consumer has not confirmed, so Debezium's slot is that far behind.
+
+With ``keep_mb``, the server caps what a slot may keep (``max_slot_wal_keep_size``, as
+deployments set it to keep a stalled consumer from filling the disk). PostgreSQL enforces the
+cap at a checkpoint: a slot further behind is invalidated (``wal_status`` lost) and its WAL
+removed. Debezium, resumed, reads from a slot that can no longer give changes, and what it had
+not sent is lost at the source. The invalidation, and what Debezium does about it, are the
+systems' own; the lab stops the connector, writes the WAL and asks for the checkpoint.
+
+The cap is a server setting (ALTER SYSTEM, then a reload) that the lab puts in force for that
+one checkpoint and takes back at once: PostgreSQL applies it at checkpoints only, and the lab's
+own slot (the run's truth, ``harness.sources.truth``) is first seen past the WAL written, so the
+cap takes Debezium's slot and not the truth's. Every run on the server is exposed to it: such a
+scenario runs alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import psycopg
+
+from harness.environment.base import BackendAbilities
+from harness.faults.base import (
+    END,
+    Actor,
+    Context,
+    Setting,
+    Space,
+    Step,
+    Timed,
+    needs_cdc_source,
+    positive,
+)
+from harness.history.events import EventKind
+from harness.pipeline.connect.settings import ConnectError, ConnectRest, ConnectSettings
+from harness.readiness import NotReady, wait_for
+from harness.records import Problem
+from harness.sources import database
+from harness.sources.spec import SourceKind
+from harness.sources.truth import PLUGIN as TRUTH_PLUGIN
+from harness.sources.truth import lsn_number
+
+STOP, STOPPED, RESUME = "stop-source", "await-source-stopped", "resume-source"
+FILL, CAP = "fill-wal", "checkpoint"
+SEGMENT_MB = 16  # PostgreSQL's default WAL segment: the unit a slot keeps and the cap counts
+SETTING = database.SLOT_CAP
+SLOTS = (
+    "SELECT slot_name, plugin, restart_lsn::text, wal_status, "
+    "pg_current_wal_lsn()::text FROM pg_replication_slots WHERE database = current_database()"
+)
+
+
+@dataclass(frozen=True)
+class _Slot:
+    name: str
+    plugin: str
+    restart: int  # its restart LSN (0: none left, an invalidated slot)
+    wal_status: str
+    now: int  # the server's current LSN
+
+    @property
+    def behind_mb(self) -> float:
+        return (self.now - self.restart) / 2**20 if self.restart else 0.0
+
+
+def _slots(conn: psycopg.Connection[Any]) -> list[_Slot]:
+    return [
+        _Slot(str(name), str(plugin), lsn_number(restart) if restart else 0, str(status or ""),
+              lsn_number(now))
+        for name, plugin, restart, status, now in conn.execute(SLOTS).fetchall()
+    ]  # fmt: skip
+
+
+@dataclass
+class _Behind(Actor):
+    fault: SlotBehind
+    context: Context
+    stopped: bool = False
+    capped: bool = False
+    written: int = 0  # the LSN past the WAL it wrote
+
+    @property
+    def about(self) -> str:
+        return "Debezium's slot"
+
+    def take(self, step: Step) -> None:
+        if step.action == STOP:
+            rest, name = self._rest()
+            rest.stop(name)
+            self.stopped = True
+        elif step.action == STOPPED:
+            detail = "Debezium's connector stopped through Connect's REST API (its task shut down)"
+            self.context.record(EventKind.FAULT_STEP, self.fault, detail=detail)
+        elif step.action == FILL:
+            self._fill()
+        elif step.action == CAP:
+            self._checkpoint()
+        elif step.action == RESUME:
+            self._resume()
+        else:
+            super().take(step)
+
+    def _rest(self) -> tuple[ConnectRest, str]:
+        source = next(t for t in self.context.sources if t.runtime.connect)
+        settings = ConnectSettings.from_json(source.supervisor.config.connect)
+        return ConnectRest(settings), source.group
+
+    def holds(self, step: Step) -> bool:
+        """STOPPED: the connector is, with no task. CAP: the lab's own slot may restart past
+        the WAL written - each look first checkpoints, which logs the running transactions a
+        slot read past may restart from (the run reads the truth's slot each second; an open
+        transaction holds it back, as it holds Debezium's)."""
+        try:
+            if step.action == STOPPED:
+                rest, name = self._rest()
+                state = rest.status(name)
+                return state is not None and state.state == "STOPPED" and not state.tasks
+            if step.action == CAP:
+                with psycopg.connect(self.context.database, autocommit=True) as conn:
+                    conn.execute("CHECKPOINT")
+                    truth = [s for s in _slots(conn) if s.plugin == TRUTH_PLUGIN]
+                return bool(truth) and truth[0].restart >= self.written
+        except (ConnectError, psycopg.OperationalError):
+            return False  # a worker or the database restarting: asked again
+        return True
+
+    def _fill(self) -> None:
+        fault = self.fault
+        server = database.uri_of(self.context.database, "postgres")
+        with psycopg.connect(server, autocommit=True) as admin:
+            # Another database's WAL: no slot of the run's database decodes a change of it.
+            for _ in range(fault.segments):
+                admin.execute("SELECT pg_logical_emit_message(false, 'chaoslab', 'ballast')")
+                admin.execute("SELECT pg_switch_wal()")
+            self.written = lsn_number(str(_one(admin, "SELECT pg_current_wal_lsn()::text")))
+        detail = f"{fault.segments} WAL segments ({fault.wal_mb} MB) written by another database"
+        self.context.record(EventKind.FAULT_STEP, fault, detail=detail)
+
+    def _checkpoint(self) -> None:
+        """A checkpoint, with the cap in force when there is one; what became of Debezium's
+        slot."""
+        fault = self.fault
+        with psycopg.connect(self.context.database, autocommit=True) as conn:
+            if fault.keep_mb is not None:
+                self._capped_checkpoint(conn, fault.keep_mb)
+            else:
+                conn.execute("CHECKPOINT")
+            debezium = [s for s in _slots(conn) if s.plugin != TRUTH_PLUGIN]
+        cap = f" with {SETTING} {fault.keep_mb} MB" if fault.keep_mb else ""
+        said = ", ".join(f"slot {s.name} {s.wal_status or 'gone'}"
+                         + (f" ({s.behind_mb:.0f} MB behind)" if s.restart else "")
+                         for s in debezium) or "no slot of Debezium's"  # fmt: skip
+        self.context.record(EventKind.FAULT_STEP, fault, detail=f"a checkpoint{cap}: {said}")
+
+    def _capped_checkpoint(self, conn: psycopg.Connection[Any], keep_mb: int) -> None:
+        """A checkpoint with the cap in force, then the cap taken back."""
+        conn.execute(f"ALTER SYSTEM SET {SETTING} = '{keep_mb}MB'")
+        self.capped = True
+        conn.execute("SELECT pg_reload_conf()")
+
+        def reloaded() -> None:  # a new session's value: the server has read its files again
+            with psycopg.connect(self.context.database) as fresh:
+                value = _one(fresh, f"SHOW {SETTING}")
+            if value != f"{keep_mb}MB":
+                raise NotReady(f"{SETTING} is {value}")
+
+        wait_for(reloaded, what=f"{SETTING} in force", timeout=30.0)
+        try:
+            conn.execute("CHECKPOINT")
+        finally:
+            self._uncap(conn)
+
+    def _uncap(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(f"ALTER SYSTEM RESET {SETTING}")
+        conn.execute("SELECT pg_reload_conf()")
+        self.capped = False
+
+    def _resume(self) -> None:
+        rest, name = self._rest()
+        rest.resume(name)
+        self.stopped = False
+        self.context.record(
+            EventKind.FAULT_STEP,
+            self.fault,
+            detail="Debezium's connector resumed through Connect's REST API",
+        )
+
+    def undo(self) -> None:
+        """The run ended inside the window: the cap taken back, the connector resumed."""
+        if self.capped:
+            try:
+                with psycopg.connect(self.context.database, autocommit=True) as conn:
+                    self._uncap(conn)
+            except psycopg.Error:
+                pass  # the server is down: its next start drops the cap (PostgresServer.prepare)
+        if self.stopped:
+            with contextlib.suppress(ConnectError):  # no worker answers: the run is ending
+                self._resume()
+
+
+def _one(conn: psycopg.Connection[Any], sql: str) -> Any:
+    row = conn.execute(sql).fetchone()
+    assert row is not None
+    return row[0]
+
+
+@dataclass(frozen=True)
+class SlotBehind(Timed):
+    """Stop a Debezium source's connector for ``duration`` seconds, then write ``wal_mb`` MB of
+    WAL past its slot and checkpoint, with ``max_slot_wal_keep_size`` at ``keep_mb`` MB when
+    given; then resume it."""
+
+    kind: ClassVar[str] = "slot-behind"
+    name: str
+    duration: float
+    wal_mb: int = 128
+    keep_mb: int | None = None
+    at: float | None = None
+    at_event: int | None = None
+    jitter: float = 0.0
+
+    @property
+    def segments(self) -> int:
+        return -(-self.wal_mb // SEGMENT_MB)
+
+    def problems(self) -> list[Problem]:
+        found = self.trigger_problems() + positive("duration", self.duration)
+        if not SEGMENT_MB <= self.wal_mb <= 4096:
+            found.append(("wal_mb", f"from {SEGMENT_MB} to 4096 (MB), got {self.wal_mb}"))
+        if self.keep_mb is not None and not 1 <= self.keep_mb <= 1_048_576:
+            found.append(("keep_mb", f"from 1 to 1048576 (MB), or absent, got {self.keep_mb}"))
+        return found
+
+    def steps(self, seed: int) -> tuple[Step, ...]:
+        return (self.opening(seed), Step(STOP), Step(STOPPED, waits=True),
+                Step(FILL, after=self.duration), Step(CAP, waits=True), Step(RESUME),
+                Step(END))  # fmt: skip
+
+    def actor(self, context: Context) -> Actor:
+        return _Behind(self, context)
+
+    def aim(self) -> str:
+        return "Debezium's slot"
+
+    def refusals(self, setting: Setting, backend: BackendAbilities) -> list[Problem]:
+        found = needs_cdc_source(setting, "puts a CDC source's slot behind")
+        if not found and not backend.server_control:
+            found.append(("", f"the {backend.name} environment did not start PostgreSQL: the "
+                          "lab writes no WAL into, and changes no setting of, a server it does "
+                          "not own"))  # fmt: skip
+        return found
+
+    @classmethod
+    def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
+        """Drawn beside a Debezium source only; half the time with a cap above the WAL it
+        writes. Never a cap the slot falls past: the lost slot is then the server's doing, not
+        a broken promise of Debezium's, and every trial that drew one would be that finding
+        (cdc-slot-behind shows it)."""
+        if space.setting.source != SourceKind.DEBEZIUM:
+            return None
+        drawn = {**space.when(rng), "duration": space.seconds(rng, 2, 15),
+                 "wal_mb": rng.choice((32, 64, 128))}  # fmt: skip
+        if rng.random() < 0.5:
+            drawn["keep_mb"] = 2 * drawn["wal_mb"]
+        return drawn
+
+    @classmethod
+    def example(cls, at: float, at_event: int | None, duration: float) -> dict[str, Any]:
+        return {**cls.when(at, at_event), "duration": duration, "wal_mb": 64,
+                "keep_mb": SEGMENT_MB}  # fmt: skip
