@@ -786,7 +786,8 @@ def _cdc_problems(pr: Problems, scenario: Scenario, abilities: BackendAbilities)
         pr.add(
             "source",
             f"a Debezium source reads PostgreSQL, which the {abilities.name} backend does not "
-            "run yet (the local backend does; the external one is given it with --postgres-uri)",
+            "run (the local and containers backends do; the external one is given it with "
+            "--postgres-uri)",
         )
     for i, spec in enumerate(scenario.variants):
         variant = make_variant(spec.name, spec.options)

@@ -204,9 +204,10 @@ def test_the_environment_runs_in_labelled_containers_on_loopback_ports(
     status = containers_env.status()
     assert status.backend == "containers" and status.healthy, status
     servers = {s.name for s in status.servers}
-    # (and Spark's master and workers, once a test on this environment asked for them)
+    # (and Spark's master and workers, and PostgreSQL, once a test on this environment asked)
     assert {"mongo", "proxy", "kafka-1", "kafka-2", "kafka-3"} <= servers
-    assert all(s.startswith("spark-") for s in servers - {"mongo", "proxy"} if "kafka" not in s)
+    on_demand = servers - {"mongo", "proxy", "postgres"}
+    assert all(s.startswith("spark-") for s in on_demand if "kafka" not in s)
     assert status.kafka is not None and sorted(status.kafka.brokers) == [1, 2, 3]
     env_id = containers_env.env_id
     names = labelled(containers_env.engine.base_url, env_id)
@@ -232,8 +233,9 @@ def run_on(env: ContainersEnvironment, out: Path, *args: str) -> tuple[Any, dict
 @needs_engine
 @pytest.mark.parametrize(
     ("name", "variants"),
-    [("cdc-crash-before-ack", "naive,transactional"), ("msk-rolling-upgrade", "naive,idempotent")],
-)
+    [("cdc-crash-before-ack", "naive,transactional"), ("msk-rolling-upgrade", "naive,idempotent"),
+     ("cdc-debezium-crash", "naive,idempotent")],
+)  # fmt: skip
 def test_library_scenarios_hold_their_expectations_on_containers(
     containers_env: ContainersEnvironment, tmp_path: Path, name: str, variants: str
 ) -> None:
@@ -254,6 +256,13 @@ def test_library_scenarios_hold_their_expectations_on_containers(
         for variant, r in rows.items():
             assert r["crashes"] == 3, variant
         assert rows["naive"]["duplicates"] == replayed_by_crashes(rows["naive"]) > 0
+    if name == "cdc-debezium-crash":  # PostgreSQL in the lab's image, Debezium's worker killed
+        for variant, r in rows.items():
+            assert r["relay"]["published"]["duplicates"] > 0, variant  # re-emitted on the topic
+        assert rows["naive"]["duplicates"] > 0 and rows["idempotent"]["duplicates"] == 0
+        assert "postgres" in {s.name for s in containers_env.status().servers if s.ready}
+        (source,) = (tmp_path / "run").glob("**/source/connect/connect-0.log")
+        assert "PostgresConnectorTask" in source.read_text()
     if name == "msk-rolling-upgrade":  # the coordinators' own errors, from the real brokers
         events = read_history(Path(rows["naive"]["directory"]) / "history")
         errors = {e.detail.split()[0] for e in events if e.kind is EventKind.KAFKA_ERROR}

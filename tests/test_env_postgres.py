@@ -117,16 +117,13 @@ def test_postgres_starts_when_a_run_asks_on_loopback_and_is_stopped_with_all_it_
     assert not (other / "postgres").exists()
 
 
-def test_postgres_is_refused_where_the_backend_runs_none(tmp_path: Path) -> None:
-    for backend, said in (
-        ("containers", "--postgres: the containers backend runs no PostgreSQL"),
-        ("external", "--postgres starts the lab's own database"),
-    ):
-        extra = ["--kafka-bootstrap", "127.0.0.1:1", "--mongo-uri", "mongodb://127.0.0.1:1"]
-        refused = chaoslab("up", "--dir", str(tmp_path / backend), "--backend", backend,
-                           "--postgres", *(extra if backend == "external" else []))  # fmt: skip
-        assert refused.returncode == 2 and said in refused.stderr, refused.stderr
-        assert not (tmp_path / backend).exists()  # nothing started
+def test_postgres_is_refused_where_the_lab_does_not_start_it(tmp_path: Path) -> None:
+    extra = ["--kafka-bootstrap", "127.0.0.1:1", "--mongo-uri", "mongodb://127.0.0.1:1"]
+    refused = chaoslab("up", "--dir", str(tmp_path / "external"), "--backend", "external",
+                       "--postgres", *extra)  # fmt: skip
+    said = "--postgres starts the lab's own database"
+    assert refused.returncode == 2 and said in refused.stderr, refused.stderr
+    assert not (tmp_path / "external").exists()  # nothing started
     # A machine without PostgreSQL: what installs it, before anything starts.
     missing = chaoslab("up", "--dir", str(tmp_path / "local"), "--postgres",
                        CHAOSLAB_POSTGRES_BIN=str(tmp_path / "nowhere"))  # fmt: skip

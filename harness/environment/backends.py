@@ -67,10 +67,10 @@ def _local(request: Request) -> LocalOptions:
 
 
 def _containers(request: Request) -> ContainersOptions:
-    if request.postgres:
-        raise BadInput("--postgres: the containers backend runs no PostgreSQL; use --backend local")
     return ContainersOptions(
-        spark_cores=request.spark_cores, spark_standalone=request.spark_standalone
+        spark_cores=request.spark_cores,
+        spark_standalone=request.spark_standalone,
+        postgres=request.postgres,
     )
 
 

@@ -22,7 +22,7 @@ from harness.environment.base import (
 )
 from harness.environment.options import LOCAL_ABILITIES, LocalOptions
 from harness.environment.ports import LOOPBACK
-from harness.environment.process_environment import ProcessEnvironment, answers
+from harness.environment.process_environment import STARTING_LOCK, ProcessEnvironment, answers
 from harness.environment.servers.base import LocalServer, ServerContext
 from harness.environment.servers.kafka import NODE_IDS, KafkaNode, port_names
 from harness.environment.servers.mongo import SecantusMongo
@@ -50,7 +50,6 @@ PORT_NAMES = (
 )
 PREPARATION_TIMEOUT_S = 120.0
 KAFKA_STOP_GRACE_S = 30.0  # a margin over a controlled shutdown (docs/performance.md)
-STARTING_LOCK = "starting.lock"  # held while a server is started on demand (_on_demand)
 
 
 class LocalEnvironment(ProcessEnvironment[LocalOptions]):
@@ -261,12 +260,6 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
             self._stop(servers, hard=True)
             self._set_option(option, False)
             raise
-
-    def _set_option(self, option: str, value: bool) -> None:
-        with state.updating(self.directory) as st:
-            st.options[option] = value
-            self._state = st
-        self.options = LocalOptions.from_dict(self._st.options)
 
     def _kafka_status(self, servers: Sequence[ServerStatus]) -> tuple[KafkaStatus | None, str]:
         if not any(s.ready for s in servers if s.name.startswith("kafka-")):

@@ -20,7 +20,7 @@ LOCAL_ABILITIES = BackendAbilities(
     "local", nodes=NODE_IDS, link_faults=True, second=True, postgres=True, postgres_link=True
 )
 CONTAINERS_ABILITIES = BackendAbilities(
-    "containers", nodes=NODE_IDS, link_faults=True, containers=True
+    "containers", nodes=NODE_IDS, link_faults=True, containers=True, postgres=True
 )
 
 
@@ -56,6 +56,7 @@ class LocalOptions:
 class ContainersOptions:
     spark_cores: int = 2
     spark_standalone: bool = False  # start the Spark master and workers at up
+    postgres: bool = False  # run PostgreSQL (a CDC source's database) from up on
 
     def __post_init__(self) -> None:
         _spark_cores(self.spark_cores)

@@ -45,6 +45,7 @@ from harness.readiness import DeadlineExceeded, GaveUp, wait_for
 
 # Directories below DIR that belong to one environment's life and are wiped with it.
 DATA_DIRS = ("mongo", "spark", "kafka", "postgres")
+STARTING_LOCK = "starting.lock"  # held while a server is started on demand
 
 Progress = Callable[[str], None]
 Options = TypeVar("Options", LocalOptions, ExternalOptions, ContainersOptions)
@@ -113,6 +114,14 @@ class ProcessEnvironment(Environment, Generic[Options]):
         self._state = found
         self.options = self.options_type.from_dict(found.options)
         return found
+
+    def _set_option(self, option: str, value: bool) -> None:
+        """``option`` set in the environment's state: what the next ``attach``, ``status`` and
+        ``down`` go by (a server started on demand)."""
+        with state.updating(self.directory) as st:
+            st.options[option] = value
+            self._state = st
+        self.options = self.options_type.from_dict(self._st.options)
 
     @property
     def _st(self) -> state.EnvironmentState:

@@ -33,7 +33,6 @@ from harness.checker.check import check
 from harness.checker.load import load_ledger
 from harness.checker.model import SOURCE, LedgerArrays, RelayStage
 from harness.checker.state import FinalState
-from harness.environment import jars
 from harness.environment.base import Environment, Link
 from harness.errors import LabError
 from harness.faults.base import Target
@@ -235,14 +234,14 @@ class DebeziumSource:
         folder = (run.out_dir / SOURCE_LABEL).absolute()
         settings = ConnectSettings.for_run(
             {connect.WORKERS: 1, **scenario.source.connect},
-            bootstrap=env.kafka_bootstrap_for(Link.PRODUCER_KAFKA),
+            # Its workers run where the lanes' consumers run (each in a container of its own on
+            # the containers backend): the brokers' address from there.
+            bootstrap=env.kafka_bootstrap_for(Link.CONSUMER_KAFKA),
             group=f"{self._prefix}.source",
             folder=folder / "connect",
             base=scenario.folder,
         )
-        settings = replace(
-            settings, plugins=(*settings.plugins, str(jars.debezium_postgres().directory))
-        )
+        settings = replace(settings, debezium=True)
         config = RuntimeConfig(
             runtime=CONNECT_SOURCE.name, bootstrap=settings.bootstrap, mongo_uri=env.mongo_uri,
             topic=self.topic, group=f"{self._prefix}.{SOURCE_LABEL}", database="",

@@ -58,7 +58,8 @@ from harness.environment.containers.specs import (
     supervised,
 )
 from harness.environment.options import CONTAINERS_ABILITIES, ContainersOptions
-from harness.environment.process_environment import ProcessEnvironment
+from harness.environment.process_environment import STARTING_LOCK, ProcessEnvironment
+from harness.environment.servers import postgres
 from harness.environment.servers.base import LocalServer, ServerContext
 from harness.environment.servers.kafka import LOG4J2, NODE_IDS, broker_registered
 from harness.environment.servers.mongo import writable_primary
@@ -73,7 +74,9 @@ ENGINE_FILE = "engine.json"
 SPARK_NAMES = ("master", *(f"worker-{n}" for n in WORKERS))
 KAFKA_READY_S = 180.0  # three JVMs starting together on 2 busy cores
 # Spark's: the local backend's master and workers take 60 s each, one at a time.
-READY_S = {"mongo": 60.0, "proxy": 30.0, **{f"spark-{n}": 90.0 for n in SPARK_NAMES}}
+READY_S = {
+    "mongo": 60.0, "proxy": 30.0, "postgres": 60.0, **{f"spark-{n}": 90.0 for n in SPARK_NAMES}
+}  # fmt: skip
 STOP_TIMEOUT_S = 30  # a margin over a Kafka node's controlled shutdown (docs/performance.md)
 REMOVE_TIMEOUT_S = 60.0
 SUBNET_TRIES = 10
@@ -168,6 +171,8 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
                        f"{time.monotonic() - started:5.1f}s")  # fmt: skip
         if self.options.spark_standalone:
             self._spark_cluster_sharing(())
+        if self.options.postgres:
+            self._start_postgres()
 
     def _create_network(self, engine: engines.Engine) -> str:
         """The environment's network on a free subnet; returns its first three octets. Another
@@ -222,6 +227,7 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
             .with_kwargs(
                 labels=self._labels(spec.name),
                 cap_add=list(spec.cap_add) or None,
+                stop_signal=spec.stop_signal,
                 # Its own, for the fixed address (testcontainers' sets the aliases only).
                 networking_config={
                     network.name: EndpointConfig(
@@ -272,6 +278,8 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
             accepts_connections("127.0.0.1", ports[f"{server}-proxy"])
             own = f"127.0.0.1:{ports[f'{server}-proxy']}"  # not the others': not yet up, maybe
             broker_registered(int(server.split("-")[1]), own)
+        elif server == "postgres":
+            postgres.probe(self._topology().postgres_uri, f"127.0.0.1:{ports['postgres']}")
         elif server == "spark-master":
             master_alive(ports["spark-master-ui"])
         elif server.startswith("spark-worker-"):
@@ -329,6 +337,37 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
         if link is Link.CONSUMER_MONGO:
             return self._topology().network_mongo_uri
         return self.mongo_uri
+
+    def postgres_uri(self) -> str:
+        """PostgreSQL's published port, its container started first if a run is the first to
+        ask (one start at a time: runs side by side ask at once)."""
+        with state.locked(self.directory, STARTING_LOCK):
+            if not self._reload().options.get("postgres"):
+                self._start_postgres()
+        return self._topology().postgres_uri
+
+    def postgres_uri_for(self, link: Link) -> str:
+        uri = self.postgres_uri()
+        # A CDC source's Connect workers run in containers: its address on the network.
+        return self._topology().network_postgres_uri if link is Link.SOURCE_POSTGRES else uri
+
+    def _start_postgres(self) -> None:
+        if "postgres" not in self._st.ports:
+            raise BadInput(
+                f"the environment in {self.directory} was started by an older lab and has no "
+                "port for PostgreSQL: stop it (chaoslab down) and start it again"
+            )
+        self._progress("starting PostgreSQL (a CDC source's database)")
+        spec = self._topology().postgres()
+        self._set_option("postgres", True)
+        try:
+            self._remove_container(spec.name)
+            self._run(spec)
+            self._await(spec, time.monotonic())
+        except BaseException:
+            self._remove_container(spec.name)
+            self._set_option("postgres", False)
+            raise
 
     @property
     def spark(self) -> SparkSettings:
@@ -463,6 +502,8 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
     def _targets(self, component: Component, broker: int | None) -> list[str]:
         if component is Component.MONGO:
             return ["mongo"]
+        if component is Component.POSTGRES:
+            return ["postgres"]
         if broker is None:
             return [f"kafka-{n}" for n in NODE_IDS]
         if broker not in NODE_IDS:
@@ -470,7 +511,8 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
         return [f"kafka-{broker}"]
 
     def _spec(self, server: str) -> ContainerSpec:
-        return next(s for s in self._topology().servers() if s.name == server)
+        topology = self._topology()
+        return next(s for s in [*topology.servers(), topology.postgres()] if s.name == server)
 
     def _stop(self, servers: Sequence[str], *, hard: bool) -> None:
         for server in servers:
@@ -550,13 +592,14 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
         found = self._reload()
         servers = []
         topology = self._topology()
-        for spec in [*topology.servers(), *topology.spark_cluster()]:
+        on_demand = [*topology.spark_cluster(), topology.postgres()]
+        for spec in [*topology.servers(), *on_demand]:
             try:
                 container = self._get(spec.name)
                 running, paused = container.status == "running", container.status == "paused"
                 pid = int(container.attrs["State"]["Pid"]) or None
             except docker.errors.NotFound:
-                if spec.name.startswith("spark-"):
+                if spec in on_demand:
                     continue  # started when a scenario first asks for it
                 running, paused, pid = False, False, None
             address = where(spec)

@@ -49,6 +49,7 @@ LAB_CONTAINERFILE = HERE / "lab.Containerfile"
 SUITE = "bookworm"  # the Debian release of this machine's Python (3.11) and Java (17)
 PACKAGES = (
     "python3", "python3-venv", "openjdk-17-jre-headless", "iproute2", "procps", "ca-certificates",
+    "postgresql",
 )  # fmt: skip
 # The lab's requirements an image does not need: notebooks and plots are the host's business
 # (measured: the consumers, the proxy and SecantusDB import none of them). testcontainers stays:

@@ -133,7 +133,8 @@ def rendered(images: str, directory: Path) -> list[ContainerSpec]:
     lab = Topology(directory, ports, "dry-run", lab_ref().tag)
     if images == "official":
         return OfficialTopology(lab).servers()
-    return [*lab.servers(), *lab.spark_cluster()]  # the cluster: when a scenario asks for it
+    # The cluster and PostgreSQL: when a scenario asks for them.
+    return [*lab.servers(), *lab.spark_cluster(), lab.postgres()]
 
 
 def to_json(specs: list[ContainerSpec]) -> str:

@@ -24,6 +24,9 @@ resolution"), while connections to the same servers by address went through at o
   at ``up --spark-standalone`` or when a scenario first asks for it; the drivers run in the
   consumers' containers and reach the master and their executors by address. The master's web
   UI is published (the lab reads its JSON to know the workers registered).
+* ``postgres`` - PostgreSQL (Debian's, in the lab's image) with logical decoding on, started at
+  ``up --postgres`` or when a CDC run first asks for it; its data in the container (PostgreSQL
+  runs as its own user, which may not own the mounted folder), its port published.
 * consumers - one container per consumer process, started by ``spawn_client``.
 
 Every container has the environment's folder mounted at the same path, so configuration, data
@@ -48,12 +51,16 @@ from harness.environment.servers.kafka import (
     cluster_id,
 )
 from harness.environment.servers.mongo import REPLICA_SET, options
+from harness.environment.servers.postgres import SUPERUSER
+from harness.environment.servers.postgres import settings as postgres_settings
 from harness.environment.servers.spark_standalone import WORKER_CORES, WORKER_MEMORY
 from harness.environment.spark import WORKERS
 
 # Ports inside the containers (each has its own network namespace, so they are fixed); the
 # published ones are the environment's, picked free at ``up`` and kept across restarts.
 INTERNAL, NET, HOST, CONTROLLER = 9092, 9093, 9094, 9095
+POSTGRES_PORT = 5432
+POSTGRES_DATA = "/var/lib/postgresql/chaoslab"  # in the container: the postgres user's to own
 PROXY_NET_BASE = 19090  # the proxy's network-side listener for node N: 19090 + N
 PROXY_MONGO = 27018
 SPARK_MASTER, SPARK_MASTER_UI, SPARK_WORKER_UI = 7077, 8080, 8081
@@ -85,6 +92,7 @@ class ContainerSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     mounts: tuple[Mount, ...] = ()
     cap_add: tuple[str, ...] = CAPS
+    stop_signal: str = "SIGTERM"  # what the engine's stop sends first (its clean shutdown)
 
 
 # Fixed hosts of the servers; the engine gives clients addresses from the upper half.
@@ -94,13 +102,15 @@ HOSTS = {
     **{f"kafka-{n}": 20 + n for n in NODE_IDS},
     "spark-master": 30,
     **{f"spark-worker-{n}": 30 + n for n in WORKERS},
+    "postgres": 40,
 }
 CLIENT_RANGE = 128  # .128/25
 
 
 def port_names() -> list[str]:
     """The environment's published ports, named."""
-    return [*(f"kafka-{n}-proxy" for n in NODE_IDS), "mongo", "proxy-control", "spark-master-ui"]
+    return [*(f"kafka-{n}-proxy" for n in NODE_IDS), "mongo", "proxy-control", "spark-master-ui",
+            "postgres"]  # fmt: skip
 
 
 def supervised(argv: list[str], log: Path, cwd: Path | None = None) -> tuple[str, ...]:
@@ -283,6 +293,39 @@ class Topology:
     def spark_cluster(self, shared: tuple[str, ...] = ()) -> list[ContainerSpec]:
         return [self.spark_master(), *(self.spark_worker(n, shared) for n in WORKERS)]
 
+    # -- PostgreSQL ---------------------------------------------------------------------------
+
+    def postgres(self) -> ContainerSpec:
+        """Debian's PostgreSQL as its own user (it refuses root): its cluster made at the
+        container's first start, kept in the container across its restarts."""
+        as_postgres = "setpriv --reuid=postgres --regid=postgres --clear-groups"
+        network = f"{self.subnet}.0/24"
+        flags = " ".join(shlex.quote(a) for a in postgres_settings(POSTGRES_PORT, listen=ANY))
+        script = (
+            "bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1); "
+            f"if [ ! -s {POSTGRES_DATA}/PG_VERSION ]; then "
+            f"install -d -o postgres -g postgres -m 700 {POSTGRES_DATA} && "
+            f'{as_postgres} "$bin/initdb" -D {POSTGRES_DATA} -A trust -U {SUPERUSER} -E UTF8 '
+            "--locale=C --no-sync || exit 1; "
+            # Clients on the environment's network alone (the host's, through the published
+            # port, come from its gateway): initdb's trust covers the container's loopback.
+            f"printf 'host all all {network} trust\\nhost replication all {network} trust\\n' "
+            f">> {POSTGRES_DATA}/pg_hba.conf; fi; "
+            f'exec {as_postgres} "$bin/postgres" -D {POSTGRES_DATA} {flags}'
+        )
+        return ContainerSpec(
+            "postgres",
+            "PostgreSQL (logical decoding)",
+            self.image,
+            logged(["sh", "-c", script], self.log("postgres")),
+            published={POSTGRES_PORT: self.ports["postgres"]},
+            mounts=self._mounts(),
+            address=self.ip("postgres"),
+            # Its fast shutdown: SIGTERM is its smart one, which waits for every client to
+            # leave - a CDC source's replication connection never does.
+            stop_signal="SIGINT",
+        )
+
     def servers(self) -> list[ContainerSpec]:
         """Every server, in start order (the Spark cluster is started on demand)."""
         return [self.mongo(), self.proxy(), *(self.kafka(n) for n in NODE_IDS)]
@@ -304,6 +347,15 @@ class Topology:
         # directConnection: SecantusDB's hello names the address it listens on (0.0.0.0 in its
         # container), which a replicaSet URI would go on to. Sessions and transactions work.
         return f"mongodb://127.0.0.1:{self.ports['mongo']}/?directConnection=true"
+
+    @property
+    def postgres_uri(self) -> str:
+        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.ports['postgres']}/postgres"
+
+    @property
+    def network_postgres_uri(self) -> str:
+        """For a CDC source's Connect workers, in their containers."""
+        return f"postgresql://{SUPERUSER}@{self.ip('postgres')}:{POSTGRES_PORT}/postgres"
 
     @property
     def network_mongo_uri(self) -> str:

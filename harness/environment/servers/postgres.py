@@ -96,10 +96,11 @@ def as_unprivileged(argv: list[str]) -> list[str]:
     return [unshare, "--user", f"--map-user={uid}", f"--map-group={uid}", "--", *argv]
 
 
-def settings(port: int) -> list[str]:
-    """The server's ``-c`` settings (both the first start and every restart)."""
+def settings(port: int, listen: str = LOOPBACK) -> list[str]:
+    """The server's ``-c`` settings (both the first start and every restart); ``listen``: a
+    container's own interfaces, in the containers backend."""
     values = {
-        "listen_addresses": LOOPBACK,
+        "listen_addresses": listen,
         "port": str(port),
         # No Unix socket: its path would be the environment's folder's, often past the 107
         # characters a socket path may have; every client connects over TCP.
@@ -112,6 +113,17 @@ def settings(port: int) -> list[str]:
         "log_line_prefix": "%m [%p] %q%a ",
     }
     return [arg for key, value in values.items() for arg in ("-c", f"{key}={value}")]
+
+
+def probe(uri: str, address: str) -> None:
+    """Return if the server at ``uri`` answers with logical decoding on; raise NotReady."""
+    try:
+        with psycopg.connect(uri, connect_timeout=2) as conn:
+            row = conn.execute("SHOW wal_level").fetchone()
+    except psycopg.OperationalError as exc:
+        raise NotReady(f"PostgreSQL on {address}: {exc}".strip()) from None
+    if not row or row[0] != "logical":
+        raise NotReady(f"PostgreSQL on {address}: wal_level is {row}, not logical")
 
 
 class PostgresServer(LocalServer):
@@ -152,10 +164,4 @@ class PostgresServer(LocalServer):
                                 "-E", "UTF8", "--locale=C", "--no-sync"])  # fmt: skip
 
     def probe(self) -> None:
-        try:
-            with psycopg.connect(self.uri, connect_timeout=2) as conn:
-                row = conn.execute("SHOW wal_level").fetchone()
-        except psycopg.OperationalError as exc:
-            raise NotReady(f"PostgreSQL on {self.address}: {exc}".strip()) from None
-        if not row or row[0] != "logical":
-            raise NotReady(f"PostgreSQL on {self.address}: wal_level is {row}, not logical")
+        probe(self.uri, self.address)

@@ -77,10 +77,13 @@ def plugin_folders(spec: Mapping[str, Any], base: Path) -> tuple[Path, ...]:
     return tuple((base / folder).resolve() for folder in spec.get(PLUGINS, ()))
 
 
-def plugin_path(plugins: Sequence[str | Path]) -> str:
-    """A worker's ``plugin.path``: MongoDB's connector, then the scenario's own folders (each
-    holds plugins, each plugin a folder or a jar with what it needs: Connect's layout)."""
-    return ",".join([str(jars.mongo_kafka().directory), *map(str, plugins)])
+def plugin_path(plugins: Sequence[str | Path], debezium: bool = False) -> str:
+    """A worker's ``plugin.path``: MongoDB's connector (and Debezium's, for a CDC source's
+    workers), then the scenario's own folders (each holds plugins, each plugin a folder or a jar
+    with what it needs: Connect's layout). The lab's own are found where the worker runs: in a
+    container, the image's."""
+    own = [jars.mongo_kafka(), *([jars.debezium_postgres()] if debezium else [])]
+    return ",".join([*(str(j.directory) for j in own), *map(str, plugins)])
 
 
 # A task's consumer given or losing partitions (its consumer group's rebalances).
@@ -125,6 +128,7 @@ class ConnectSettings:
     workers: int = 2
     worker: dict[str, Any] = field(default_factory=dict)  # WORKER_SETTINGS, Connect's names
     plugins: tuple[str, ...] = ()  # the scenario's own plugin folders, absolute
+    debezium: bool = False  # Debezium's connector on the plugin path too (a CDC source's)
 
     @property
     def storage_topics(self) -> dict[str, str]:

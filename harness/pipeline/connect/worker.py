@@ -71,7 +71,7 @@ def worker_properties(settings: ConnectSettings, host: str, port: int) -> str:
         "listeners": f"http://{host}:{port}",
         "rest.advertised.host.name": host,
         "rest.advertised.port": str(port),
-        "plugin.path": plugin_path(settings.plugins),
+        "plugin.path": plugin_path(settings.plugins, settings.debezium),
         # The default (hybrid_warn) finds the same plugins and warns that MongoDB's connector
         # has no ServiceLoader manifest, in every worker's log at every start.
         "plugin.discovery": "only_scan",
