@@ -84,6 +84,7 @@ MARK_EVERY_S = 1.0  # how often the end mark's topic is looked at
 # How often the truth's slot is read: a slot holds the WAL it has not given out, and a server
 # capping that (max_slot_wal_keep_size) would otherwise invalidate the lab's own slot too.
 TRUTH_EVERY_S = 1.0
+QUIET_EVERY_S = 0.2  # how often the end mark looks for other applications' open transactions
 
 
 class Source(Protocol):
@@ -365,6 +366,16 @@ class DebeziumSource:
             started = time.monotonic()
             committed = sql_writer.write(run.uri, planned, on_commit=on_ack, stop=stop,
                                          rate=run.scenario.rate)  # fmt: skip
+            # The end mark after every transaction open now (another application's, a fault's
+            # long one): committed before it in commit order, each is on the topic once the
+            # mark is, and none commits after the run has stopped looking.
+            said = False
+            while not stop.is_set() and (open_now := database.others_open(run.uri)):
+                if not said:
+                    self.progress(f"    the end mark waits for {open_now} transaction(s) of "
+                                  "another application to end")  # fmt: skip
+                    said = True
+                stop.wait(QUIET_EVERY_S)
             if not stop.is_set():
                 database.mark_end(run.uri)
             done = {c.seq for c in committed}

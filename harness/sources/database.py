@@ -38,6 +38,24 @@ def create(server_uri: str, name: str) -> str:
     return uri
 
 
+def others_open(uri: str) -> int:
+    """How many transactions of other sessions that wrote are open in the database (another
+    application's: a long transaction's commit would come after an end mark written now)."""
+    with psycopg.connect(uri, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND backend_xid IS NOT NULL AND pid <> pg_backend_pid()"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def ended(uri: str) -> bool:
+    """Whether the application's end mark is committed."""
+    with psycopg.connect(uri) as conn:
+        row = conn.execute(f"SELECT 1 FROM {MARKS} WHERE mark = %s", (END,)).fetchone()
+    return row is not None
+
+
 def mark_end(uri: str) -> int:
     """The application's last transaction: the end mark; its transaction id."""
     with psycopg.connect(uri) as conn:

@@ -23,6 +23,7 @@ import psycopg
 
 from harness.environment.base import BackendAbilities
 from harness.faults.base import (
+    END,
     Actor,
     Context,
     Setting,
@@ -34,11 +35,12 @@ from harness.faults.base import (
 )
 from harness.history.events import EventKind
 from harness.records import Problem
+from harness.sources import database
 from harness.sources.spec import SourceKind
 from harness.sources.sql_workload import COLUMNS
 from harness.workload.events import TABLE
 
-OPEN, CLOSE = "open-transaction", "end-transaction"
+AWAIT, OPEN, CLOSE = "await-database", "open-transaction", "end-transaction"
 # Its orders' ids, past any workload's (each fault's own block, by its name): the application's
 # transactions never wait for its row locks, and its rows are told apart in the table.
 IDS_FROM = 1_000_000_000
@@ -51,13 +53,27 @@ class _Open(Actor):
     conn: psycopg.Connection[Any] | None = None
     xid: int = 0
     opened: float = 0.0
+    late: bool = False  # due after the application's end mark: not opened
 
     @property
     def about(self) -> str:
         return "the source's database"
 
+    def holds(self, step: Step) -> bool:
+        """AWAIT: a connection to the database (a restart under way refuses it: the
+        transaction opens once the database is back)."""
+        try:
+            self.late = database.ended(self.context.database)
+            if not self.late:
+                self.conn = psycopg.connect(self.context.database, connect_timeout=2)
+        except psycopg.OperationalError:
+            return False
+        return True
+
     def take(self, step: Step) -> None:
-        if step.action == OPEN:
+        if step.action == AWAIT:
+            pass  # connected
+        elif step.action == OPEN:
             self._open()
         elif step.action == CLOSE:
             self._close()
@@ -68,11 +84,23 @@ class _Open(Actor):
         fault = self.fault
         first = fault.first_id
         rows = [(first + i, 1, "created", 100 * (i + 1)) for i in range(fault.rows)]
-        conn = psycopg.connect(self.context.database)  # not autocommit: one transaction
+        if self.late:  # its commit would come after the run's end: it would hit nothing
+            detail = "not opened: the application had committed its end mark"
+            self.context.record(EventKind.FAULT_STEP, fault, detail=detail)
+            return
+        conn, self.conn = self.conn, None  # not autocommit: one transaction
+        assert conn is not None, "opened at AWAIT"
         columns = ", ".join(COLUMNS)
-        with conn.cursor() as cursor:
-            cursor.executemany(f"INSERT INTO {TABLE} ({columns}) VALUES (%s, %s, %s, %s)", rows)
-            found = cursor.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+        try:
+            with conn.cursor() as cursor:
+                cursor.executemany(f"INSERT INTO {TABLE} ({columns}) VALUES (%s, %s, %s, %s)",
+                                   rows)  # fmt: skip
+                found = cursor.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+        except psycopg.OperationalError as exc:  # the database went down since: none opened
+            conn.close()
+            detail = f"no transaction opened: {str(exc).strip().splitlines()[0]}"
+            self.context.record(EventKind.FAULT_STEP, fault, detail=detail)
+            return
         assert found is not None
         self.conn, self.xid, self.opened = conn, int(found[0]), time.monotonic()
         detail = (f"transaction {self.xid} open: {fault.rows} orders inserted "
@@ -82,6 +110,9 @@ class _Open(Actor):
     def _close(self) -> None:
         conn, self.conn = self.conn, None
         if conn is None:
+            return
+        if not self.xid:  # connected, never opened: the run ended first
+            conn.close()
             return
         held = time.monotonic() - self.opened
         how = "rolled back" if self.fault.rollback else "committed"
@@ -124,7 +155,8 @@ class LongTransaction(Timed):
         return found
 
     def steps(self, seed: int) -> tuple[Step, ...]:
-        return self.window(seed, OPEN, CLOSE, self.duration)
+        return (self.opening(seed), Step(AWAIT, waits=True), Step(OPEN),
+                Step(CLOSE, after=self.duration), Step(END))  # fmt: skip
 
     def actor(self, context: Context) -> Actor:
         return _Open(self, context)

@@ -39,6 +39,7 @@ from harness.faults.base import (
     needs_cdc_source,
     positive,
 )
+from harness.faults.families.postgres_restart import POSTGRES_HELD
 from harness.history.events import EventKind
 from harness.pipeline.connect.settings import ConnectError, ConnectRest, ConnectSettings
 from harness.readiness import NotReady, wait_for
@@ -48,8 +49,11 @@ from harness.sources.spec import SourceKind
 from harness.sources.truth import PLUGIN as TRUTH_PLUGIN
 from harness.sources.truth import lsn_number
 
-STOP, STOPPED, RESUME = "stop-source", "await-source-stopped", "resume-source"
-FILL, CAP = "fill-wal", "checkpoint"
+AWAIT, STOP, STOPPED = "await-slot", "stop-source", "await-source-stopped"
+FILL, CAP, RESUME = "fill-wal", "checkpoint", "resume-source"
+# Held for its window, with the database: a second slot-behind would resume the connector inside
+# this one's window and write WAL past its cap, and a restart would break its checkpoint.
+SLOT_HELD = "debezium-slot"
 SEGMENT_MB = 16  # PostgreSQL's default WAL segment: the unit a slot keeps and the cap counts
 SETTING = database.SLOT_CAP
 SLOTS = (
@@ -92,7 +96,9 @@ class _Behind(Actor):
         return "Debezium's slot"
 
     def take(self, step: Step) -> None:
-        if step.action == STOP:
+        if step.action == AWAIT:
+            pass  # it holds the slot and the database now
+        elif step.action == STOP:
             rest, name = self._rest()
             rest.stop(name)
             self.stopped = True
@@ -118,6 +124,9 @@ class _Behind(Actor):
         the WAL written - each look first checkpoints, which logs the running transactions a
         slot read past may restart from (the run reads the truth's slot each second; an open
         transaction holds it back, as it holds Debezium's)."""
+        if step.action == AWAIT:
+            held = [self.context.hold(what, self.fault) for what in (SLOT_HELD, POSTGRES_HELD)]
+            return all(held)
         try:
             if step.action == STOPPED:
                 rest, name = self._rest()
@@ -187,6 +196,7 @@ class _Behind(Actor):
         rest, name = self._rest()
         rest.resume(name)
         self.stopped = False
+        self.context.release(self.fault)
         self.context.record(
             EventKind.FAULT_STEP,
             self.fault,
@@ -204,6 +214,7 @@ class _Behind(Actor):
         if self.stopped:
             with contextlib.suppress(ConnectError):  # no worker answers: the run is ending
                 self._resume()
+        self.context.release(self.fault)
 
 
 def _one(conn: psycopg.Connection[Any], sql: str) -> Any:
@@ -240,7 +251,7 @@ class SlotBehind(Timed):
         return found
 
     def steps(self, seed: int) -> tuple[Step, ...]:
-        return (self.opening(seed), Step(STOP), Step(STOPPED, waits=True),
+        return (self.opening(seed), Step(AWAIT, waits=True), Step(STOP), Step(STOPPED, waits=True),
                 Step(FILL, after=self.duration), Step(CAP, waits=True), Step(RESUME),
                 Step(END))  # fmt: skip
 
