@@ -266,7 +266,8 @@ def test_an_existing_table_is_for_a_database_source_alone() -> None:
 def test_a_cut_of_the_sources_database_link_needs_a_database_source_and_its_proxy() -> None:
     cut = {"kind": "network", "name": "c", "link": "source-postgres", "action": "cut",
            "duration": 5, "at": 1}  # fmt: skip
-    runnable(parse_scenario({**BASE, "source": DEBEZIUM, "faults": [cut]}), LOCAL_ABILITIES)
+    for backend in (LOCAL_ABILITIES, CONTAINERS_ABILITIES):  # each has a proxy in front of it
+        runnable(parse_scenario({**BASE, "source": DEBEZIUM, "faults": [cut]}), backend)
     with pytest.raises(ScenarioError) as refused:
         runnable(parse_scenario({**BASE, "faults": [cut]}), LOCAL_ABILITIES)
     assert (

@@ -20,8 +20,9 @@ LOCAL_ABILITIES = BackendAbilities(
     "local", nodes=NODE_IDS, link_faults=True, second=True, postgres=True, postgres_link=True
 )
 CONTAINERS_ABILITIES = BackendAbilities(
-    "containers", nodes=NODE_IDS, link_faults=True, containers=True, postgres=True
-)
+    "containers", nodes=NODE_IDS, link_faults=True, containers=True, postgres=True,
+    postgres_link=True,
+)  # fmt: skip
 
 
 def external_abilities(nodes: tuple[int, ...] | None = None) -> BackendAbilities:

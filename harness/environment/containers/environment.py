@@ -348,7 +348,7 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
 
     def postgres_uri_for(self, link: Link) -> str:
         uri = self.postgres_uri()
-        # A CDC source's Connect workers run in containers: its address on the network.
+        # A CDC source's Connect workers run in containers: the proxy's address on the network.
         return self._topology().network_postgres_uri if link is Link.SOURCE_POSTGRES else uri
 
     def _start_postgres(self) -> None:

@@ -63,6 +63,7 @@ POSTGRES_PORT = 5432
 POSTGRES_DATA = "/var/lib/postgresql/chaoslab"  # in the container: the postgres user's to own
 PROXY_NET_BASE = 19090  # the proxy's network-side listener for node N: 19090 + N
 PROXY_MONGO = 27018
+PROXY_POSTGRES = 15432  # the proxy's plain TCP listener in front of PostgreSQL (source-postgres)
 SPARK_MASTER, SPARK_MASTER_UI, SPARK_WORKER_UI = 7077, 8080, 8081
 SPARK_CLASS = f"{IMAGE_HOME}/venv/bin/spark-class"  # pyspark's launcher, in the image's venv
 LABEL_ENV = "chaoslab.env"  # every container and network of an environment carries it
@@ -235,6 +236,9 @@ class Topology:
             listeners += [f"kafka/{n},kafka,{host_port},{node}:{HOST}",
                           f"kafka/{n}/net,kafka,{PROXY_NET_BASE + n},{node}:{NET}"]  # fmt: skip
         listeners.append(f"mongo,mongo,{PROXY_MONGO},{self.ip('mongo')}:{self.ports['mongo']}")
+        # There before PostgreSQL is (it starts when a CDC run first asks): a connection
+        # through it fails until then, as one to the server would.
+        listeners.append(f"postgres,tcp,{PROXY_POSTGRES},{self.ip('postgres')}:{POSTGRES_PORT}")
         control = self.ports["proxy-control"]
         argv = [IMAGE_PYTHON, "-m", "harness.environment.proxy", "--bind", ANY,
                 "--control", str(control),
@@ -243,7 +247,7 @@ class Topology:
         published = {port: port for port in [*kafka_ports, control]}
         return ContainerSpec(
             "proxy",
-            "fault proxy (Kafka, MongoDB links)",
+            "fault proxy (Kafka, MongoDB, PostgreSQL links)",
             self.image,
             logged(argv, self.log("proxy")),
             published=published,
@@ -354,8 +358,9 @@ class Topology:
 
     @property
     def network_postgres_uri(self) -> str:
-        """For a CDC source's Connect workers, in their containers."""
-        return f"postgresql://{SUPERUSER}@{self.ip('postgres')}:{POSTGRES_PORT}/postgres"
+        """For a CDC source's Connect workers, in their containers: through the proxy (the
+        source-postgres link)."""
+        return f"postgresql://{SUPERUSER}@{self.ip('proxy')}:{PROXY_POSTGRES}/postgres"
 
     @property
     def network_mongo_uri(self) -> str:
