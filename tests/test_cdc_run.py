@@ -23,11 +23,16 @@ from tests.support import lacking
 pytestmark = pytest.mark.servers
 
 
+@pytest.fixture(autouse=True)
+def _postgres_installed() -> None:
+    """Each of these runs a Debezium source: the machine's PostgreSQL, or what installs it."""
+    if postgres.installed()[0] is None:
+        lacking(postgres.installed()[1])
+
+
 def test_a_debezium_task_that_fails_for_good_ends_the_source_and_its_changes_are_lost(
     scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:
-    if postgres.installed()[0] is None:
-        lacking(postgres.installed()[1])
     # A deployment that retries nothing (Debezium's errors.max.retries: 0): the database's
     # restart is a retriable error, and its task FAILS instead of reconnecting.
     scenario = parse_scenario({
@@ -56,8 +61,6 @@ def test_a_debezium_task_that_fails_for_good_ends_the_source_and_its_changes_are
 def test_a_long_transactions_rows_are_committed_changes_and_a_rolled_back_ones_are_not(
     scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:
-    if postgres.installed()[0] is None:
-        lacking(postgres.installed()[1])
     # Another application's transactions on the source's database, one committed and one
     # rolled back after being held open while the workload commits on; Debezium's worker is
     # SIGKILLed while the first is open (the slot cannot move past it).
@@ -106,8 +109,6 @@ def span(scenario: Scenario, name: str, rows: int) -> str:
 def test_a_long_transaction_open_when_the_application_ends_is_waited_for(
     scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:
-    if postgres.installed()[0] is None:
-        lacking(postgres.installed()[1])
     # Opened near the application's end and held past it: the end mark waits for its commit,
     # so its rows are on the topic before the run stops looking (they were once counted lost at
     # the source, the run having ended first: found by explore, beside a stopped connector).
