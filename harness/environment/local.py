@@ -8,11 +8,11 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from harness.environment import process, state
+from harness.environment import process
 from harness.environment.base import (
     Component,
     KafkaStatus,
@@ -22,7 +22,7 @@ from harness.environment.base import (
 )
 from harness.environment.options import LOCAL_ABILITIES, LocalOptions
 from harness.environment.ports import LOOPBACK
-from harness.environment.process_environment import STARTING_LOCK, ProcessEnvironment, answers
+from harness.environment.process_environment import ProcessEnvironment, answers
 from harness.environment.servers.base import LocalServer, ServerContext
 from harness.environment.servers.kafka import NODE_IDS, KafkaNode, port_names
 from harness.environment.servers.mongo import SecantusMongo
@@ -194,11 +194,7 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
 
     def _start_postgres(self) -> None:
         """PostgreSQL, into a running environment (a CDC run asked)."""
-        if "postgres" not in self._st.ports:
-            raise BadInput(
-                f"the environment in {self.directory} was started by an older lab and has no "
-                "port for PostgreSQL: stop it (chaoslab down) and start it again"
-            )
+        self._needs_port("postgres", "PostgreSQL")
         required_bin_dir()  # BadInput naming what installs it, before anything changes
         self._progress("starting PostgreSQL (a CDC source's database)")
         server = PostgresServer(self._ctx())
@@ -209,7 +205,7 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
             self._launch(server)
             self._await_ready(server)
 
-        self._start_later("postgres", [server], start)
+        self._start_later("postgres", start, undo=lambda: self._stop([server], hard=True))
 
     def _spark_settings(self, cluster: SparkCluster) -> SparkSettings:
         if cluster is SparkCluster.STANDALONE:
@@ -237,29 +233,8 @@ class LocalEnvironment(ProcessEnvironment[LocalOptions]):
             for worker in workers:
                 self._await_ready(worker)
 
-        self._start_later("spark_standalone", [master, *workers], start)
-
-    def _on_demand(self, option: str, start: Callable[[], None]) -> None:
-        """``start`` the servers of ``option`` unless they run, one start at a time: runs side
-        by side ask at once (two CDC scenarios of the library's matrix had two ``initdb`` into
-        one folder, and one run handed a URI before its server was there)."""
-        with state.locked(self.directory, STARTING_LOCK):
-            if not self._reload().options.get(option):
-                start()
-
-    def _start_later(
-        self, option: str, servers: Sequence[LocalServer], start: Callable[[], None]
-    ) -> None:
-        """``start`` servers into a running environment, ``option`` set in its state (what the
-        next ``attach``, ``status`` and ``down`` go by); if they fail to start, they are killed
-        and ``option`` is unset again."""
-        self._set_option(option, True)
-        try:
-            start()
-        except BaseException:
-            self._stop(servers, hard=True)
-            self._set_option(option, False)
-            raise
+        servers = [master, *workers]
+        self._start_later("spark_standalone", start, undo=lambda: self._stop(servers, hard=True))
 
     def _kafka_status(self, servers: Sequence[ServerStatus]) -> tuple[KafkaStatus | None, str]:
         if not any(s.ready for s in servers if s.name.startswith("kafka-")):

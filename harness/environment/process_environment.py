@@ -115,6 +115,36 @@ class ProcessEnvironment(Environment, Generic[Options]):
         self.options = self.options_type.from_dict(found.options)
         return found
 
+    def _on_demand(self, option: str, start: Callable[[], None]) -> None:
+        """``start`` the servers of ``option`` unless they run, one start at a time: runs side
+        by side ask at once (two CDC scenarios of the library's matrix had two ``initdb`` into
+        one folder, and one run handed a URI before its server was there)."""
+        with state.locked(self.directory, STARTING_LOCK):
+            if not self._reload().options.get(option):
+                start()
+
+    def _start_later(
+        self, option: str, start: Callable[[], None], undo: Callable[[], None]
+    ) -> None:
+        """``start`` servers into a running environment, ``option`` set in its state (what the
+        next ``attach``, ``status`` and ``down`` go by); if they fail to start, ``undo`` stops
+        what started and ``option`` is unset again."""
+        self._set_option(option, True)
+        try:
+            start()
+        except BaseException:
+            undo()
+            self._set_option(option, False)
+            raise
+
+    def _needs_port(self, name: str, what: str) -> None:
+        """BadInput unless the environment has port ``name`` (picked at ``up``) for ``what``."""
+        if name not in self._st.ports:
+            raise BadInput(
+                f"the environment in {self.directory} was started by an older lab and has no "
+                f"port for {what}: stop it (chaoslab down) and start it again"
+            )
+
     def _set_option(self, option: str, value: bool) -> None:
         """``option`` set in the environment's state: what the next ``attach``, ``status`` and
         ``down`` go by (a server started on demand)."""

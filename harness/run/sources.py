@@ -301,7 +301,7 @@ class DebeziumSource:
         run = self.run
         if run.slot_lost or run.where is None:
             return
-        if database.wal_status(run.uri, run.where.slot) == "lost":
+        if (found := database.slot(run.uri, run.where.slot)) and found.wal_status == "lost":
             run.slot_lost = (f"slot {run.where.slot} invalidated by PostgreSQL (wal_status lost: "
                              "behind more WAL than max_slot_wal_keep_size lets a slot keep); "
                              "Debezium can read no change from it again")  # fmt: skip
@@ -327,7 +327,7 @@ class DebeziumSource:
             if topic is not None:
                 if not any(topic.read(timeout=5).values()):
                     raise NotReady(f"Debezium's snapshot of {len(run.existing)} rows not begun")
-            elif not _slot_active(run.uri, slot):
+            elif not ((found := database.slot(run.uri, slot)) and found.active):
                 raise NotReady(f"Debezium's slot {slot} not streaming yet")
 
         def stopped() -> str | None:
@@ -518,14 +518,6 @@ class _SourceThread(ProducerThread):
 def change_lsn(value: bytes) -> int:
     """The LSN of the change a Debezium record carries."""
     return int(json.loads(value)["payload"]["source"]["lsn"])
-
-
-def _slot_active(uri: str, slot: str) -> bool:
-    with psycopg.connect(uri) as conn:
-        row = conn.execute(
-            "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)
-        ).fetchone()
-    return bool(row and row[0])
 
 
 class ProducerSource:

@@ -10,6 +10,9 @@ outbox.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import psycopg
 
 from harness.readiness import NotReady, wait_for
@@ -80,14 +83,43 @@ def table_rows(uri: str) -> dict[int, int]:
     return {int(order_id): int(version) for order_id, version in found}
 
 
-def wal_status(uri: str, slot: str) -> str:
-    """What the server keeps of ``slot``'s WAL (``reserved``, ``extended``, ``unreserved``;
-    ``lost``: invalidated, it can give no change again), '' while there is no such slot."""
+@dataclass(frozen=True)
+class Slot:
+    """A replication slot of the database, as ``pg_replication_slots`` has it."""
+
+    name: str
+    plugin: str  # test_decoding: the truth's; pgoutput: Debezium's
+    active: bool  # a client streams from it
+    restart: int  # its restart LSN (0: none left, an invalidated slot)
+    # What the server keeps of its WAL (reserved, extended, unreserved; lost: invalidated, it
+    # can give no change again)
+    wal_status: str
+    now: int  # the server's current LSN
+
+    @property
+    def behind_mb(self) -> float:
+        return (self.now - self.restart) / 2**20 if self.restart else 0.0
+
+
+SLOTS_HERE = (
+    "SELECT slot_name, plugin, active, restart_lsn::text, wal_status, "
+    "pg_current_wal_lsn()::text FROM pg_replication_slots WHERE database = current_database()"
+)
+
+
+def slots(conn: psycopg.Connection[Any]) -> list[Slot]:
+    """The slots of the database ``conn`` is connected to."""
+    return [
+        Slot(str(name), str(plugin), bool(active), lsn_number(restart) if restart else 0,
+             str(status or ""), lsn_number(now))
+        for name, plugin, active, restart, status, now in conn.execute(SLOTS_HERE).fetchall()
+    ]  # fmt: skip
+
+
+def slot(uri: str, name: str) -> Slot | None:
+    """Slot ``name`` of the database at ``uri`` (None while there is none)."""
     with psycopg.connect(uri) as conn:
-        row = conn.execute(
-            "SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (slot,)
-        ).fetchone()
-    return str(row[0] or "") if row else ""
+        return next((s for s in slots(conn) if s.name == name), None)
 
 
 # What a slot may keep of the server's WAL (MB; -1: all it needs): server-wide, set by the

@@ -58,7 +58,7 @@ from harness.environment.containers.specs import (
     supervised,
 )
 from harness.environment.options import CONTAINERS_ABILITIES, ContainersOptions
-from harness.environment.process_environment import STARTING_LOCK, ProcessEnvironment
+from harness.environment.process_environment import ProcessEnvironment
 from harness.environment.servers import postgres
 from harness.environment.servers.base import LocalServer, ServerContext
 from harness.environment.servers.kafka import LOG4J2, NODE_IDS, broker_registered
@@ -341,9 +341,7 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
     def postgres_uri(self) -> str:
         """PostgreSQL's published port, its container started first if a run is the first to
         ask (one start at a time: runs side by side ask at once)."""
-        with state.locked(self.directory, STARTING_LOCK):
-            if not self._reload().options.get("postgres"):
-                self._start_postgres()
+        self._on_demand("postgres", self._start_postgres)
         return self._topology().postgres_uri
 
     def postgres_uri_for(self, link: Link) -> str:
@@ -352,22 +350,16 @@ class ContainersEnvironment(ProcessEnvironment[ContainersOptions]):
         return self._topology().network_postgres_uri if link is Link.SOURCE_POSTGRES else uri
 
     def _start_postgres(self) -> None:
-        if "postgres" not in self._st.ports:
-            raise BadInput(
-                f"the environment in {self.directory} was started by an older lab and has no "
-                "port for PostgreSQL: stop it (chaoslab down) and start it again"
-            )
+        self._needs_port("postgres", "PostgreSQL")
         self._progress("starting PostgreSQL (a CDC source's database)")
         spec = self._topology().postgres()
-        self._set_option("postgres", True)
-        try:
+
+        def start() -> None:
             self._remove_container(spec.name)
             self._run(spec)
             self._await(spec, time.monotonic())
-        except BaseException:
-            self._remove_container(spec.name)
-            self._set_option("postgres", False)
-            raise
+
+        self._start_later("postgres", start, undo=lambda: self._remove_container(spec.name))
 
     @property
     def spark(self) -> SparkSettings:

@@ -47,7 +47,6 @@ from harness.records import Problem
 from harness.sources import database
 from harness.sources.spec import SourceKind
 from harness.sources.truth import PLUGIN as TRUTH_PLUGIN
-from harness.sources.truth import lsn_number
 
 AWAIT, STOP, STOPPED = "await-slot", "stop-source", "await-source-stopped"
 FILL, CAP, RESUME = "fill-wal", "checkpoint", "resume-source"
@@ -56,31 +55,6 @@ FILL, CAP, RESUME = "fill-wal", "checkpoint", "resume-source"
 SLOT_HELD = "debezium-slot"
 SEGMENT_MB = 16  # PostgreSQL's default WAL segment: the unit a slot keeps and the cap counts
 SETTING = database.SLOT_CAP
-SLOTS = (
-    "SELECT slot_name, plugin, restart_lsn::text, wal_status, "
-    "pg_current_wal_lsn()::text FROM pg_replication_slots WHERE database = current_database()"
-)
-
-
-@dataclass(frozen=True)
-class _Slot:
-    name: str
-    plugin: str
-    restart: int  # its restart LSN (0: none left, an invalidated slot)
-    wal_status: str
-    now: int  # the server's current LSN
-
-    @property
-    def behind_mb(self) -> float:
-        return (self.now - self.restart) / 2**20 if self.restart else 0.0
-
-
-def _slots(conn: psycopg.Connection[Any]) -> list[_Slot]:
-    return [
-        _Slot(str(name), str(plugin), lsn_number(restart) if restart else 0, str(status or ""),
-              lsn_number(now))
-        for name, plugin, restart, status, now in conn.execute(SLOTS).fetchall()
-    ]  # fmt: skip
 
 
 @dataclass
@@ -135,7 +109,7 @@ class _Behind(Actor):
             if step.action == CAP:
                 with psycopg.connect(self.context.database, autocommit=True) as conn:
                     conn.execute("CHECKPOINT")
-                    truth = [s for s in _slots(conn) if s.plugin == TRUTH_PLUGIN]
+                    truth = [s for s in database.slots(conn) if s.plugin == TRUTH_PLUGIN]
                 return bool(truth) and truth[0].restart >= self.written
         except (ConnectError, psycopg.OperationalError):
             return False  # a worker or the database restarting: asked again
@@ -149,7 +123,7 @@ class _Behind(Actor):
             for _ in range(fault.segments):
                 admin.execute("SELECT pg_logical_emit_message(false, 'chaoslab', 'ballast')")
                 admin.execute("SELECT pg_switch_wal()")
-            self.written = lsn_number(str(_one(admin, "SELECT pg_current_wal_lsn()::text")))
+        self.written = database.current_lsn(server)
         detail = f"{fault.segments} WAL segments ({fault.wal_mb} MB) written by another database"
         self.context.record(EventKind.FAULT_STEP, fault, detail=detail)
 
@@ -162,7 +136,7 @@ class _Behind(Actor):
                 self._capped_checkpoint(conn, fault.keep_mb)
             else:
                 conn.execute("CHECKPOINT")
-            debezium = [s for s in _slots(conn) if s.plugin != TRUTH_PLUGIN]
+            debezium = [s for s in database.slots(conn) if s.plugin != TRUTH_PLUGIN]
         cap = f" with {SETTING} {fault.keep_mb} MB" if fault.keep_mb else ""
         said = ", ".join(f"slot {s.name} {s.wal_status or 'gone'}"
                          + (f" ({s.behind_mb:.0f} MB behind)" if s.restart else "")
@@ -177,8 +151,8 @@ class _Behind(Actor):
 
         def reloaded() -> None:  # a new session's value: the server has read its files again
             with psycopg.connect(self.context.database) as fresh:
-                value = _one(fresh, f"SHOW {SETTING}")
-            if value != f"{keep_mb}MB":
+                value = fresh.execute(f"SHOW {SETTING}").fetchone()
+            if value != (f"{keep_mb}MB",):
                 raise NotReady(f"{SETTING} is {value}")
 
         wait_for(reloaded, what=f"{SETTING} in force", timeout=30.0)
@@ -215,12 +189,6 @@ class _Behind(Actor):
             with contextlib.suppress(ConnectError):  # no worker answers: the run is ending
                 self._resume()
         self.context.release(self.fault)
-
-
-def _one(conn: psycopg.Connection[Any], sql: str) -> Any:
-    row = conn.execute(sql).fetchone()
-    assert row is not None
-    return row[0]
 
 
 @dataclass(frozen=True)
