@@ -144,6 +144,7 @@ class DebeziumRun:
     reader: truth.Truth | None = None  # the database's commits, read from the lab's slot
     caught_up: float = 0.0  # time.monotonic() of its last read
     slot_lost: str = ""  # why Debezium's slot can give no change again (the server's word)
+    heartbeats: str = ""  # Debezium's heartbeat topic
     committed: list[truth.CommittedChange] = field(default_factory=list)  # all of them, at the end
     # A table with rows when Debezium started (``source.existing``): those rows (order_id ->
     # version), the LSN after their last commit, and when they were read.
@@ -253,7 +254,16 @@ class DebeziumSource:
         config_path.write_text(config.to_json())
         run.history = HistoryWriter(config.history_dir, "harness", SOURCE_LABEL)
         run.history.record(EventKind.RUN_START, detail=f"debezium from {run.name} to {self.topic}")
-        run.watch = ConnectorWatch(settings, CONNECTOR, scenario.source.debezium().config(where))
+        debezium = scenario.source.debezium()
+        connector = debezium.config(where)
+        # The heartbeats' topic made before the connector's first heartbeat, as the lab makes
+        # every topic it uses: left to Connect's creation on the first send, the broker refused
+        # that send (UNKNOWN_TOPIC_ID) while the new topic's metadata spread, and the retried
+        # record held back Connect's first offset commit by a flush interval - a worker killed
+        # then had no offsets, and Debezium snapshotted again from the present.
+        run.heartbeats = debezium.heartbeat_topic(connector)
+        create_topic(env.kafka_bootstrap, run.heartbeats, 1)
+        run.watch = ConnectorWatch(settings, CONNECTOR, connector)
         run.supervisor = RuntimeSupervisor(
             env, [Lane(config, config_path, run.history)],
             consumers=settings.workers, restart_delay=scenario.pipeline.restart_delay_s,
@@ -496,7 +506,8 @@ class DebeziumSource:
         topics = [self.topic]
         if run.where is not None:
             settings = ConnectSettings.from_json(self.targets[0].supervisor.config.connect)
-            topics += [run.where.topic(database.MARKS), *settings.storage_topics.values()]
+            topics += [run.where.topic(database.MARKS), run.heartbeats,
+                       *settings.storage_topics.values()]  # fmt: skip
         return topics
 
 

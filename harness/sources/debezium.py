@@ -34,6 +34,7 @@ LABS_KEYS = (
     "topic.creation.default.partitions",
     "topic.creation.default.replication.factor",
 )
+HEARTBEAT_PREFIX = "__debezium-heartbeat"  # Debezium's default topic.heartbeat.prefix
 DEFAULTS: Mapping[str, str] = {
     "plugin.name": "pgoutput",
     "tasks.max": "1",
@@ -100,6 +101,12 @@ class DebeziumSource:
             for key in self.options
             if key in LABS_KEYS
         ]
+
+    @staticmethod
+    def heartbeat_topic(config: Mapping[str, str]) -> str:
+        """Where the connector with ``config`` writes its heartbeats (Debezium's name)."""
+        prefix = config.get("topic.heartbeat.prefix", HEARTBEAT_PREFIX)
+        return f"{prefix}.{config['topic.prefix']}"
 
     def config(self, where: Where) -> dict[str, str]:
         """The connector's config on the run's cluster."""
