@@ -281,7 +281,8 @@ class Scenario:
     producer: ProducerSpec = field(default_factory=ProducerSpec)
     backend: str | None = None  # the backend it needs, if only one can play it (containers)
     # Seed 003's way back: an application writing outboxes to MongoDB, relays carrying them to
-    # Kafka, the scenario's (first) sink variant storing the target topics downstream.
+    # Kafka, the scenario's (first) sink variant storing the target topics downstream; or, with
+    # source: outbox, its one relay (source.relay) the source of the variants' lanes.
     outbox: OutboxSpec | None = None
     relays: tuple[RelaySpec, ...] = ()
     demo: Cut | None = None  # its cut for the demo; a scenario without one is not in it
@@ -310,7 +311,8 @@ class Scenario:
     def lanes(self) -> tuple[tuple[str, VariantSpec], ...]:
         """The (runtime, variant) pairs it runs: each variant on each of its ``runtimes:``, or
         on the one it brings (a command consumer, once)."""
-        if self.outbox is not None:  # its relays: the scenario's sink stores what each published
+        if self.outbox is not None and not self.source.outbox:
+            # Its relays side by side: the scenario's sink stores what each published.
             return tuple((RELAY.name, spec) for spec in self.relays)
         carried = [(spec.own_runtime, spec) for spec in self.variants]
         return (
@@ -499,7 +501,10 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
         _relay(pr, f"relays[{i}]", r)
         for i, r in enumerate(_field(pr, "relays", list[Any], top.get("relays", [])) or ())
     ]
-    if "outbox" in top and not relays:
+    if source is not None and source.outbox:
+        _outbox_source_problems(pr, top, outbox)
+        relays = [_relay(pr, "source.relay", source.relay)] if source.relay is not None else []
+    elif "outbox" in top and not relays:
         pr.add("relays", "an outbox scenario needs at least one relay (e.g. [naive, seed-003])")
     if relays and "outbox" not in top:
         pr.add("relays", "relays carry an outbox workload: add an outbox: section")
@@ -639,6 +644,21 @@ def _variant(pr: Problems, where: str, raw: Any) -> VariantSpec | None:
         pr.add(where, problem)
         return None
     return VariantSpec(name, options)
+
+
+def _outbox_source_problems(
+    pr: Problems, top: Mapping[str, Any], outbox: OutboxSpec | None
+) -> None:
+    """An outbox relay as the source of the lanes: one relay (``source.relay``), writing the one
+    target topic the lanes consume (a lane reads one topic)."""
+    if "relays" in top:
+        pr.add("relays", "relays: puts relays side by side as the lanes; with source: outbox the "
+                         "one relay is source.relay, and the variants are the lanes")  # fmt: skip
+    if "outbox" not in top:
+        pr.add("source", "an outbox source relays the scenario's outbox: add an outbox: section")
+    elif outbox is not None and len(outbox.topics) != 1:
+        pr.add("outbox.topics", "with source: outbox the relay's one target topic is the lanes' "
+                                f"(a lane reads one topic); got {list(outbox.topics)}")  # fmt: skip
 
 
 def _relay(pr: Problems, where: str, raw: Any) -> RelaySpec | None:

@@ -52,7 +52,7 @@ def test_a_scenario_reads_from_the_producer_unless_it_names_its_source() -> None
 def test_every_problem_of_a_source_is_named_before_anything_starts() -> None:
     with pytest.raises(ScenarioError) as refused:
         parse_scenario({**BASE, "source": {"kind": "mysql"}})
-    assert "source.kind: one of producer, debezium; got 'mysql'" in str(refused.value)
+    assert "source.kind: one of producer, debezium, outbox; got 'mysql'" in str(refused.value)
     pasted = {"kind": "debezium", "config": {"slot.name": "prod", "topic.prefix": "prod"},
               "connect": {"workers": 9, "offset.flush.interval.ms": "soon"}}  # fmt: skip
     with pytest.raises(ScenarioError) as refused:

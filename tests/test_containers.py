@@ -115,12 +115,24 @@ def test_the_official_images_render_the_same_topology() -> None:
     assert None not in addresses and len(set(addresses)) == len(addresses)
 
 
+def test_the_official_postgres_image_runs_with_the_lab_settings() -> None:
+    ports = {"postgres": 4006}
+    lab = Topology(Path("/env"), ports, "abc123", "localhost/chaoslab-lab:x")
+    spec = OfficialTopology(lab).postgres()
+    assert spec.image == "postgres:15" and spec.command[0] == "postgres"
+    assert "wal_level=logical" in spec.command and "listen_addresses=0.0.0.0" in spec.command
+    # The image's entrypoint makes a new cluster through its Unix socket: that one stays.
+    assert not any(a.startswith("unix_socket_directories") for a in spec.command)
+    assert spec.published == {5432: 4006} and spec.address == lab.ip("postgres")
+    assert spec.stop_signal == "SIGINT"  # its fast shutdown, as on the lab's image
+
+
 def test_up_renders_the_official_images_and_does_not_start_them(tmp_path: Path) -> None:
     shown = chaoslab("up", "--backend", "containers", "--images", "official", "--dry-run",
                      "--dir", str(tmp_path))  # fmt: skip
     assert shown.returncode == 0, shown.stderr
     images = {c["image"].split(":")[0] for c in json.loads(shown.stdout)}
-    assert {"apache/kafka", "mongo", "apache/spark", "localhost/chaoslab-lab"} == images
+    assert {"apache/kafka", "mongo", "apache/spark", "postgres", "localhost/chaoslab-lab"} == images
     refused = chaoslab("up", "--backend", "containers", "--images", "official",
                        "--dir", str(tmp_path))  # fmt: skip
     assert refused.returncode == 2 and "renders the upstream images' topology" in refused.stderr

@@ -77,6 +77,41 @@ def assert_stages_add_up(row: dict[str, Any]) -> None:
     assert row["unique_in_sink"] <= published["unique_in_sink"], variant
 
 
+def assert_relay_source_recounts(
+    env: LocalEnvironment, rows: dict[tuple[str, str], dict[str, Any]]
+) -> None:
+    """An outbox relay as the source, recounted apart from the checker: the entries the
+    application's ledger says MongoDB acknowledged, the relay's copies from its target topic's
+    own records, each lane's documents from MongoDB, the relay's kills from its history."""
+    (ledger,) = {r["ledger"] for r in rows.values()}
+    written = {e.entry_id for e in read_written(Path(ledger).with_suffix(".written.csv"))}
+    (topic,) = {row.topic for row in read_ledger(Path(ledger))}
+    on_topic = Counter(
+        json.loads(record.value or b"{}")["event_id"]
+        for record in read_topic(env.kafka_bootstrap, topic, contents=True)
+    )
+    assert set(on_topic) <= written  # nothing the application did not write
+    copies = sum(on_topic.values()) - len(on_topic)
+    assert copies > 0
+    (source,) = Path(next(iter(rows.values()))["directory"]).parent.glob("source-*")
+    kills = [e for e in read_history(source / "history") if e.kind is EventKind.CRASH]
+    assert len(kills) == 3, kills
+    mongo: MongoClient[dict[str, Any]] = MongoClient(env.mongo_uri)
+    with mongo:
+        for (_, variant), r in rows.items():
+            published = r["relay"]["published"]
+            assert (published["duplicates"], published["lost"]) == (copies, 0), variant
+            assert r["expected"] == len(written), variant
+            config = json.loads((Path(r["directory"]) / "runtime.json").read_text())
+            documents = list(mongo[config["database"]].events.find({}, {"event_id": 1}))
+            assert len(documents) == r["in_sink"], variant
+            stored = Counter(d["event_id"] for d in documents)
+            if variant == "naive":  # every record: each copy too
+                assert stored == on_topic and r["duplicates"] == copies, variant
+            elif not r["stopped"]:  # keyed by the entry's id: each once
+                assert set(stored) == set(on_topic) and len(documents) == len(on_topic), variant
+
+
 def assert_cdc_recounts(
     env: LocalEnvironment, scenario: Scenario, rows: dict[tuple[str, str], dict[str, Any]]
 ) -> None:
@@ -382,7 +417,7 @@ def test_the_library_has_every_scenario_the_issue_names() -> None:
         "spark-connector-replay", "connect-worker-loss", "connect-rolling-upgrade",
         "connect-mongo-outage", "connect-poison", "cdc-debezium-crash", "cdc-exactly-once-source",
         "cdc-postgres-restart", "cdc-mongo-cdc-handler", "cdc-snapshot-interrupted",
-        "cdc-slot-behind",
+        "cdc-slot-behind", "outbox-relay-to-sinks",
     }  # fmt: skip
     for path in LIBRARY:
         scenario = load_scenario(path)
@@ -419,7 +454,8 @@ def test_a_library_scenario_holds_its_expectations(
     rows = {(r["runtime"], r["variant"]): r for r in report["results"]}
     loaded = load_scenario(path).cut("ci")
     runtimes = loaded.runtimes
-    # Every lane of the cut ran, and no other (an outbox scenario's lanes are its relays).
+    # Every lane of the cut ran, and no other (an outbox scenario's lanes are its relays, but
+    # where one relay is the source).
     lanes = [(rt, spec.label) for rt, spec in loaded.lanes]
     assert set(lanes) == set(rows), (sorted(lanes), sorted(rows))
 
@@ -428,7 +464,8 @@ def test_a_library_scenario_holds_its_expectations(
     # some variant runs on them). The runtimes share one topic, one ledger, one schedule.
     own = {s.own_runtime for s in loaded.variants if s.own_runtime}
     listed = set(loaded.runtimes) if any(not s.own_runtime for s in loaded.variants) else set()
-    assert {rt for rt, _ in rows} == ({"relay"} if loaded.outbox else listed | own)
+    relays = loaded.outbox and not loaded.source.outbox
+    assert {rt for rt, _ in rows} == ({"relay"} if relays else listed | own)
     assert len({r["ledger"] for r in rows.values()}) == 1
     specs: dict[str, VariantSpec] = {s.label: s for _, s in loaded.lanes}
     for (rt, variant), r in rows.items():
@@ -490,6 +527,8 @@ def test_a_library_scenario_holds_its_expectations(
         assert_snapshot_recounts(scenario_env, loaded, rows)
     elif loaded.source.cdc:
         assert_cdc_recounts(scenario_env, loaded, rows)
+    elif loaded.source.outbox:
+        assert_relay_source_recounts(scenario_env, rows)
     if name == "cdc-debezium-crash":
         assert rows[("listener", "naive")]["relay"]["published"]["duplicates"] > 0
     if name == "cdc-postgres-restart":  # both restarts, as the history says

@@ -4,6 +4,7 @@ writes, each relay finds the entries its shape handling finds, a scenario is ref
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +14,8 @@ from harness.outbox.relays import make_relay
 from harness.outbox.workload import OutboxSpec, WriteOp, generate_writes
 from harness.run.runner import run_scenario
 from harness.scenario import ScenarioError, parse_scenario
+from harness.workload.events import Kind
+from harness.workload.ledger import Change, placed
 
 PUSH = {
     "operationType": "update",
@@ -98,3 +101,62 @@ def test_a_users_own_relay_runs_as_a_relay_process_and_its_losses_are_counted(
     extra = sum(len(w.entries) - 1 for w in generate_writes(scenario.outbox, 3))
     assert mine.relay.published.lost == extra > 0
     assert naive.relay.published.lost == 0
+
+
+RELAY_SOURCE: dict[str, Any] = {
+    "name": "x",
+    "variants": ["naive", "connect-default"],
+    "source": {"kind": "outbox", "relay": "transactional"},
+    "outbox": {"writes": 10, "topics": ["orders"]},
+    "faults": [{"kind": "relay-crash", "at_change": 3}],
+}
+
+
+def test_with_an_outbox_relay_as_the_source_the_variants_are_the_lanes() -> None:
+    scenario = parse_scenario(RELAY_SOURCE)
+    assert scenario.source.outbox and [r.label for r in scenario.relays] == ["transactional"]
+    assert [(rt, spec.label) for rt, spec in scenario.lanes] == [
+        ("listener", "naive"), ("connect", "connect-default"),
+    ]  # fmt: skip
+    assert scenario.setting.relays == {"transactional"}  # its relay-crash has a relay to kill
+
+
+def test_an_outbox_source_names_every_problem_of_its_relay_outbox_and_topics() -> None:
+    two_topics = {**RELAY_SOURCE, "relays": ["naive"], "outbox": {"topics": ["a", "b"]},
+                  "source": {"kind": "outbox", "relay": "nope", "existing": 5}}  # fmt: skip
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(two_topics)
+    said = str(caught.value)
+    for problem in (
+        "relays: relays: puts relays side by side",
+        "outbox.topics: with source: outbox the relay's one target topic",
+        "source.relay: unknown relay 'nope'",
+        "source.existing: an outbox source has no existing",
+    ):
+        assert problem in said, said
+    without = {k: v for k, v in RELAY_SOURCE.items() if k != "outbox"}
+    with pytest.raises(ScenarioError, match="an outbox source relays the scenario's outbox"):
+        parse_scenario({**without, "source": {"kind": "outbox"}})
+    with pytest.raises(ScenarioError, match="an outbox source needs its relay"):
+        parse_scenario({**RELAY_SOURCE, "source": {"kind": "outbox"}})
+    with pytest.raises(ScenarioError, match="a producer source has no relay"):
+        parse_scenario({"name": "x", "variants": ["naive"],
+                        "source": {"kind": "producer", "relay": "naive"}})  # fmt: skip
+
+
+def test_the_sinks_ledger_places_each_entry_at_its_first_record_and_lists_the_copies() -> None:
+    expected = [Change("a", 1, 1, at=10.0), Change("b", 1, 2, at=11.0), Change("c", 2, 1, at=12.0)]
+    on_topic = [
+        Change("a", 1, 1, at=20.0, partition=0, offset=0),
+        Change("b", 1, 2, at=21.0, partition=0, offset=1),
+        Change("a", 1, 1, at=22.0, partition=0, offset=2),  # the relay's copy, after a kill
+        Change("z", 9, 9, at=23.0, partition=1, offset=0),  # of no entry written: a phantom's
+    ]
+    rows = placed(expected, on_topic, "t")
+    assert [(r.event_id, r.kind, r.partition, r.offset, r.acked_at) for r in rows] == [
+        ("a", Kind.NORMAL, 0, 0, 10.0),
+        ("b", Kind.NORMAL, 0, 1, 11.0),
+        ("c", Kind.NORMAL, -1, -1, 12.0),  # never on the topic: lost at publish
+        ("a", Kind.COPY, 0, 2, 22.0),
+    ]
+    assert [r.seq for r in rows] == [0, 1, 2, 3] and {r.topic for r in rows} == {"t"}

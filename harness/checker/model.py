@@ -433,6 +433,7 @@ class RelayStage:
     of: str = RELAY
     snapshot_rows: int = 0
     snapshots: tuple[int, int] = (0, 0)  # (begun, finished)
+    relayed_by: str = ""  # a source's that is an outbox's relay: the relay's label
 
     @property
     def source(self) -> bool:
@@ -441,7 +442,7 @@ class RelayStage:
     def to_dict(self) -> dict[str, Any]:
         return {"published": self.published.to_dict(), "history_lost": self.history_lost,
                 "of": self.of, "snapshot_rows": self.snapshot_rows,
-                "snapshots": list(self.snapshots)}  # fmt: skip
+                "snapshots": list(self.snapshots), "relayed_by": self.relayed_by}  # fmt: skip
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> RelayStage:
@@ -451,4 +452,5 @@ class RelayStage:
             str(raw.get("of") or RELAY),
             int(raw.get("snapshot_rows", 0)),
             tuple(raw.get("snapshots") or (0, 0)),
+            str(raw.get("relayed_by") or ""),
         )

@@ -82,8 +82,13 @@ def plan(
             # A connector brings its runtime (Kafka Connect's) and runs beside ``runtime``'s.
             if not make_variant(name, options).runs_with(get_runtime(runtime)):
                 problems.append(f"--variant {name}: does not run on {runtime}")
-    sources = [k.value for k in SourceKind]
-    if source not in sources:
+    # An outbox's relay as the source needs a scenario's outbox: section, which explore's
+    # drawn scenarios have not (yet).
+    sources = [SourceKind.PRODUCER.value, SourceKind.DEBEZIUM.value]
+    if source == SourceKind.OUTBOX:
+        problems.append("--source outbox: explore draws no outbox workload yet; run a scenario "
+                        "file with source: {kind: outbox, relay: ...}")  # fmt: skip
+    elif source not in sources:
         problems.append(f"--source: one of {', '.join(sources)}, got {source!r}")
     elif source == SourceKind.DEBEZIUM:
         for entry in entries:

@@ -296,3 +296,13 @@ def read_topic(
     finally:
         consumer.close()
     return records
+
+
+def past_last_records(bootstrap: str, topic: str) -> dict[int, int]:
+    """Past the last committed record of each partition of ``topic``: what a consumer commits
+    once it has them all - not a partition's end, which counts the transaction markers of a
+    transactional writer (an exactly-once source's, a transactional relay's)."""
+    ends = dict.fromkeys(end_offsets(bootstrap, topic), 0)
+    for record in read_topic(bootstrap, topic):
+        ends[record.partition] = max(ends[record.partition], record.offset + 1)
+    return ends

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from harness.checker.model import LedgerArrays, SinkSnapshot
 from harness.kafka.clients import StoredRecord
 from harness.outbox.writer import WrittenEntry
+from harness.workload.ledger import Change
 
 
 def written_ledger(entries: Sequence[WrittenEntry]) -> LedgerArrays:
@@ -36,3 +37,16 @@ def published_snapshot(records: Iterable[StoredRecord]) -> SinkSnapshot:
         changes.append((order_id, version, r.timestamp))
         newest[order_id] = max(newest.get(order_id, 0), version)
     return SinkSnapshot.from_lists(changes, sorted(newest.items()))
+
+
+def published_changes(records: Iterable[StoredRecord]) -> list[Change]:
+    """The target topic's records as the changes they carry: each entry's event id (its
+    ``_id``) and (order_id, version), at its position and timestamp."""
+    changes = []
+    for r in records:
+        entry = json.loads(r.value or b"{}")
+        order_id, version = int(entry["order_id"]), int(entry["version"])
+        changes.append(
+            Change(str(entry["event_id"]), order_id, version, r.timestamp, r.partition, r.offset)
+        )
+    return changes

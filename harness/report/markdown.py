@@ -137,7 +137,19 @@ def scenario_markdown(
             NOT_A_FIGURE if relayed(v) else dead_lettered_text(v), f"{v.events_per_s:.0f}",
             f"{v.crashes}/{v.restarts}", expectation,
         ])  # fmt: skip
-    if source := next((v.relay for v in run.variants if v.relay and v.relay.source), None):
+    source = next((v.relay for v in run.variants if v.relay and v.relay.source), None)
+    if source is not None and source.relayed_by:
+        on = source.published
+        lines += [
+            f"**The source** (seed 003's application, its outbox carried to the lanes' topic by "
+            f"the {source.relayed_by} relay; every lane's): {on.expected} entries written; on "
+            f"the topic {on.unique_in_sink}, {on.duplicates} of them again (published again), "
+            f"{on.lost} never (lost at publish)"
+            + (f"; resume point lost {source.history_lost} time(s)" if source.history_lost else "")
+            + ". The lanes below are counted against the same entries.",
+            "",
+        ]
+    elif source is not None:
         on = source.published
         what = f"{on.expected} changes committed"
         if read := source.snapshot_rows:

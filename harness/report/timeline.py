@@ -371,7 +371,8 @@ def source_row(run: ScenarioResult, t0: float) -> TimelineRow | None:
     if lane is None or lane.relay is None:
         return None
     faults = tuple(e for e in lane.events if e.source == "nemesis")  # the faults alone
-    stage = replace(lane, runtime="source", variant="the change topic",
+    topic = f"relay {lane.relay.relayed_by}" if lane.relay.relayed_by else "the change topic"
+    stage = replace(lane, runtime="source", variant=topic,
                     verdict=lane.relay.published, relay=None, events=faults)  # fmt: skip
     return timeline_row(stage, t0)
 

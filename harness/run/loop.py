@@ -299,13 +299,18 @@ def _committed(watches: Sequence[Watch], targets: dict[int, int] | None, acked: 
 
 
 class ProducerThread:
-    """The producer runs beside the consumers, as it would in production."""
+    """The producer runs beside the consumers, as it would in production. Where what it wrote
+    reaches the topic through a process of the source's (Debezium, an outbox's relay), it is
+    done once that says so too (``delivered``)."""
 
     def __init__(
-        self, body: Callable[[threading.Event, Callable[[int], None]], ProduceSummary]
+        self,
+        body: Callable[[threading.Event, Callable[[int], None]], ProduceSummary],
+        delivered: Callable[[], bool] | None = None,
     ) -> None:
         self._stop = threading.Event()
         self._body = body
+        self._delivered = delivered
         self.summary: ProduceSummary | None = None
         self.error: BaseException | None = None
         self.acked = 0  # written by the producer thread, read by the run's loop
@@ -326,7 +331,7 @@ class ProducerThread:
     def done(self) -> bool:
         if self.error is not None:
             raise LabError(f"the producer failed: {self.error}") from self.error
-        return self.summary is not None
+        return self.summary is not None and (self._delivered is None or self._delivered())
 
     def stop(self, timeout: float = 60.0) -> None:
         """Ask the producer to stop, and wait for it up to ``timeout`` seconds (it flushes what

@@ -54,7 +54,7 @@ from harness.run.loop import (
     await_ready,
     wait_until_consumed,
 )
-from harness.run.outbox import OutboxSource
+from harness.run.outbox import OutboxSource, RelaySource, relay_config
 from harness.run.sources import DebeziumSource, ProducerSource, Source
 from harness.scenario import Scenario, VariantSpec
 from harness.workload.producer import Hold, ProduceSummary
@@ -218,20 +218,7 @@ def _relay_lane(
     """An outbox scenario's lane: a relay reading the application's change stream into target
     topics of its own (named by ``topic``); the scenario's sink variant stores them once it
     has relayed everything (``OutboxSource.relayed``)."""
-    config = RuntimeConfig(
-        runtime=RELAY.name,
-        bootstrap=env.kafka_bootstrap_for(Link.CONSUMER_KAFKA),
-        mongo_uri=uri_with(env.mongo_uri_for(Link.CONSUMER_MONGO), scenario.pipeline.mongo),
-        mongo=scenario.pipeline.mongo,
-        topic=group,
-        group=group,
-        database=source.database,
-        variant=spec.name,
-        variant_options=spec.options,
-        run_dir=str(run_dir),
-        crash_plans=scenario.crash_plans,
-        import_path=import_path(spec.name, spec.options),  # a user's relay, for the process
-    )
+    config = relay_config(env, scenario, spec, source.database, group, run_dir)
     source.relay(config)
     sink = scenario.variants[0]
     return _made(RELAY, spec, spec.label, make_variant(sink.name, sink.options), config,
@@ -383,6 +370,8 @@ def _source(
 ) -> Source:
     if scenario.source.cdc:
         return DebeziumSource(env, scenario, run_id, out_dir, ledger_path, progress)
+    if scenario.source.outbox:
+        return RelaySource(env, scenario, run_id, out_dir, ledger_path, progress)
     if scenario.outbox is not None:
         return OutboxSource(env, scenario, run_id, ledger_path)
     return ProducerSource(env, scenario, f"{scenario.name}.{run_id}", ledger_path)
@@ -565,8 +554,11 @@ def _judge(
         unexplained=explanation.unexplained(verdict.duplicates),
         directory=lane.run_dir,
         ledger=run.ledger_path,
+        # A fault the source fires itself (a relay's crash point) is seen in its history.
         unfired=unfired(
-            scenario.faults, events, summary.produced if relayed else scenario.workload.events
+            scenario.faults,
+            [*events, *run.source.events()],
+            summary.produced if scenario.outbox is not None else scenario.workload.events,
         ),
         relay=stage,
     )

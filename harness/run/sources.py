@@ -11,6 +11,9 @@ also to make and judge its relays' lanes):
   Its topic stage judges the topic against those commits: the source's copies and losses.
 * ``OutboxSource`` (``harness.run.outbox``) - seed 003's application writing outboxes into
   MongoDB; its relays are the run's lanes, each with a published stage of its own.
+* ``RelaySource`` (``harness.run.outbox``) - the same application and one relay of the
+  source's, whose target topic the lanes consume (``source: {kind: outbox, relay: ...}``);
+  its stage is the relay's published one.
 
 Each source's processes are stopped, its slot, publication and database dropped, however the
 run ends (``close``).
@@ -36,12 +39,12 @@ from harness.checker.state import FinalState
 from harness.environment.base import Environment, Link
 from harness.errors import LabError
 from harness.faults.base import Target
-from harness.history.events import EventKind, HistoryWriter
+from harness.history.events import EventKind, HistoryEvent, HistoryWriter
 from harness.kafka.clients import (
     StoredRecord,
     Watermarks,
     create_topic,
-    end_offsets,
+    past_last_records,
     read_topic,
 )
 from harness.pipeline import observer
@@ -119,6 +122,9 @@ class Source(Protocol):
     # The wait's progress line, where the lanes' committed offsets are not what it waits for
     @property
     def report(self) -> Report | None: ...
+
+    # Its own process's history, where a fault it fires itself is seen (an outbox's relay's)
+    def events(self) -> list[HistoryEvent]: ...
 
     def close(self) -> list[str]: ...  # its processes stopped, its state dropped; its topics
 
@@ -392,7 +398,7 @@ class DebeziumSource:
             changes = sum(len(t.changes) for t in planned if t.seq in done)
             return ProduceSummary(changes, changes, 0, time.monotonic() - started)
 
-        return _SourceThread(body, self)
+        return ProducerThread(body, delivered=self.done)
 
     def done(self) -> bool:
         """Whether every change committed before the application's end mark is on the change
@@ -434,14 +440,9 @@ class DebeziumSource:
         return latest
 
     def end_offsets(self) -> dict[int, int]:
-        """Past the last record of each partition of the change topic: what a lane commits
-        once it has them all (not the partition's end, which counts the transaction markers
-        of an exactly-once source)."""
-        records = read_topic(self.run.env.kafka_bootstrap, self.topic)
-        ends = dict.fromkeys(end_offsets(self.run.env.kafka_bootstrap, self.topic), 0)
-        for record in records:
-            ends[record.partition] = max(ends[record.partition], record.offset + 1)
-        return ends
+        """Past the last record of each partition of the change topic (an exactly-once
+        source's partitions end in transaction markers)."""
+        return past_last_records(self.run.env.kafka_bootstrap, self.topic)
 
     def ledger(self) -> LedgerArrays:
         """The committed changes, each at its first record on the change topic; the further
@@ -493,6 +494,9 @@ class DebeziumSource:
         return [], RelayStage(verdict, of=SOURCE, snapshot_rows=len(run.existing),
                               snapshots=(begun, finished))  # fmt: skip
 
+    def events(self) -> list[HistoryEvent]:
+        return []  # its faults are the nemesis's, in every lane's history
+
     def close(self) -> list[str]:
         """Its workers stopped, its slots and database dropped; its topics (for a run that
         does not keep them)."""
@@ -509,21 +513,6 @@ class DebeziumSource:
             topics += [run.where.topic(database.MARKS), run.heartbeats,
                        *settings.storage_topics.values()]  # fmt: skip
         return topics
-
-
-class _SourceThread(ProducerThread):
-    """The application's thread, done once the source has put its end mark on the topic."""
-
-    def __init__(
-        self,
-        body: Callable[[threading.Event, Callable[[int], None]], ProduceSummary],
-        source: DebeziumSource,
-    ) -> None:
-        super().__init__(body)
-        self._source = source
-
-    def done(self) -> bool:
-        return super().done() and self._source.done()
 
 
 def change_lsn(value: bytes) -> int:
@@ -609,6 +598,9 @@ class ProducerSource:
 
     def check(self) -> None:
         return None
+
+    def events(self) -> list[HistoryEvent]:
+        return []
 
     def close(self) -> list[str]:
         return [self.topic]

@@ -28,8 +28,8 @@ from harness.checker.model import LedgerArrays, SinkSnapshot
 from harness.checker.state import FinalState
 from harness.kafka.clients import StoredRecord
 from harness.sources.truth import CommittedChange
-from harness.workload.events import TABLE, Kind, Op, change_event_id, debezium_change
-from harness.workload.ledger import LedgerRow
+from harness.workload.events import TABLE, Op, change_event_id, debezium_change
+from harness.workload.ledger import Change, LedgerRow, placed
 
 
 @dataclass(frozen=True)
@@ -104,38 +104,17 @@ def topic_snapshot(records: Iterable[StoredRecord]) -> SinkSnapshot:
 def sink_ledger(
     changes: Sequence[CommittedChange], records: Iterable[StoredRecord], topic: str
 ) -> list[LedgerRow]:
-    """The committed changes as the sinks' ledger: each at its first record on the topic (never
-    on it: no position, -1), at its commit time; then each further record of a committed change
-    as a copy, at its record's position and timestamp. A record of no committed change is not
-    in it (the topic stage counts it a phantom). Event ids are the records' own
-    (``DebeziumChange.event_id``), by which a sink's documents are traced to their change."""
-    first: dict[tuple[int, int], SourceChange] = {}
-    again: list[SourceChange] = []
-    for record in records:
-        if (change := source_change(record)) is None:
-            continue
-        key = (change.order_id, change.version)
-        if key in first:
-            again.append(change)
-        else:
-            first[key] = change
-    rows = []
-    for c in changes:
-        at = first.get((c.order_id, c.version))
-        partition, offset = (-1, -1) if at is None else (at.partition, at.offset)
-        # A snapshot's read has the LSN Debezium gave it, not the one expected of it.
-        lsn = c.lsn if at is None else at.lsn
-        rows.append((lsn, c.order_id, c.version, Kind.NORMAL, partition, offset, c.committed_at))
-    committed = {(c.order_id, c.version) for c in changes}
-    rows += [
-        (s.lsn, s.order_id, s.version, Kind.COPY, s.partition, s.offset, s.timestamp)
-        for s in again
-        if (s.order_id, s.version) in committed
-    ]
-    return [
-        LedgerRow(seq, change_event_id(lsn, order_id), order_id, version, kind, topic, p, o, at)
-        for seq, (lsn, order_id, version, kind, p, o, at) in enumerate(rows)
-    ]
+    """The committed changes as the sinks' ledger (``harness.workload.ledger.placed``), each at
+    its commit time. Event ids are the records' own (``DebeziumChange.event_id``); a snapshot's
+    read has the LSN Debezium gave it, not the one expected of it."""
+    on_topic = (
+        Change(change_event_id(s.lsn, s.order_id), s.order_id, s.version, s.timestamp,
+               s.partition, s.offset)
+        for record in records if (s := source_change(record)) is not None
+    )  # fmt: skip
+    expected = [Change(change_event_id(c.lsn, c.order_id), c.order_id, c.version, c.committed_at)
+                for c in changes]  # fmt: skip
+    return placed(expected, on_topic, topic)
 
 
 def final_state(changes: Sequence[CommittedChange], rows: Mapping[int, int]) -> FinalState:

@@ -7,7 +7,7 @@ crashes loses no acknowledged row. The file is CSV: a million rows load in about
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 from typing import IO, Self
@@ -84,3 +84,48 @@ def read_ledger(path: Path) -> Iterator[LedgerRow]:
         for row in reader:
             if len(row) == len(COLUMNS):  # a torn last line from a crash is not a row
                 yield LedgerRow.from_csv(row)
+
+
+@dataclass(frozen=True)
+class Change:
+    """A change as an upstream stage's truth names it, or as a record on a topic carries it:
+    the sinks' identity of it (order_id, version), and the event id a sink's documents are
+    traced back to it by. On a topic: its position and the record's timestamp; expected: the
+    time it was committed or acknowledged (``at``), at no position."""
+
+    event_id: str
+    order_id: int
+    version: int
+    at: float
+    partition: int = -1
+    offset: int = -1
+
+
+def placed(expected: Sequence[Change], records: Iterable[Change], topic: str) -> list[LedgerRow]:
+    """The expected changes of a source that is not the lab's producer (a database's commits,
+    an outbox's entries) as the sinks' ledger: each at its first record on the topic (never on
+    it: no position), at its expected time; then each further record of an expected change as
+    a ``copy``, at its record's position and timestamp - a record handed to the consumers
+    again, which a sink keyed on the change's identity stores once and a naive one again. A
+    record of no expected change is not in it (the source's stage counts it a phantom)."""
+    first: dict[tuple[int, int], Change] = {}
+    again: list[Change] = []
+    for record in records:
+        key = (record.order_id, record.version)
+        if key in first:
+            again.append(record)
+        else:
+            first[key] = record
+    rows = []
+    for change in expected:
+        at = first.get((change.order_id, change.version))
+        rows.append(change if at is None else
+                    Change(at.event_id, change.order_id, change.version, change.at, at.partition,
+                           at.offset))  # fmt: skip
+    named = {(c.order_id, c.version) for c in expected}
+    normal = [(c, Kind.NORMAL) for c in rows]
+    copies = [(c, Kind.COPY) for c in again if (c.order_id, c.version) in named]
+    return [
+        LedgerRow(seq, c.event_id, c.order_id, c.version, kind, topic, c.partition, c.offset, c.at)
+        for seq, (c, kind) in enumerate(normal + copies)
+    ]

@@ -1,7 +1,8 @@
 """``--images official``: the same topology from upstream images, for users whose engine can pull
 from a registry - ``apache/kafka`` KRaft nodes, ``mongo`` as a 3-member replica set the lab
-initiates, ``apache/spark`` for a standalone master and workers. The fault proxy and the
-consumers stay on the lab's image (they are the lab's own code).
+initiates, ``apache/spark`` for a standalone master and workers, ``postgres`` for a CDC
+source. The fault proxy and the consumers stay on the lab's image (they are the lab's own
+code).
 
 Rendered and unit-tested here; never started in this project's CI, whose machines reach no
 registry (README: "Backends").
@@ -17,18 +18,22 @@ from typing import Any
 from harness.environment import jars
 from harness.environment.containers.images import lab_ref
 from harness.environment.containers.specs import (
+    ANY,
     CONTROLLER,
     HOST,
     INTERNAL,
     NET,
+    POSTGRES_PORT,
     PROXY_NET_BASE,
     ContainerSpec,
     Topology,
     port_names,
 )
 from harness.environment.servers.kafka import CLUSTER_SETTINGS, NODE_IDS, cluster_id
+from harness.environment.servers.postgres import settings as postgres_settings
 
 MONGO_IMAGE = "mongo:8.0"
+POSTGRES_IMAGE = "postgres:15"  # the major version Debian's package gives the lab's image
 MONGO_MEMBERS = ("mongo-1", "mongo-2", "mongo-3")
 MONGO_PORT = 27017
 OFFICIAL_REPLICA_SET = "rs0"
@@ -103,6 +108,22 @@ class OfficialTopology:
             f"spark-worker-{index}", "Spark worker (apache/spark)", spark_image(), command
         )
 
+    def postgres(self) -> ContainerSpec:
+        """The image's PostgreSQL with the lab's settings (logical decoding), its cluster made
+        by the image's entrypoint. It trusts every client: it listens on the environment's
+        network alone, and its published port binds 127.0.0.1. Its Unix socket stays the
+        image's (the entrypoint's first, socket-only start of a new cluster needs it)."""
+        pairs = postgres_settings(POSTGRES_PORT, listen=ANY)
+        kept = [(flag, value) for flag, value in zip(pairs[::2], pairs[1::2], strict=True)
+                if not value.startswith("unix_socket_directories=")]  # fmt: skip
+        flags = [arg for pair in kept for arg in pair]
+        return ContainerSpec(
+            "postgres", f"PostgreSQL (logical decoding, {POSTGRES_IMAGE})", POSTGRES_IMAGE,
+            ("postgres", *flags), env={"POSTGRES_HOST_AUTH_METHOD": "trust"},
+            published={POSTGRES_PORT: self.lab.ports["postgres"]},
+            address=self.lab.ip("postgres"), stop_signal="SIGINT",
+        )  # fmt: skip
+
     def servers(self) -> list[ContainerSpec]:
         """Every server, in start order (the proxy from the lab's image)."""
         return [
@@ -131,9 +152,9 @@ def rendered(images: str, directory: Path) -> list[ContainerSpec]:
     example ports and id: nothing is claimed or started."""
     ports = dict(zip(port_names(), range(40001, 40001 + len(port_names())), strict=True))
     lab = Topology(directory, ports, "dry-run", lab_ref().tag)
-    if images == "official":
-        return OfficialTopology(lab).servers()
     # The cluster and PostgreSQL: when a scenario asks for them.
+    if images == "official":
+        return [*OfficialTopology(lab).servers(), OfficialTopology(lab).postgres()]
     return [*lab.servers(), *lab.spark_cluster(), lab.postgres()]
 
 
