@@ -21,13 +21,14 @@ from harness.explore.coverage import Condition, exercised, unreached
 from harness.explore.inputs import default_variants, plan
 from harness.explore.model import Aim, Aimed, Exploration, Finding, RunRecord, aims, violations
 from harness.explore.shrink import PASSED, STILL_FAILS, Replay, Tried, Verdict, shrink
-from harness.explore.trial import Explored, Shape, Trial, draw_trial, drawable, refused
+from harness.explore.trial import Explored, Shape, Trial, describe, draw_trial, drawable, refused
 from harness.faults.base import Space
 from harness.faults.kinds import KINDS, injects, parse_fault
 from harness.history.events import EventKind, HistoryEvent
 from harness.pipeline.runtimes import CONNECT
 from harness.pipeline.variants import make_variant
 from harness.results.model import ScenarioResult, VariantResult
+from harness.workload.generator import generate
 
 LANE = injects("listener")  # what the faults make up on a listener's lane
 
@@ -83,8 +84,10 @@ def test_every_drawn_fault_says_what_it_aims_at_for_the_coverage_table() -> None
             entry = KINDS[kind].draw(random.Random(k), space)
             assert entry is not None
             aims.setdefault(kind, set()).add(parse_fault({"kind": kind, **entry}, kind).aim())
-    # Only the producer's resends act on the workload itself; every other family names its target.
+    # Only the producer's resends act on the workload itself; every other family names its target
+    # (a poison window, the shapes of its bad records).
     assert {kind for kind, seen in aims.items() if "the workload" in seen} == {"producer-resend"}
+    assert all(aim.startswith("bad records: ") for aim in aims["poison"])
     assert aims["broker-kill"] >= {"a node", "the controller", "a group coordinator"}
     assert aims["consumer-kill"] == {"every consumer", "one consumer"}
     assert aims["connect-worker-kill"] == {"a Connect worker"}
@@ -155,6 +158,36 @@ def test_shrinking_keeps_the_one_fault_that_matters_at_its_simplest() -> None:
     assert minimal.shape.partitions == 1
     assert any(not t.kept for t in trail)
     assert len(replayed) == len(set(replayed))  # a candidate that passed is not replayed again
+
+
+def test_a_poison_window_shrinks_to_the_one_bad_record_that_fails() -> None:
+    window = {"kind": "poison", "name": "poison#1", "start_event": 100, "events": 300,
+              "fraction": 0.3, "shapes": ["key-as-string", "not-utf8", "tombstone"]}  # fmt: skip
+
+    def bad(t: Trial) -> list[tuple[int, str]]:
+        return [(e.seq, str(e.poison)) for e in generate(t.scenario().workload) if e.poison]
+
+    def fails(t: Trial) -> bool:  # a variant that drops a good change for a string key
+        return any(shape == "key-as-string" for _, shape in bad(t))
+
+    assert len(bad(_trial(window))) > 50
+    minimal, trail = shrink(
+        _trial(window),
+        ("naive",),
+        judged(fails),
+        valid=lambda t: not refused(t, LOCAL),
+        out_of_time=lambda: False,
+        clock=lambda: 0.0,
+    )
+    ((fault,),) = [minimal.faults]
+    assert (fault["events"], fault["shapes"]) == (1, ["key-as-string"])
+    assert [shape for _, shape in bad(minimal)] == ["key-as-string"]
+    # After the variants and the fault's drop, the window's earliest bad record alone.
+    seq, shape = bad(_trial(window))[0]
+    assert [t.what for t in trail[1:3]] == [
+        f"drop {describe(window)}",
+        f"poison#1: only record {seq}, {shape}",
+    ]
 
 
 def test_shrinking_stops_when_time_is_up() -> None:

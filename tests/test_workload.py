@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
+from typing import Any
 
 import pytest
 
 from harness.pipeline.batch import RawRecord, split
 from harness.workload import Kind, Op, ParseError, WorkloadSpec, generate, parse
 from harness.workload.events import ChangeEvent
+from harness.workload.generator import Burst
 from harness.workload.ledger import LedgerRow
+from harness.workload.shapes import DEFAULT, MONGO_DOCUMENT_LIMIT, TRACE, PoisonKind
 from harness.workload.verify import stored_twice
 
 
@@ -146,3 +150,94 @@ def test_debezium_records_parse_to_the_change_they_carry_and_tombstones_are_skip
                                         RawRecord(0, 1, None)])  # fmt: skip
     assert [r.offset for r in batch.records] == [0] and poison == []
     assert batch.last_offsets == {0: 1}
+
+
+def test_the_default_mix_of_bad_records_is_byte_for_byte_what_it_was() -> None:
+    # The digest of this workload before the other shapes existed: today's figures stand.
+    spec = WorkloadSpec(events=3000, keys=100, poison_fraction=0.05, resend_fraction=0.05,
+                        seed=9, bursts=(Burst(Kind.POISON, 100, 300, 0.3),))  # fmt: skip
+    digest = hashlib.sha256()
+    for e in generate(spec):
+        digest.update(e.key)
+        digest.update(e.value() or b"")
+    assert digest.hexdigest() == (
+        "9bf929908e6c4e37eb5fc3e080c3e120a86f95805ec077f63d3c7413eb91f57a"
+    )
+
+
+def bad_records(shape: PoisonKind) -> list[ChangeEvent]:
+    evs = events(events=600, keys=50, poison_fraction=0.1, poison_shapes=(shape,), seed=4)
+    # A derived shape's, but one drawn before any change was made: a recent change's.
+    found = [e for e in evs if e.kind is Kind.POISON and (e.version > 0 or shape in DEFAULT)]
+    assert len(found) >= 20, shape
+    return found
+
+
+def test_every_shape_of_bad_record_is_what_its_name_says() -> None:
+    def doc(e: ChangeEvent) -> Any:
+        value = e.value()
+        assert value is not None
+        return json.loads(value)
+
+    for e in bad_records(PoisonKind.NOT_OBJECT):
+        assert isinstance(doc(e), list) and doc(e)[0]["event_id"] == e.event_id
+    fields = {
+        PoisonKind.MISSING_ORDER_ID: {"order_id"}, PoisonKind.MISSING_VERSION: {"version"},
+        PoisonKind.MISSING_EVENT_ID: {"event_id"}, PoisonKind.MISSING_TX_ID: {"txId"},
+        PoisonKind.MISSING_AFTER: {"after"}, PoisonKind.MISSING_KEYS: {"order_id", "version"},
+        PoisonKind.MISSING_ALL: {"order_id", "version", "event_id", "txId", "after"},
+    }  # fmt: skip
+    for shape, missing in fields.items():
+        for e in bad_records(shape):
+            found = doc(e)
+            have = set(found) | set(found["payload"]) | set(found["payload"]["source"])
+            assert not have & missing and have >= {"payload", "op", "ts_ms"} - missing, shape
+            # Without its event id, its id where no sink keys: a document of it is traced.
+            assert found.get("event_id", found.get(TRACE)) == e.event_id, shape
+    for shape, kept in ((PoisonKind.KEY_AS_STRING, str), (PoisonKind.KEY_AS_FLOAT, float)):
+        for e in bad_records(shape):
+            assert doc(e)["order_id"] == kept(e.order_id) and type(doc(e)["order_id"]) is kept
+    assert all(doc(e)["order_id"] is None for e in bad_records(PoisonKind.KEY_NULL))
+    assert all(e.value() is None for e in bad_records(PoisonKind.TOMBSTONE))
+    for e in bad_records(PoisonKind.OVERSIZE)[:2]:
+        assert len(e.value() or b"") > MONGO_DOCUMENT_LIMIT
+    assert all(doc(e)["discount_cents"] == 250 for e in bad_records(PoisonKind.NEW_FIELD))
+    for e in bad_records(PoisonKind.RENAMED_FIELD):
+        assert doc(e)["orderId"] == e.order_id and "order_id" not in doc(e)
+    for e in bad_records(PoisonKind.DUPLICATE_KEYS):
+        text = (e.value() or b"").decode()
+        assert text.startswith(f'{{"event_id":"{e.event_id}","order_id":{e.order_id},')
+        assert text.endswith(f',"order_id":{e.twin}}}') and e.twin != e.order_id
+        assert doc(e)["order_id"] == e.twin  # a JSON parser keeps the last
+    for e in bad_records(PoisonKind.NOT_UTF8):
+        with pytest.raises(UnicodeDecodeError):
+            (e.value() or b"").decode()
+    for e in bad_records(PoisonKind.MALFORMED_JSON):
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(e.value() or b"")
+
+
+def test_a_derived_bad_record_is_a_recent_change_gone_wrong() -> None:
+    evs = events(events=600, keys=50, poison_fraction=0.1, poison_shapes=tuple(PoisonKind),
+                 seed=4)  # fmt: skip
+    changes = {(e.order_id, e.version): e for e in evs if e.kind is Kind.NORMAL}
+    derived = [e for e in evs if e.kind is Kind.POISON and e.poison not in DEFAULT]
+    assert {e.poison for e in derived} == set(PoisonKind) - set(DEFAULT)
+    for bad in derived:
+        if bad.version == 0:  # drawn before any change was made: a record of no change
+            continue
+        change = changes[(bad.order_id, bad.version)]
+        assert change.seq < bad.seq and bad.event_id != change.event_id
+        assert (bad.after, bad.tx_id) == (change.after, change.tx_id)
+    # The default mix keeps its records of no change (version 0).
+    defaults = [e for e in evs if e.kind is Kind.POISON and e.poison in DEFAULT]
+    assert all(e.version == 0 for e in defaults)
+
+
+def test_a_poison_window_of_fraction_one_makes_each_of_its_records_bad_in_its_shapes() -> None:
+    burst = Burst(Kind.POISON, 40, 41, 1.0, shapes=(PoisonKind.KEY_AS_STRING,))
+    evs = events(events=100, keys=20, seed=3, bursts=(burst,))
+    bad = [e for e in evs if e.kind is Kind.POISON]
+    assert [(e.seq, e.poison) for e in bad] == [(40, PoisonKind.KEY_AS_STRING)]
+    with pytest.raises(ValueError, match="poison_shapes: at least one shape"):
+        events(events=10, poison_shapes=())

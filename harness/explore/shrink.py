@@ -2,7 +2,8 @@
 that delete and simplify, each candidate replayed with the same seeds and kept only while it
 still fails.
 
-The passes, in order: keep only the variants that broke their promise; drop faults; simplify
+The passes, in order: keep only the variants that broke their promise; drop faults; a poison
+window's bad records, each alone (a failure a bad record causes comes down to it); simplify
 each fault's fields (shorter, fewer, earlier, softer); put the MongoDB client settings back to
 the driver's defaults; shrink the workload. A pass that made
 progress runs again on what it made; the round repeats until none does, or time is up. The
@@ -23,6 +24,9 @@ from enum import Enum
 from typing import Any
 
 from harness.explore.trial import Shape, Trial, describe
+from harness.faults.families.producer import PoisonBurst
+from harness.workload.events import Kind
+from harness.workload.generator import generate
 
 # A field's simplest value, for any fault family that has one by that name: shorter windows,
 # fewer repetitions, earlier starts. A candidate a family's record refuses is not tried.
@@ -44,6 +48,7 @@ SIMPLEST: dict[str, float] = {
 }
 SMALLEST_EVENTS = 50
 FEWEST_KEYS = 10
+BAD_RECORDS = 12  # of a poison window, tried alone (one replay each)
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,23 @@ def simplify_faults(trial: Trial, violators: tuple[str, ...]) -> Iterator[Candid
                 )
 
 
+def one_bad_record(trial: Trial, violators: tuple[str, ...]) -> Iterator[Candidate]:
+    """Each bad record of a poison window alone, earliest first (at most ``BAD_RECORDS``): the
+    window made a single record of its shape, the one a failure can come down to."""
+    bad = [e for e in generate(trial.scenario().workload) if e.kind is Kind.POISON]
+    for i, fault in enumerate(trial.faults):
+        if fault["kind"] != PoisonBurst.kind or (fault["events"] == 1 and fault["fraction"] == 1):
+            continue
+        start, end = fault["start_event"], fault["start_event"] + fault["events"]
+        for event in [e for e in bad if start <= e.seq < end][:BAD_RECORDS]:
+            assert event.poison is not None
+            alone = {**fault, "start_event": event.seq, "events": 1, "fraction": 1,
+                     "shapes": [event.poison.value]}  # fmt: skip
+            faults = (*trial.faults[:i], alone, *trial.faults[i + 1 :])
+            what = f"{fault['name']}: only record {event.seq}, {event.poison}"
+            yield Candidate(trial.with_faults(faults), what)
+
+
 def shrink_workload(trial: Trial, violators: tuple[str, ...]) -> Iterator[Candidate]:
     """The smallest workload first, then halfway (as a fault's fields): a failure that needs no
     volume is at its smallest in one replay."""
@@ -145,6 +167,7 @@ def default_settings(trial: Trial, violators: tuple[str, ...]) -> Iterator[Candi
 PASSES: tuple[Pass, ...] = (
     keep_violators,
     drop_faults,
+    one_bad_record,
     simplify_faults,
     default_settings,
     shrink_workload,

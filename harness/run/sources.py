@@ -552,6 +552,7 @@ class ProducerSource:
                 spec=scenario.producer,
                 seed=scenario.seed,
                 hold=hold,
+                large=scenario.workload.oversize,
             )
         )
 

@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from harness.workload import shapes
+from harness.workload.shapes import PoisonKind
+
 TABLE = "orders"
 
 
@@ -40,11 +43,6 @@ class Kind(StrEnum):
     POISON = "poison"  # a record no consumer can parse: it must go to the dead-letter topic
 
 
-class PoisonKind(StrEnum):
-    MALFORMED_JSON = "malformed-json"
-    MISSING_FIELDS = "missing-fields"
-
-
 @dataclass(frozen=True)
 class ChangeEvent:
     seq: int  # position in the workload
@@ -58,6 +56,7 @@ class ChangeEvent:
     before: dict[str, Any] | None
     after: dict[str, Any] | None
     poison: PoisonKind | None = None
+    twin: int = 0  # a duplicate-keys record's other order (harness.workload.shapes)
 
     @property
     def key(self) -> bytes:
@@ -76,17 +75,11 @@ class ChangeEvent:
             },
         }
 
-    def value(self) -> bytes:
-        """The bytes sent to Kafka (poison events are deliberately broken)."""
-        if self.poison is PoisonKind.MALFORMED_JSON:
-            text = json.dumps(self.envelope(), separators=(",", ":"))
-            return text[: len(text) // 2].encode()  # cut mid-document
-        if self.poison is PoisonKind.MISSING_FIELDS:
-            broken = self.envelope()
-            del broken["payload"]
-            del broken["order_id"]
-            return json.dumps(broken, separators=(",", ":")).encode()
-        return json.dumps(self.envelope(), separators=(",", ":")).encode()
+    def value(self) -> bytes | None:
+        """The bytes sent to Kafka: a bad record's in its shape (None: a tombstone)."""
+        if self.poison is not None:
+            return shapes.value(self.poison, self.envelope(), self.twin)
+        return shapes.compact(self.envelope()).encode()
 
 
 DEBEZIUM_READ = "r"  # Debezium's op for a row its snapshot read

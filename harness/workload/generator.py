@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.workload.events import ChangeEvent, Kind, Op, PoisonKind
+from harness.workload.events import ChangeEvent, Kind, Op
+from harness.workload.shapes import DEFAULT, PoisonKind, derived
 
 STATUSES = ("new", "paid", "packed", "shipped", "delivered", "returned")
 BASE_TS_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: timestamps are part of the seeded output
@@ -24,6 +25,7 @@ class Burst:
     start: int
     end: int
     fraction: float
+    shapes: tuple[PoisonKind, ...] = DEFAULT  # a poison burst's bad records' shapes
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,8 @@ class WorkloadSpec:
     events: int = 2000
     keys: int = 200  # distinct order_ids
     key_skew: float = 0.0  # Zipf exponent: 0 uniform, 1.0 a few hot orders take most changes
-    poison_fraction: float = 0.0  # records no consumer can parse
+    poison_fraction: float = 0.0  # bad records (harness.workload.shapes)
+    poison_shapes: tuple[PoisonKind, ...] = DEFAULT  # the shapes they take, one drawn for each
     resend_fraction: float = 0.0  # business changes sent again with a new event_id
     delete_fraction: float = 0.05  # of the changes to an existing order
     seed: int = 1
@@ -47,6 +50,25 @@ class WorkloadSpec:
                 else:
                     resend += b.fraction
         return poison, resend
+
+    def shapes(self, seq: int, roll: float) -> tuple[PoisonKind, ...]:
+        """The shapes a bad record at ``seq`` takes, the ``roll`` that made it bad deciding
+        whose: the workload's own fraction first, then each poison burst's in turn."""
+        upto = self.poison_fraction
+        if roll < upto:
+            return self.poison_shapes
+        for b in self.bursts:
+            if b.kind is Kind.POISON and b.start <= seq < b.end:
+                upto += b.fraction
+                if roll < upto:
+                    return b.shapes
+        return self.poison_shapes
+
+    @property
+    def oversize(self) -> bool:
+        """Whether a bad record may be over MongoDB's document limit (sent compressed)."""
+        drawn = [*self.poison_shapes, *(s for b in self.bursts for s in b.shapes)]
+        return (self.poison_fraction > 0 or bool(self.bursts)) and PoisonKind.OVERSIZE in drawn
 
     @property
     def resends(self) -> bool:
@@ -71,7 +93,16 @@ class WorkloadSpec:
         for b in self.bursts:
             if b.kind not in (Kind.POISON, Kind.RESEND) or not 0 <= b.start <= b.end:
                 found.append(("bursts", f"invalid burst {b}"))
+        found += shape_problems("poison_shapes", self.poison_shapes)
         return found
+
+
+def shape_problems(where: str, given: Sequence[Any]) -> list[tuple[str, str]]:
+    """Each name that is not a bad record's shape, and an empty list."""
+    if not given:
+        return [(where, f"at least one shape ({', '.join(PoisonKind)})")]
+    return [(f"{where}[{i}]", f"unknown shape {name!r} (one of {', '.join(PoisonKind)})")
+            for i, name in enumerate(given) if name not in set(PoisonKind)]  # fmt: skip
 
 
 def generate(spec: WorkloadSpec) -> Iterator[ChangeEvent]:
@@ -94,7 +125,18 @@ def generate(spec: WorkloadSpec) -> Iterator[ChangeEvent]:
         order_id = rng.choices(range(1, spec.keys + 1), cum_weights=cumulative)[0]
         poison_fraction, resend_fraction = spec.fractions(seq)
         if roll < poison_fraction:
-            poison = rng.choice(list(PoisonKind))
+            poison = PoisonKind(rng.choice(spec.shapes(seq, roll)))
+            if derived(poison) and recent:
+                # A real change gone wrong on its way: a recent one's order, version and rows.
+                c = rng.choice(recent)
+                # Another order, a duplicate-keys record's second order_id.
+                others = [r.order_id for r in recent if r.order_id != c.order_id]
+                twin = rng.choice(others) if others else c.order_id % spec.keys + 1
+                yield ChangeEvent(
+                    seq, event_id(), c.order_id, c.version, c.op, Kind.POISON, c.tx_id,
+                    c.ts_ms, c.before, c.after, poison, twin,
+                )  # fmt: skip
+                continue
             yield ChangeEvent(
                 seq, event_id(), order_id, 0, Op.UPDATE, Kind.POISON, f"tx-{seq}", ts_ms,
                 None, None, poison,

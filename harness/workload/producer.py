@@ -74,6 +74,7 @@ class Hold:
 
 
 PRODUCER_LOG = "producer.log"  # beside the ledger: what the Kafka client said during the run
+LARGE_RECORD_BYTES = 64 * 1024 * 1024  # what the producer takes, uncompressed, of an oversize one
 
 
 @dataclass(frozen=True)
@@ -98,11 +99,13 @@ def produce(
     spec: ProducerSpec = ProducerSpec(),
     seed: int = 0,
     hold: Hold | None = None,
+    large: bool = False,
 ) -> ProduceSummary:
     """Send ``events`` in order; ``rate`` caps events per second (0: as fast as possible).
     ``on_ack`` is called with the number ledgered so far after each acknowledgement (for a
     transactional producer: after each commit, for the records of that transaction). ``hold``:
-    where the workload pauses, and until when."""
+    where the workload pauses, and until when; ``large``: some records are over MongoDB's
+    document limit."""
     started = time.monotonic()
     hold = None if hold is None else hold.at(spec)
     paced_from, paced = started, 0  # pacing restarts after a hold
@@ -110,9 +113,13 @@ def produce(
     pending: list[LedgerRow] = []  # acked, not ledgered yet (a transaction's, until its end)
     aborted: list[LedgerRow] = []
     settings: dict[str, object] = {}
+    if large:
+        # A record past MongoDB's document limit reaches a topic of the brokers' default limits
+        # as production's do: compressed, its batch far below them.
+        settings |= {"compression.type": "zstd", "message.max.bytes": LARGE_RECORD_BYTES}
     if spec.transactional:
         # At least the producer's message timeout (librdkafka refuses a shorter one).
-        settings = {"transactional.id": f"chaoslab-{topic}", "transaction.timeout.ms": 120_000}
+        settings |= {"transactional.id": f"chaoslab-{topic}", "transaction.timeout.ms": 120_000}
     with client_log(ledger_path.with_name(PRODUCER_LOG)) as log:
         producer = Producer(producer_config(bootstrap, logger=log, **settings))
         aborts = random.Random(f"{seed}:transactions")

@@ -5,7 +5,7 @@ marks the window in the history, by record counts."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from harness.environment.base import BackendAbilities
@@ -13,7 +13,8 @@ from harness.faults.base import END, START, Fault, Seen, Setting, Space, Step, p
 from harness.records import Problem
 from harness.sources.spec import SourceKind
 from harness.workload.events import Kind
-from harness.workload.generator import Burst
+from harness.workload.generator import Burst, shape_problems
+from harness.workload.shapes import DEFAULT, PoisonKind
 
 
 @dataclass(frozen=True)
@@ -28,8 +29,8 @@ class _Burst(Fault):
     def problems(self) -> list[Problem]:
         found = positive("start_event", self.start_event, allow_zero=True)
         found += positive("events", self.events)
-        if not 0 < self.fraction < 1:
-            found.append(("fraction", f"must be in (0, 1), got {self.fraction}"))
+        if not 0 < self.fraction <= 1:
+            found.append(("fraction", f"must be in (0, 1], got {self.fraction}"))
         return found
 
     def steps(self, seed: int) -> tuple[Step, ...]:
@@ -90,8 +91,34 @@ class ProducerResend(_Burst):
 
 @dataclass(frozen=True)
 class PoisonBurst(_Burst):
-    """A ``fraction`` of records ``start_event <= seq < start_event + events`` are poison
-    (unparseable: a bad deploy)."""
+    """A ``fraction`` of records ``start_event <= seq < start_event + events`` are bad records
+    (a bad deploy), each in one of ``shapes`` (``harness.workload.shapes``; the workload's
+    default mix unless named)."""
 
     kind: ClassVar[str] = "poison"
     record_kind: ClassVar[Kind] = Kind.POISON
+    shapes: tuple[PoisonKind, ...] = DEFAULT
+
+    def problems(self) -> list[Problem]:
+        return super().problems() + shape_problems("shapes", self.shapes)
+
+    def burst(self) -> Burst:
+        return replace(super().burst(), shapes=tuple(PoisonKind(s) for s in self.shapes))
+
+    def aim(self) -> str:
+        """The shapes of its bad records: what the coverage table tells apart."""
+        return f"bad records: {', '.join(sorted(self.shapes))}"
+
+    @classmethod
+    def draw(cls, rng: random.Random, space: Space) -> dict[str, Any] | None:
+        """One to three shapes: a window of records of which a fraction are bad, or a single
+        bad record (fraction 1 over one event) - the form a shrunk finding takes."""
+        total = space.setting.events
+        if total < 1:
+            return None
+        shapes = sorted(rng.sample(list(PoisonKind), rng.randint(1, 3)))
+        start = rng.randrange(total)
+        if rng.random() < 0.5:
+            return {"start_event": start, "events": 1, "fraction": 1, "shapes": shapes}
+        return {"start_event": start, "events": rng.randint(1, total - start),
+                "fraction": round(rng.uniform(0.05, 0.5), 2), "shapes": shapes}  # fmt: skip
