@@ -11,6 +11,7 @@ from typing import Any
 import matplotlib.image
 import pytest
 
+from harness.checker.bad_records import BadRecord, Fate, Outcome
 from harness.history.events import EventKind, HistoryEvent, HistoryWriter
 from harness.report import (
     render_matrix_table,
@@ -202,9 +203,12 @@ def write_history(directory: Path, events: list[HistoryEvent]) -> None:
             f.writelines(e.to_json() + "\n" for e in mine)
 
 
-def make_run_dir(run_dir: Path, name: str = "broker-bounce") -> Path:
+def make_run_dir(
+    run_dir: Path, name: str = "broker-bounce", raw: dict[str, Any] | None = None
+) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "results.json").write_text(json.dumps(results(run_dir, name), indent=2))
+    written = raw if raw is not None else results(run_dir, name)
+    (run_dir / "results.json").write_text(json.dumps(written, indent=2))
     for variant, crash in (("naive", True), ("idempotent", False)):
         history = run_dir / f"listener-{variant}" / "history"
         write_history(history, consumer_events(crash) + nemesis_events())
@@ -793,3 +797,31 @@ def test_runs_that_were_under_way_at_once_are_marked_beside_each_other(tmp_path:
 
 def test_a_soak_whose_every_run_died_says_so() -> None:
     assert render_soak_table([]) == "soak: no run left results"
+
+
+def test_where_the_bad_records_went_is_in_the_dlq_cell_and_a_table_by_shape(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    raw = results(run_dir)
+    good = "e-0017-3"
+    record = BadRecord("b-1", "key-as-string", 0, 41, 17, 3)
+    fates = [
+        Fate(record, Outcome.MERGED, "d1", good, change=(17, 3)),
+        Fate(BadRecord("b-2", "tombstone", 1, 7, 5, 0), Outcome.DROPPED),
+        Fate(BadRecord("b-3", "malformed-json", 2, 9, 8, 0), Outcome.DEAD_LETTERED),
+    ]
+    raw["results"][1] |= {"followed": True, "bad": [f.to_dict() for f in fates],
+                          "dead_lettered": 1, "lost": 1}  # fmt: skip
+    run = ScenarioResult.from_json(raw)
+    idempotent = run.variants[1]
+    assert idempotent.verdict.displaced == 1 and idempotent.verdict.bad_dropped == 1
+    assert "1 (1 merged, 1 dropped)" in render_table(run).splitlines()[3]
+    text = write_report(make_run_dir(run_dir, raw=raw)).markdown.read_text()
+    assert "| shape | listener/idempotent |" in text
+    assert "| key-as-string | 1 merged |" in text and "| tombstone | 1 dropped |" in text
+    assert (
+        "**listener/idempotent: 1 good change(s) displaced by a bad record** (counted lost): "
+        "key-as-string b-1 (partition 0, offset 41): merged into document d1, displacing "
+        "change (17, 3) (e-0017-3)"
+    ) in text

@@ -321,3 +321,18 @@ def test_every_problem_of_the_overrides_is_named_at_once() -> None:
     ]
     assert lines[2].startswith("scenarios/mongo-ack-lost.yaml: --variants: unknown variant 'bogus'")
     assert lines[3:] == ["scenarios/mongo-ack-lost.yaml: --variants: naive given twice"]
+
+
+def test_a_variant_can_run_on_some_of_the_scenarios_runtimes_and_others_are_named() -> None:
+    raw = {"name": "x", "runtimes": ["listener", "spark"],
+           "variants": ["naive", {"name": "connector-sink", "runtimes": ["spark"]}]}  # fmt: skip
+    assert [(r, v.label) for r, v in parse_scenario(raw).lanes] == [
+        ("listener", "naive"), ("spark", "naive"), ("spark", "connector-sink"),
+    ]  # fmt: skip
+    raw["variants"] = [{"name": "naive", "runtimes": ["java"]},
+                       {"name": "connect-default", "runtimes": ["listener"]}]  # fmt: skip
+    with pytest.raises(ScenarioError) as refused:
+        parse_scenario(raw)
+    said = str(refused.value)
+    assert "variants[0].runtimes: not the scenario's: java (it runs listener, spark)" in said
+    assert "variants[1].runtimes: connect-default runs on the runtime it brings (connect)" in said

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from harness.pipeline.batch import RawRecord, split
+from harness.pipeline.batch import TOO_LARGE, RawRecord, split
 from harness.workload import Kind, Op, ParseError, WorkloadSpec, generate, parse
 from harness.workload.events import ChangeEvent
 from harness.workload.generator import Burst
@@ -241,3 +241,12 @@ def test_a_poison_window_of_fraction_one_makes_each_of_its_records_bad_in_its_sh
     assert [(e.seq, e.poison) for e in bad] == [(40, PoisonKind.KEY_AS_STRING)]
     with pytest.raises(ValueError, match="poison_shapes: at least one shape"):
         events(events=10, poison_shapes=())
+
+
+def test_a_record_no_document_can_hold_is_dead_lettered_and_a_tombstone_skipped() -> None:
+    (big,) = bad_records(PoisonKind.OVERSIZE)[:1]
+    (tombstone,) = bad_records(PoisonKind.TOMBSTONE)[:1]
+    raw = [RawRecord(0, 1, big.value()), RawRecord(0, 2, tombstone.value())]
+    batch, poison = split(1, "t", "g", raw)
+    assert batch.records == () and batch.last_offsets == {0: 2}
+    assert [(p.offset, p.reason) for p in poison] == [(1, TOO_LARGE)]

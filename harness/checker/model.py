@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 from numpy.typing import ArrayLike
 
+from harness.checker.bad_records import Fate, Outcome
 from harness.workload.events import Kind
 from harness.workload.ledger import LedgerRow
 
@@ -336,6 +337,10 @@ class Verdict:
       in_sink - unique_in_sink = duplicates + topic_duplicates.
     * ``stopped`` - why the variant's pipeline stopped for good ('' if it did not): a Spark
       query that kept failing through a minute of restarts. The run went on without it.
+    * ``bad`` - each bad record's outcome in the lane (``harness.checker.bad_records``), where
+      its writes were followed; ``bad_stored``, ``bad_merged``, ``bad_dropped``,
+      ``bad_stopped`` count them, and ``displaced`` the good changes whose documents a bad
+      record took over.
     """
 
     produced: int
@@ -357,9 +362,37 @@ class Verdict:
     topic_duplicates: int = 0
     stopped: str = ""
     poison_stored: int = 0
+    bad: tuple[Fate, ...] = ()
+    # Whether the lane's writes were followed: without that, no outcome but dead-lettered
+    # is known, and ``bad`` is empty.
+    followed: bool = False
+
+    def _outcomes(self, outcome: Outcome) -> int:
+        return sum(1 for f in self.bad if f.outcome is outcome)
+
+    @property
+    def bad_stored(self) -> int:
+        return self._outcomes(Outcome.STORED)
+
+    @property
+    def bad_merged(self) -> int:
+        return self._outcomes(Outcome.MERGED)
+
+    @property
+    def bad_dropped(self) -> int:
+        return self._outcomes(Outcome.DROPPED)
+
+    @property
+    def bad_stopped(self) -> int:
+        return self._outcomes(Outcome.STOPPED)
+
+    @property
+    def displaced(self) -> int:
+        """Bad records that took over a good change's document."""
+        return sum(1 for f in self.bad if f.change is not None)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able values: copies' keys become strings, anomalies become dicts."""
+        """Plain JSON-able values: copies' keys become strings, anomalies and fates dicts."""
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
@@ -367,7 +400,11 @@ class Verdict:
                 value = {str(n): count for n, count in sorted(value.items())}
             elif f.name == "anomalies":
                 value = [anomaly.to_dict() for anomaly in value]
+            elif f.name == "bad":
+                value = [fate.to_dict() for fate in value]
             out[f.name] = value
+        for name in ("bad_stored", "bad_merged", "bad_dropped", "bad_stopped", "displaced"):
+            out[name] = getattr(self, name)
         return out
 
     @classmethod
@@ -408,6 +445,8 @@ class Verdict:
             topic_duplicates=count("topic_duplicates"),
             stopped=str(raw.get("stopped") or ""),
             poison_stored=count("poison_stored"),
+            bad=tuple(Fate.from_dict(f) for f in raw.get("bad") or ()),
+            followed=bool(raw.get("followed")),
         )
 
 

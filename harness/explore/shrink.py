@@ -125,7 +125,8 @@ def one_bad_record(trial: Trial, violators: tuple[str, ...]) -> Iterator[Candida
     window made a single record of its shape, the one a failure can come down to."""
     bad = [e for e in generate(trial.scenario().workload) if e.kind is Kind.POISON]
     for i, fault in enumerate(trial.faults):
-        if fault["kind"] != PoisonBurst.kind or (fault["events"] == 1 and fault["fraction"] == 1):
+        single = fault.get("events") == 1 and fault.get("fraction") == 1
+        if fault["kind"] != PoisonBurst.kind or (single and len(fault.get("shapes", ())) == 1):
             continue
         start, end = fault["start_event"], fault["start_event"] + fault["events"]
         for event in [e for e in bad if start <= e.seq < end][:BAD_RECORDS]:

@@ -81,7 +81,7 @@ class EventKind(StrEnum):
     HISTORY_LOST = "history-lost"
     # A current-state sink's row went back: a write left an order below a version its document
     # had shown (detail: ``order 17 v3 after v5``), as the lab's watch of its collection saw it
-    # (harness.pipeline.state_watch).
+    # (harness.pipeline.landing_watch).
     WENT_BACK = "went-back"
     # What the lab sees of a command consumer from outside (harness.pipeline.observer), as it
     # polled it - not what the program said:

@@ -14,6 +14,10 @@ from confluent_kafka import Producer
 
 from harness.kafka.clients import producer_config
 from harness.workload.events import ParsedEvent, ParseError, parse
+from harness.workload.producer import LARGE_RECORD_BYTES
+from harness.workload.shapes import MONGO_DOCUMENT_LIMIT
+
+TOO_LARGE = f"a document over MongoDB's {MONGO_DOCUMENT_LIMIT // (1024 * 1024)} MiB limit"
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,12 @@ def split(
         last[r.partition] = max(last.get(r.partition, -1), r.offset)
         if r.value is None:
             # A tombstone (Debezium's after each delete, for compaction): no change to store,
-            # and not poison. The lab's producer never sends one.
+            # and not poison.
+            continue
+        if len(r.value) > MONGO_DOCUMENT_LIMIT:
+            # No write of it can succeed (the driver refuses it, DocumentTooLarge, before
+            # sending): stored nowhere, it would be retried for ever.
+            poison.append(Poison(r.partition, r.offset, r.value, TOO_LARGE))
             continue
         try:
             records.append(Record(r.partition, r.offset, parse(r.value)))
@@ -89,7 +98,9 @@ class DeadLetters:
 
     def __init__(self, bootstrap: str, group: str) -> None:
         self.topic = dead_letter_topic(group)
-        self._producer = Producer(producer_config(bootstrap))
+        # A record over MongoDB's document limit goes there too: compressed, as it came.
+        large = {"compression.type": "zstd", "message.max.bytes": LARGE_RECORD_BYTES}
+        self._producer = Producer(producer_config(bootstrap, **large))
 
     def send(self, poison: list[Poison]) -> None:
         errors: list[str] = []

@@ -23,6 +23,7 @@ from harness.pipeline.variants import Variant
 from harness.pipeline.variants.base import Landing
 from harness.workload.events import Kind
 from harness.workload.ledger import read_ledger
+from harness.workload.shapes import TRACE
 
 CURSOR_BATCH = 10_000
 
@@ -63,11 +64,9 @@ def read_sink(
     the run's event ids are, for a sink that names its changes by them)."""
     client: MongoClient[dict[str, Any]] = MongoClient(mongo_uri)
     landing = variant.landing()
-    by_event = {}
-    if landing.event_id:
-        if ledger is None:
-            raise ValueError(f"{variant.label} names its changes by event id: pass the ledger")
-        by_event = changes_by_event_id(ledger)
+    if landing.event_id and ledger is None:
+        raise ValueError(f"{variant.label} names its changes by event id: pass the ledger")
+    by_event = changes_by_event_id(ledger) if ledger is not None else {}
     with client:
         db = client[database]
         order_id, version, written, poison_stored = _changes(db, landing, by_event)
@@ -102,20 +101,31 @@ def _changes(
     by_event: Mapping[str, tuple[int, int] | None],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(order_id, version, written_at) of every document in the landing collection that is a
-    change, and how many are poison records."""
-    fields = (landing.event_id,) if landing.event_id else (landing.order_id, landing.version)
+    change, and how many are poison records. A document keyed by its fields is a bad record's
+    too when it carries a bad record's event id (a shape the consumer parsed: its order_id
+    "17", a field added): not a copy of the change it names."""
+    fields: tuple[str, ...] = (
+        (landing.event_id, TRACE)
+        if landing.event_id
+        else (landing.order_id, landing.version, "event_id", TRACE)
+    )
     found = db[landing.collection].find(
         {}, {"_id": 1, **dict.fromkeys(fields, 1), "_lab.written_at": 1}, batch_size=CURSOR_BATCH
     )
     order_ids, versions, written = [], [], []
     poison = 0
     for doc in found:
+        # A bad record without an event id carries its own in lab_trace (workload.shapes).
+        traced = str(doc.get(landing.event_id or "event_id", doc.get(TRACE)))
         if landing.event_id:
-            change = by_event.get(str(doc.get(landing.event_id)), UNKNOWN_CHANGE)
+            change = by_event.get(traced, UNKNOWN_CHANGE)
             if change is None:
                 poison += 1
                 continue
             order_id, version = change
+        elif by_event.get(traced, UNKNOWN_CHANGE) is None:
+            poison += 1
+            continue
         else:
             order_id, version = doc[landing.order_id], doc[landing.version]
         order_ids.append(order_id)

@@ -6,6 +6,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
+from harness.checker.bad_records import tally
 from harness.results.model import ScenarioResult
 from harness.results.soak import soak_cells
 
@@ -194,6 +195,7 @@ def scenario_markdown(
             for v in run.variants
             if v.verdict.stopped
         ]
+        lines += bad_records_section(run)
         topic = [v for v in run.variants if v.verdict.topic_duplicates]
         if topic:
             counted = ", ".join(f"{v.label} {v.verdict.topic_duplicates}" for v in topic)
@@ -228,6 +230,34 @@ def scenario_markdown(
                 where = v.directory
             lines.append(f"- `{where}/`: {v.label}'s history, logs and runtime configuration")
     return "\n".join(lines).rstrip() + "\n"
+
+
+SHOWN_DISPLACING = 5  # bad records named per lane for the good changes they displaced
+
+
+def bad_records_section(run: ScenarioResult) -> list[str]:
+    """Where each lane's bad records went, a row per shape and a column per lane (the lanes
+    whose writes were followed), and the bad records that displaced a good change, named."""
+    followed = [v for v in run.variants if v.verdict.followed and v.verdict.bad]
+    if not followed:
+        return []
+    tallies = {v.label: tally(v.verdict.bad) for v in followed}
+    shapes = sorted({shape for t in tallies.values() for shape in t})
+
+    def cell(label: str, shape: str) -> str:
+        return ", ".join(f"{n} {what}" for what, n in tallies[label].get(shape, {}).items()) or "-"
+
+    rows = [[shape, *(cell(v.label, shape) for v in followed)] for shape in shapes]
+    lines = ["", "**Where the bad records went** (each lane's writes followed; *merged*: into "
+             "or over another record's document, *dropped*: no trace):", ""]  # fmt: skip
+    lines += table(["shape", *(v.label for v in followed)], rows, numbers=[])
+    for v in followed:
+        took = [f for f in v.verdict.bad if f.change is not None]
+        if took:
+            lines += ["", f"**{v.label}: {len(took)} good change(s) displaced by a bad record** "
+                      f"(counted lost): " + "; ".join(f.describe() for f in took[:SHOWN_DISPLACING])
+                      + ("; ..." if len(took) > SHOWN_DISPLACING else "")]  # fmt: skip
+    return lines
 
 
 def matrix_markdown(runs: Sequence[ScenarioResult], links: Sequence[str | None]) -> str:

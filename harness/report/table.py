@@ -31,11 +31,17 @@ def copies_text(copies: Mapping[int, int]) -> str:
 
 
 def dead_lettered_text(v: VariantResult) -> str:
-    """``35 (38 missing, 38 stored)``: poison not in the dead-letter topic, and poison records
-    the sink stored as documents."""
-    said = [f"{n} {what}" for n, what in ((v.verdict.poison_missing, "missing"),
-                                          (v.verdict.poison_stored, "stored")) if n]  # fmt: skip
-    return f"{v.verdict.dead_lettered}" + (f" ({', '.join(said)})" if said else "")
+    """``16 (1 stored, 18 merged)``: the bad records dead-lettered, and where the others went
+    where the lane's writes were followed (``harness.checker.bad_records``); else ``35 (38
+    missing, 38 stored)``: not in the dead-letter topic, and stored as documents."""
+    d = v.verdict
+    counts: tuple[tuple[int, str], ...] = ((d.poison_missing, "missing"),
+                                           (d.poison_stored, "stored"))  # fmt: skip
+    if d.followed:
+        counts = ((d.bad_stored, "stored"), (d.bad_merged, "merged"), (d.bad_dropped, "dropped"),
+                  (d.bad_stopped, "lane stopped"))  # fmt: skip
+    said = [f"{n} {what}" for n, what in counts if n]
+    return f"{d.dead_lettered}" + (f" ({', '.join(said)})" if said else "")
 
 
 # An outbox relay's row: its sink stores messages, not an order's state (an order's entries go to

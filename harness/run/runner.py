@@ -12,15 +12,18 @@ runs its variants one at a time (``pipeline.parallel: false``, for throughput).
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from harness.checker.bad_records import BadRecord, Fate, Write, fates
 from harness.checker.check import check
 from harness.checker.explain import Explanation, explain
-from harness.checker.model import LedgerArrays, RelayStage, Verdict
+from harness.checker.model import LedgerArrays, RelayStage, SinkSnapshot, Verdict
 from harness.checker.state import check_state
 from harness.environment.base import Environment, Link, tail
 from harness.environment.signals import ctrl_c_unwrapped
@@ -36,12 +39,12 @@ from harness.outbox.writer import SOURCE
 from harness.pipeline import kafka_log
 from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.connect.settings import ConnectSettings
+from harness.pipeline.landing_watch import WRITES, LandingWatch
 from harness.pipeline.mongo_options import uri_with
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.runtimes import RELAY, Runtime, get_runtime
 from harness.pipeline.sink import database_for, prepare_sink, read_sink, read_state, slug
 from harness.pipeline.spark import log as spark_log
-from harness.pipeline.state_watch import StateWatch
 from harness.pipeline.supervisor import Lane, RuntimeSupervisor, stop_all
 from harness.pipeline.variants import Variant, import_path, make_variant
 from harness.results.fired import unfired
@@ -57,8 +60,13 @@ from harness.run.loop import (
 from harness.run.outbox import OutboxSource, RelaySource, relay_config
 from harness.run.sources import DebeziumSource, ProducerSource, Source
 from harness.scenario import Scenario, VariantSpec
+from harness.workload.events import Kind
+from harness.workload.generator import generate
+from harness.workload.ledger import read_ledger
 from harness.workload.producer import Hold, ProduceSummary
 from harness.workload.verify import StoredTwice
+
+log = logging.getLogger(__name__)
 
 
 def run_scenario(
@@ -307,6 +315,9 @@ class _Run:
     supervisor_of: dict[str, RuntimeSupervisor]  # by the lane's consumer group
     schedule: tuple[FaultPlan, ...]
     started: float  # monotonic
+    # The lanes whose landing collections are followed (by group), from the workload's start:
+    # their writes where it has bad records, a current-state sink's rows.
+    watches: dict[str, LandingWatch] = field(default_factory=dict)
 
     @property
     def topic(self) -> str:
@@ -402,6 +413,22 @@ def _set_up(
     )
 
 
+def _watches(env: Environment, scenario: Scenario, lanes: list[_Lane]) -> dict[str, LandingWatch]:
+    """A watch of each lane's landing collection that is to be followed: its writes logged
+    (``writes.jsonl``) where the producer's workload has bad records, for where each went; a
+    current-state sink's rows, for what a replay does meanwhile."""
+    bad = not scenario.source.cdc and scenario.outbox is None and scenario.workload.bad
+    watches = {}
+    for lane in lanes:
+        landing = lane.variant.landing()
+        if bad or landing.row_key:
+            history = HistoryWriter(lane.config.history_dir, "landing-watch", lane.label)
+            writes = lane.run_dir / WRITES if bad else None
+            watches[lane.group] = LandingWatch(env.mongo_uri, lane.config.database, landing,
+                                               history, writes)  # fmt: skip
+    return watches
+
+
 def _play(run: _Run, progress: Progress, stop: threading.Event | None) -> ProduceSummary:
     """Consumers, source and nemesis, until every lane has consumed everything; everything
     started here is stopped, and every fault undone, however it ends. Returns the source's
@@ -438,12 +465,8 @@ def _play(run: _Run, progress: Progress, stop: threading.Event | None) -> Produc
                       database=run.source.database)  # fmt: skip
     supervisors = run.supervisors
     checked: list[Checked] = [*supervisors, run.source]
-    # A current-state sink's rows, followed as they change: what a replay does meanwhile.
-    watches = [
-        StateWatch(env.mongo_uri, lane.config.database, landing,
-                   HistoryWriter(lane.config.history_dir, "state-watch", lane.label))
-        for lane in run.lanes if (landing := lane.variant.landing()).row_key
-    ]  # fmt: skip
+    run.watches.update(_watches(env, scenario, run.lanes))
+    watches = list(run.watches.values())
     try:
         for watch in watches:
             watch.start()
@@ -629,7 +652,31 @@ def _sink_verdict(
         ],
         stopped=stopped,
     )
+    watch = run.watches.get(lane.group)
+    if watch is not None and watch.logged and watch.complete:
+        verdict = replace(verdict, bad=_fates(run, lane, sink), followed=True)
+    elif watch is not None and watch.logged:
+        log.warning("%s: its writes were not all read (%s): where its bad records went is not "
+                    "judged", lane.label, watch.broke or "its mark never came")  # fmt: skip
     return verdict, stage, explanation
+
+
+def _fates(run: _Run, lane: _Lane, sink: SinkSnapshot) -> tuple[Fate, ...]:
+    """Where each bad record the producer sent went in ``lane``: its write log, its dead
+    letters, whether it stopped (``harness.checker.bad_records``)."""
+    shapes = {e.seq: e.poison for e in generate(run.scenario.workload) if e.poison is not None}
+    rows = list(read_ledger(run.ledger_path))
+    bad = [BadRecord(r.event_id, str(shapes.get(r.seq, "")), r.partition, r.offset, r.order_id,
+                     r.version) for r in rows if r.kind is Kind.POISON]  # fmt: skip
+    changes = {r.event_id: (r.order_id, r.version) for r in rows if r.kind is not Kind.POISON}
+    with (lane.run_dir / WRITES).open() as f:
+        writes = [Write.from_json(json.loads(line)) for line in f if line.endswith("\n")]
+    dead = zip(sink.dead_lettered_partition.tolist(), sink.dead_lettered_offset.tolist(),
+               strict=True)  # fmt: skip
+    stopped = any(
+        e.kind is EventKind.FAILED_FOR_GOOD for e in read_history(lane.config.history_dir)
+    )
+    return fates(bad, writes, dead, stopped=stopped, changes=changes)
 
 
 def _wrote_nothing(lane: _Lane, supervisor: RuntimeSupervisor) -> None:

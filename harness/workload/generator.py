@@ -65,10 +65,15 @@ class WorkloadSpec:
         return self.poison_shapes
 
     @property
+    def bad(self) -> bool:
+        """Whether it has bad records (its own fraction, or a poison fault's window)."""
+        return self.poison_fraction > 0 or any(b.kind is Kind.POISON for b in self.bursts)
+
+    @property
     def oversize(self) -> bool:
         """Whether a bad record may be over MongoDB's document limit (sent compressed)."""
         drawn = [*self.poison_shapes, *(s for b in self.bursts for s in b.shapes)]
-        return (self.poison_fraction > 0 or bool(self.bursts)) and PoisonKind.OVERSIZE in drawn
+        return self.bad and PoisonKind.OVERSIZE in drawn
 
     @property
     def resends(self) -> bool:

@@ -31,6 +31,10 @@ from enum import StrEnum
 from typing import Any
 
 MONGO_DOCUMENT_LIMIT = 16 * 1024 * 1024  # MongoDB's largest BSON document
+# An oversize record's blob: past the limit by more than the 16 KiB the drivers allow a write's
+# payload over it (the Java driver's 16,793,600 bytes), so that every driver refuses the write
+# itself, as mongod would - SecantusDB stores a document past the limit.
+OVERSIZE_BLOB = MONGO_DOCUMENT_LIMIT + 64 * 1024
 TRACE = "lab_trace"  # a bad record's event id, where its shape has none
 
 
@@ -105,7 +109,7 @@ def value(shape: PoisonKind, envelope: dict[str, Any], twin: int) -> bytes | Non
             doc["order_id"] = None
         case PoisonKind.OVERSIZE:
             row = payload["after"] if payload.get("after") is not None else payload
-            row["attachment"] = "x" * (MONGO_DOCUMENT_LIMIT + 1)
+            row["attachment"] = "x" * OVERSIZE_BLOB
         case PoisonKind.NEW_FIELD:
             doc["discount_cents"] = 250
             if payload.get("after") is not None:

@@ -116,7 +116,7 @@ class PoisonBurst(_Burst):
         total = space.setting.events
         if total < 1:
             return None
-        shapes = sorted(rng.sample(list(PoisonKind), rng.randint(1, 3)))
+        shapes = sorted(s.value for s in rng.sample(list(PoisonKind), rng.randint(1, 3)))
         start = rng.randrange(total)
         if rng.random() < 0.5:
             return {"start_event": start, "events": 1, "fraction": 1, "shapes": shapes}

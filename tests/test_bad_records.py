@@ -1,0 +1,84 @@
+"""Where each bad record went (pure: no servers): one test per outcome, each made by the writes a
+lane's landing collection saw, so the checker's word for it is exact. The lanes that make them
+for real are poison-shapes' (tests/test_library.py)."""
+
+from __future__ import annotations
+
+from harness.checker.bad_records import BadRecord, Fate, Outcome, Write, fates, tally
+
+GOOD = {"g-17-3": (17, 3), "g-18-1": (18, 1)}
+
+
+def bad(event_id: str, shape: str = "key-as-string", offset: int = 9, order: int = 17) -> BadRecord:
+    return BadRecord(event_id, shape, partition=0, offset=offset, order_id=order, version=3)
+
+
+def one(record: BadRecord, writes: list[Write], *, dead: tuple[tuple[int, int], ...] = (),
+        stopped: bool = False) -> Fate:  # fmt: skip
+    (fate,) = fates([record], writes, dead, stopped=stopped, changes=GOOD)
+    return fate
+
+
+def test_a_bad_record_in_the_dead_letter_topic_is_dead_lettered_whatever_was_written() -> None:
+    r = bad("b-1")
+    assert one(r, [], dead=((0, 9),)).outcome is Outcome.DEAD_LETTERED
+    assert one(r, [Write(1.0, "insert", "d1", "b-1")], dead=((0, 9),)).outcome is (
+        Outcome.DEAD_LETTERED
+    )
+
+
+def test_a_document_of_its_own_that_nothing_took_over_is_stored() -> None:
+    writes = [Write(1.0, "insert", "d1", "g-17-3"), Write(2.0, "insert", "d2", "b-1"),
+              Write(3.0, "replace", "d2", "b-1")]  # its own redelivery: still its own  # fmt: skip
+    fate = one(bad("b-1"), writes)
+    assert (fate.outcome, fate.document, fate.displaced, fate.by) == (Outcome.STORED, "d2", "", "")
+
+
+def test_a_write_over_a_good_changes_document_merges_and_names_the_change_it_displaced() -> None:
+    # An upsert keyed by the business key: the string key's record parsed as (17, 3).
+    writes = [Write(1.0, "insert", "d1", "g-17-3"), Write(2.0, "replace", "d1", "b-1")]
+    fate = one(bad("b-1"), writes)
+    assert (fate.outcome, fate.document, fate.displaced) == (Outcome.MERGED, "d1", "g-17-3")
+    assert fate.change == (17, 3)
+    assert fate.describe() == (
+        "key-as-string b-1 (partition 0, offset 9): merged into document d1, displacing change "
+        "(17, 3) (g-17-3)"
+    )
+
+
+def test_records_projected_to_one_key_merge_into_one_document_not_dropped() -> None:
+    # The issue's 19 records keyed {version: 0}: each replaces the one before.
+    records = [bad(f"b-{i}", "missing-order-id", offset=i) for i in range(19)]
+    writes = [Write(float(i), "replace" if i else "insert", "{version: 0}", f"b-{i}")
+              for i in range(19)]  # fmt: skip
+    found = fates(records, writes, (), stopped=False, changes=GOOD)
+    assert {f.outcome for f in found} == {Outcome.MERGED}
+    assert (found[0].displaced, found[0].by) == ("", "b-1")  # the first: taken over
+    assert (found[5].displaced, found[5].by) == ("b-4", "b-6")
+    assert (found[18].displaced, found[18].by) == ("b-17", "")  # the last: holds the document
+    assert all(f.change is None for f in found)  # no good change among them
+    assert tally(found) == {"missing-order-id": {"merged": 19}}
+
+
+def test_a_tombstones_delete_of_its_orders_document_is_a_merge_that_displaced_the_change() -> None:
+    writes = [Write(1.0, "insert", "d1", "g-17-3"), Write(2.0, "insert", "d2", "g-18-1"),
+              Write(3.0, "delete", "d1", "")]  # fmt: skip
+    fate = one(bad("t-1", "tombstone", order=17), writes)
+    assert (fate.outcome, fate.document, fate.change) == (Outcome.MERGED, "d1", (17, 3))
+    # A delete of another order's document is not this tombstone's.
+    assert one(bad("t-1", "tombstone", order=18), writes[:1] + writes[2:]).outcome is (
+        Outcome.DROPPED
+    )
+
+
+def test_no_trace_is_dropped_or_the_lanes_stop() -> None:
+    writes = [Write(1.0, "insert", "d1", "g-17-3")]
+    assert one(bad("b-1"), writes).outcome is Outcome.DROPPED
+    assert one(bad("b-1"), writes, stopped=True).outcome is Outcome.STOPPED
+
+
+def test_a_fate_survives_the_results_file() -> None:
+    writes = [Write(1.0, "insert", "d1", "g-17-3"), Write(2.0, "replace", "d1", "b-1")]
+    fate = one(bad("b-1"), writes)
+    assert Fate.from_dict(fate.to_dict()) == fate
+    assert Write.from_json({"t": 1.0, "op": "insert", "doc": "d1", "trace": None}).trace == ""
