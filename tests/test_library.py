@@ -20,6 +20,7 @@ from harness.kafka.clients import admin, read_topic
 from harness.outbox.relay import target
 from harness.outbox.writer import read_written
 from harness.pipeline.runtime import RuntimeConfig
+from harness.pipeline.variants import make_variant
 from harness.report.table import BESIDE_NOTE, beside
 from harness.results.model import RESULTS, load
 from harness.scenario import Scenario, VariantSpec, load_scenario
@@ -28,6 +29,7 @@ from harness.sources.stages import snapshots, source_change
 from harness.workload.events import Kind, Op, change_event_id
 from harness.workload.ledger import read_ledger
 from harness.workload.producer import aborted_ledger
+from harness.workload.shapes import TRACE
 from tests.support import SPARK, chaoslab
 
 pytestmark = pytest.mark.servers
@@ -75,6 +77,40 @@ def assert_stages_add_up(row: dict[str, Any]) -> None:
     assert published["unique_in_sink"] + published["lost"] == row["expected"], variant
     assert row["unique_in_sink"] + row["lost"] == row["expected"], variant
     assert row["unique_in_sink"] <= published["unique_in_sink"], variant
+
+
+def assert_bad_records_recount(
+    env: LocalEnvironment, rows: dict[tuple[str, str], dict[str, Any]]
+) -> None:
+    """poison-shapes' outcomes, recounted apart from the checker: each lane's dead-letter topic
+    (the origin its headers name, the lab's or Connect's) and its landing collection (each
+    document's record, by event id or lab_trace) against each bad record's outcome."""
+    mongo: MongoClient[dict[str, Any]] = MongoClient(env.mongo_uri)
+    with mongo:
+        for (_, variant), r in rows.items():
+            assert r["followed"] is True and r["bad"], variant
+            config = json.loads((Path(r["directory"]) / "runtime.json").read_text())
+            dead = set()
+            for record in read_topic(env.kafka_bootstrap, f"{config['group']}.dlq"):
+                h = record.headers
+                p, o = (("origin-partition", "origin-offset") if "origin-offset" in h else
+                        ("__connect.errors.partition", "__connect.errors.offset"))  # fmt: skip
+                dead.add((int(h[p]), int(h[o])))
+            landing = make_variant(config["variant"], config["variant_options"]).landing()
+            docs = mongo[config["database"]][landing.collection].find({}, {"event_id": 1, TRACE: 1})
+            held = Counter(str(d.get("event_id", d.get(TRACE))) for d in docs)
+            for fate in r["bad"]:
+                at, traced = (fate["partition"], fate["offset"]), held[fate["event_id"]]
+                what = (variant, fate["shape"], fate["outcome"], at)
+                assert (fate["outcome"] == "dead-lettered") == (at in dead), what
+                if fate["outcome"] == "stored":
+                    assert traced == 1, what
+                elif fate["outcome"] in ("dropped", "lane stopped"):
+                    assert traced == 0, what
+                if fate["change"] is not None:  # the good change it displaced: in no document
+                    assert held[fate["displaced"]] == 0, what
+            displaced = sum(1 for f in r["bad"] if f["change"] is not None)
+            assert displaced == r["displaced"] and (displaced == 0 or r["lost"] >= displaced)
 
 
 def assert_relay_source_recounts(
@@ -288,8 +324,9 @@ def recount(env: LocalEnvironment, row: dict[str, Any]) -> tuple[int, int, int, 
     with mongo:
         database = mongo[config.database]
         assert database.list_collection_names() != [], (row["variant"], "no collection at all")
-        docs = list(database[CONNECTORS_COLLECTION].find({}, {"event_id": 1}))
-    rows = [ledger[d["event_id"]] for d in docs]
+        docs = list(database[CONNECTORS_COLLECTION].find({}, {"event_id": 1, TRACE: 1}))
+    # A bad record without an event id is known by its lab_trace (harness.workload.shapes).
+    rows = [ledger[str(d.get("event_id", d.get(TRACE)))] for d in docs]
     changes = [r for r in rows if r.kind is not Kind.POISON]
     stored = Counter((r.order_id, r.version) for r in changes)
     extra, lost = sum(n - 1 for n in stored.values()), len(expected - set(stored))
@@ -417,7 +454,7 @@ def test_the_library_has_every_scenario_the_issue_names() -> None:
         "spark-connector-replay", "connect-worker-loss", "connect-rolling-upgrade",
         "connect-mongo-outage", "connect-poison", "cdc-debezium-crash", "cdc-exactly-once-source",
         "cdc-postgres-restart", "cdc-mongo-cdc-handler", "cdc-snapshot-interrupted",
-        "cdc-slot-behind", "outbox-relay-to-sinks",
+        "cdc-slot-behind", "outbox-relay-to-sinks", "poison-shapes",
     }  # fmt: skip
     for path in LIBRARY:
         scenario = load_scenario(path)
@@ -472,12 +509,13 @@ def test_a_library_scenario_holds_its_expectations(
         assert r["phantoms"] == 0, variant
         # Every poison record dead-lettered, or stored as a document (a Connect lane's: counted
         # apart) - but where the scenario expects some dropped; a lane that stopped, every one
-        # before the point it stopped at.
+        # before the point it stopped at. Where its writes were followed, each bad record's
+        # outcome is recounted instead (poison-shapes': assert_bad_records_recount).
         expected = {e.field for e in loaded.expectations_for(specs[variant], rt)}
         vanished = r["poison_missing"] - r["poison_stored"]
         if r["stopped"]:
             assert vanished <= poison_past_its_commits(r), (variant, vanished, committed(r))
-        elif "poison_missing" not in expected:
+        elif "poison_missing" not in expected and not r["followed"]:
             assert vanished == 0, (variant, vanished)
         if variant == "transactional" and rt != "relay":  # the sink variant, not the relay
             assert (r["duplicates"], r["lost"]) == (0, 0)
@@ -531,6 +569,10 @@ def test_a_library_scenario_holds_its_expectations(
         assert_relay_source_recounts(scenario_env, rows)
     if name == "cdc-debezium-crash":
         assert rows[("listener", "naive")]["relay"]["published"]["duplicates"] > 0
+    if name == "poison-shapes":
+        assert_bad_records_recount(scenario_env, rows)
+        shapes = {f["shape"] for r in rows.values() for f in r["bad"]}
+        assert len(shapes) == 19, shapes  # every shape met every lane
     if name == "cdc-postgres-restart":  # both restarts, as the history says
         for (_, variant), r in rows.items():
             steps = [e.detail for e in read_history(Path(r["directory"]) / "history")
