@@ -139,7 +139,8 @@ class LandingWatch:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Its mark written and read (a log's: every write before it read), then stopped."""
-        if self._thread.ident is not None and self._log is not None and not self.broke:
+        # A stream that ended (MongoDB restarted under it) reads no mark: not waited for.
+        if self._thread.is_alive() and self._log is not None and not self.broke:
             self._mark = uuid.uuid4().hex
             try:
                 self._db[MARKS].insert_one({"_id": self._mark})
