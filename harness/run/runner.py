@@ -528,8 +528,10 @@ def _check(run: _Run, summary: ProduceSummary, progress: Progress) -> list[Varia
     seconds = time.monotonic() - run.started
     # The consumers' own faults (crash points) have no window in the history: named here.
     untimed = tuple(UntimedFault(p.name, p.fault.kind) for p in run.schedule if not p.steps)
+    logged = any(w.logged for w in run.watches.values())
+    sent = _sent(run) if logged else None  # read once, for every lane whose writes were logged
     return [
-        _judge(run, lane, ledger, summary, seconds, untimed, again, stage, progress)
+        _judge(run, lane, ledger, summary, seconds, untimed, again, stage, progress, sent)
         for lane in run.lanes
     ]
 
@@ -544,6 +546,7 @@ def _judge(
     twice_in_topic: list[StoredTwice],
     stage: RelayStage | None,
     progress: Progress,
+    sent: _Sent | None = None,
 ) -> VariantResult:
     config, scenario, supervisor = lane.config, run.scenario, run.supervisor_of[lane.group]
     lane.history.record(EventKind.PRODUCED, count=summary.acked)
@@ -556,7 +559,7 @@ def _judge(
     events = read_history(config.history_dir)
     relayed = isinstance(run.source, OutboxSource)
     verdict, stage, explanation = _sink_verdict(run, lane, ledger, summary, events,
-                                                twice_in_topic, stage)  # fmt: skip
+                                                twice_in_topic, stage, sent)  # fmt: skip
     # A pipeline that stopped for good has said why; it may have stopped before its first write.
     if lane.runtime.black_box and verdict.acked and not verdict.in_sink and not verdict.stopped:
         _wrote_nothing(lane, supervisor)
@@ -614,6 +617,7 @@ def _sink_verdict(
     events: list[HistoryEvent],
     twice_in_topic: list[StoredTwice],
     stage: RelayStage | None,
+    sent: _Sent | None = None,
 ) -> tuple[Verdict, RelayStage | None, Explanation]:
     """A lane's sink judged against its source's truth, its upstream stage, and what explains
     its copies: a relay's sink against the entries written (its topics its stage); a
@@ -653,30 +657,45 @@ def _sink_verdict(
         stopped=stopped,
     )
     watch = run.watches.get(lane.group)
-    if watch is not None and watch.logged and watch.complete:
-        verdict = replace(verdict, bad=_fates(run, lane, sink), followed=True)
+    if watch is not None and watch.logged and watch.complete and sent is not None:
+        bad = _fates(sent, lane, sink, stopped=bool(stopped))
+        verdict = replace(verdict, bad=bad, followed=True)
     elif watch is not None and watch.logged:
         log.warning("%s: its writes were not all read (%s): where its bad records went is not "
                     "judged", lane.label, watch.broke or "its mark never came")  # fmt: skip
     return verdict, stage, explanation
 
 
-def _fates(run: _Run, lane: _Lane, sink: SinkSnapshot) -> tuple[Fate, ...]:
-    """Where each bad record the producer sent went in ``lane``: its write log, its dead
-    letters, whether it stopped (``harness.checker.bad_records``)."""
+@dataclass(frozen=True)
+class _Sent:
+    """The producer's bad records, each with its shape, and its good records' changes by event
+    id: what every lane's bad records are followed against."""
+
+    bad: tuple[BadRecord, ...]
+    changes: dict[str, tuple[int, int]]
+
+
+def _sent(run: _Run) -> _Sent:
+    """The ledger's records and the workload's shapes (the same seed draws them again)."""
     shapes = {e.seq: e.poison for e in generate(run.scenario.workload) if e.poison is not None}
     rows = list(read_ledger(run.ledger_path))
-    bad = [BadRecord(r.event_id, str(shapes.get(r.seq, "")), r.partition, r.offset, r.order_id,
-                     r.version) for r in rows if r.kind is Kind.POISON]  # fmt: skip
-    changes = {r.event_id: (r.order_id, r.version) for r in rows if r.kind is not Kind.POISON}
+    bad = tuple(
+        BadRecord(r.event_id, str(shapes.get(r.seq, "")), r.partition, r.offset, r.order_id,
+                  r.version)
+        for r in rows if r.kind is Kind.POISON
+    )  # fmt: skip
+    return _Sent(bad, {r.event_id: (r.order_id, r.version) for r in rows
+                       if r.kind is not Kind.POISON})  # fmt: skip
+
+
+def _fates(sent: _Sent, lane: _Lane, sink: SinkSnapshot, *, stopped: bool) -> tuple[Fate, ...]:
+    """Where each bad record the producer sent went in ``lane``: its write log, its dead
+    letters, whether it stopped (``harness.checker.bad_records``)."""
     with (lane.run_dir / WRITES).open() as f:
         writes = [Write.from_json(json.loads(line)) for line in f if line.endswith("\n")]
     dead = zip(sink.dead_lettered_partition.tolist(), sink.dead_lettered_offset.tolist(),
                strict=True)  # fmt: skip
-    stopped = any(
-        e.kind is EventKind.FAILED_FOR_GOOD for e in read_history(lane.config.history_dir)
-    )
-    return fates(bad, writes, dead, stopped=stopped, changes=changes)
+    return fates(sent.bad, writes, dead, stopped=stopped, changes=sent.changes)
 
 
 def _wrote_nothing(lane: _Lane, supervisor: RuntimeSupervisor) -> None:
