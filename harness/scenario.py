@@ -28,7 +28,7 @@ from typing import Any, Protocol, Self, TypeVar
 
 import yaml
 
-from harness.checker.model import RelayStage, Verdict
+from harness.checker.model import FOLLOWED_COUNTS, RelayStage, Verdict
 from harness.environment.backends import names as backend_names
 from harness.environment.base import BackendAbilities
 from harness.environment.spark import SparkCluster
@@ -312,6 +312,17 @@ class Scenario:
         acts on its own runs only (their consumers, workload or Spark application), and its
         variants run side by side (one at a time, each is to have the machine to itself)."""
         return self.pipeline.parallel and all(f.own_run_only for f in self.faults)
+
+    @property
+    def follows_bad_records(self) -> bool:
+        """Whether each lane's writes are followed, for where each bad record went: where the
+        producer's bad records take shapes beyond the default mix, or an expectation asks.
+        Not for every run: following is a change stream per lane, and it tripled MongoDB's
+        CPU in a run of baseline's cut (docs/performance.md)."""
+        if self.source.cdc or self.outbox is not None or not self.workload.bad:
+            return False
+        asked = {e.field for entries in self.expect.values() for e in entries}
+        return self.workload.shaped or bool(asked & set(FOLLOWED_COUNTS))
 
     @property
     def folder(self) -> Path:

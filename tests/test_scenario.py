@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness.checker.model import Verdict
 from harness.errors import BadInput
@@ -336,3 +337,24 @@ def test_a_variant_can_run_on_some_of_the_scenarios_runtimes_and_others_are_name
     said = str(refused.value)
     assert "variants[0].runtimes: not the scenario's: java (it runs listener, spark)" in said
     assert "variants[1].runtimes: connect-default runs on the runtime it brings (connect)" in said
+
+
+@pytest.mark.parametrize(
+    ("extra", "followed"),
+    [
+        ("workload: {poison_fraction: 0.05}", False),  # the default mix: dead-lettered or not
+        ("workload: {poison_fraction: 0.05, poison_shapes: [tombstone]}", True),
+        (
+            "faults: [{kind: poison, start_event: 10, events: 1, fraction: 1, shapes: [oversize]}]",
+            True,
+        ),
+        ("faults: [{kind: poison, start_event: 10, events: 20, fraction: 0.5}]", False),
+        ("workload: {poison_fraction: 0.05}\nexpect: {naive: {bad_merged: 0}}", True),
+        ("workload: {poison_shapes: [tombstone]}", False),  # no bad records at all
+    ],
+)
+def test_a_runs_writes_are_followed_only_where_its_bad_records_take_shapes_or_it_asks(
+    extra: str, followed: bool
+) -> None:
+    s = parse_scenario(yaml.safe_load(f"name: f\nvariants: [naive]\n{extra}\n"))
+    assert s.follows_bad_records is followed

@@ -307,6 +307,10 @@ class Anomaly:
         }
 
 
+# The counts of a lane's bad records' outcomes: known only where its writes were followed.
+FOLLOWED_COUNTS = ("bad_stored", "bad_merged", "bad_dropped", "bad_stopped", "displaced")
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What the checker found for one variant. Counts are of business changes (order_id,
@@ -403,7 +407,7 @@ class Verdict:
             elif f.name == "bad":
                 value = [fate.to_dict() for fate in value]
             out[f.name] = value
-        for name in ("bad_stored", "bad_merged", "bad_dropped", "bad_stopped", "displaced"):
+        for name in FOLLOWED_COUNTS:
             out[name] = getattr(self, name)
         return out
 

@@ -415,9 +415,9 @@ def _set_up(
 
 def _watches(env: Environment, scenario: Scenario, lanes: list[_Lane]) -> dict[str, LandingWatch]:
     """A watch of each lane's landing collection that is to be followed: its writes logged
-    (``writes.jsonl``) where the producer's workload has bad records, for where each went; a
-    current-state sink's rows, for what a replay does meanwhile."""
-    bad = not scenario.source.cdc and scenario.outbox is None and scenario.workload.bad
+    (``writes.jsonl``) where the scenario follows its bad records (``follows_bad_records``), for
+    where each went; a current-state sink's rows, for what a replay does meanwhile."""
+    bad = scenario.follows_bad_records
     watches = {}
     for lane in lanes:
         landing = lane.variant.landing()

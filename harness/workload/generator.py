@@ -70,6 +70,12 @@ class WorkloadSpec:
         return self.poison_fraction > 0 or any(b.kind is Kind.POISON for b in self.bursts)
 
     @property
+    def shaped(self) -> bool:
+        """Whether some bad record may take a shape beyond the default mix's."""
+        drawn = [*self.poison_shapes, *(s for b in self.bursts for s in b.shapes)]
+        return self.bad and any(derived(s) for s in drawn)
+
+    @property
     def oversize(self) -> bool:
         """Whether a bad record may be over MongoDB's document limit (sent compressed)."""
         drawn = [*self.poison_shapes, *(s for b in self.bursts for s in b.shapes)]
