@@ -51,7 +51,6 @@ from harness.sources.spec import SourceSpec
 from harness.workload.generator import Burst, WorkloadSpec
 from harness.workload.producer import ProducerSpec
 
-FOLLOWED_FIELDS = ("bad_stored", "bad_merged", "bad_dropped", "bad_stopped", "displaced")
 EXPECTABLE = (
     "duplicates", "duplicated_keys", "lost", "stale", "dead_lettered", "poison_missing",
     "poison_stored", "phantoms", "in_sink", "unique_in_sink", "acked", "offsets_consistent",
@@ -61,7 +60,7 @@ EXPECTABLE = (
     # An outbox relay's stage (seed 003): the target topics against what MongoDB acknowledged.
     "published_lost", "published_duplicates", "history_lost",
     # Where the bad records went, the lane's writes followed (harness.checker.bad_records).
-    *FOLLOWED_FIELDS,
+    *FOLLOWED_COUNTS,
 )  # fmt: skip
 OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le,
@@ -257,7 +256,7 @@ class Expectation:
             return getattr(stage, self.field.removeprefix("published_"), None)
         if self.field == "stopped":
             return bool(verdict.stopped)
-        if self.field in FOLLOWED_FIELDS and not verdict.followed:
+        if self.field in FOLLOWED_COUNTS and not verdict.followed:
             return None  # its writes were not followed: not known, which no expectation meets
         value: int | bool | None = getattr(verdict, self.field)
         return value

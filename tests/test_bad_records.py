@@ -4,7 +4,18 @@ for real are poison-shapes' (tests/test_library.py)."""
 
 from __future__ import annotations
 
-from harness.checker.bad_records import BadRecord, Fate, Outcome, Write, fates, tally
+from harness.checker.bad_records import (
+    BadRecord,
+    DeadLetter,
+    Fate,
+    GoodDeadLettered,
+    Outcome,
+    Write,
+    fates,
+    good_dead_lettered,
+    tally,
+)
+from harness.checker.model import Verdict
 
 GOOD = {"g-17-3": (17, 3), "g-18-1": (18, 1)}
 
@@ -15,7 +26,8 @@ def bad(event_id: str, shape: str = "key-as-string", offset: int = 9, order: int
 
 def one(record: BadRecord, writes: list[Write], *, dead: tuple[tuple[int, int], ...] = (),
         stopped: bool = False) -> Fate:  # fmt: skip
-    (fate,) = fates([record], writes, dead, stopped=stopped, changes=GOOD)
+    letters = [DeadLetter(p, o) for p, o in dead]
+    (fate,) = fates([record], writes, letters, stopped=stopped, changes=GOOD)
     return fate
 
 
@@ -82,3 +94,76 @@ def test_a_fate_survives_the_results_file() -> None:
     fate = one(bad("b-1"), writes)
     assert Fate.from_dict(fate.to_dict()) == fate
     assert Write.from_json({"t": 1.0, "op": "insert", "doc": "d1", "trace": None}).trace == ""
+
+
+# The MongoDB sink connector's reasons, as the lab reads them from Connect's DLQ headers.
+CONVERTER = "DataException: Converting byte[] to Kafka Connect data failed"
+REFUSED = "WriteException: v=1, code=10334, message=BSONObjectTooLarge"
+SKIPPED = "WriteSkippedException: "
+
+
+def test_a_dead_lettered_record_keeps_the_reason_the_sink_gave() -> None:
+    (fate,) = fates([bad("b-1")], [], [DeadLetter(0, 9, CONVERTER)], stopped=False, changes=GOOD)
+    assert (fate.outcome, fate.reason) == (Outcome.DEAD_LETTERED, CONVERTER)
+    assert (
+        fate.describe() == f"key-as-string b-1 (partition 0, offset 9): dead-lettered ({CONVERTER})"
+    )
+    assert Fate.from_dict(fate.to_dict()) == fate
+
+
+def test_good_records_skipped_after_a_refused_write_reported_before_them_name_it() -> None:
+    # The bulk: a bad record the converter refused first (not the bulk's), then the refused
+    # write, then three records skipped - a bad one among them, which does not end the run.
+    refused, other, skipped_bad = (
+        bad("b-big", "oversize", 20),
+        bad("b-0", offset=3),
+        bad("b-s", offset=22),
+    )
+    dlq = [DeadLetter(0, 3, CONVERTER), DeadLetter(0, 20, REFUSED), DeadLetter(0, 21, SKIPPED),
+           DeadLetter(0, 22, SKIPPED), DeadLetter(1, 7, SKIPPED)]  # fmt: skip
+    found = fates([other, refused, skipped_bad], [], dlq, stopped=False, changes=GOOD)
+    (run,) = good_dead_lettered([other, refused, skipped_bad], dlq, found)
+    assert (run.count, run.first, run.culprits) == (2, (0, 21), (refused,))
+    assert run.describe() == (
+        f"2 good records ({SKIPPED}), from partition 0 offset 21: skipped after the refused "
+        "write of oversize b-big (partition 0, offset 20)"
+    )
+
+
+def test_a_refused_record_the_dead_letter_topic_did_not_take_is_named_by_the_record_after_it() -> (
+    None
+):
+    # The 16 MiB record: refused by MongoDB, and too large for the dead-letter producer; the
+    # converter's dead letter before the run is not the culprit.
+    big, malformed = bad("b-big", "oversize", 20), bad("b-m", "malformed-json", 5)
+    dlq = [DeadLetter(0, 5, CONVERTER), DeadLetter(2, 40, SKIPPED), DeadLetter(0, 21, SKIPPED)]
+    found = fates([big, malformed], [], dlq, stopped=False, changes=GOOD)
+    assert [f.outcome for f in found] == [Outcome.DROPPED, Outcome.DEAD_LETTERED]
+    (run,) = good_dead_lettered([big, malformed], dlq, found)
+    assert (run.count, run.culprits) == (2, (big,))
+    # Without a bad record before any of them, the run is counted and its culprit not named.
+    (unnamed,) = good_dead_lettered([malformed], dlq[:2], found[1:])
+    assert (unnamed.count, unnamed.culprits) == (1, ())
+    assert unnamed.describe().endswith("skipped after a refused write the evidence does not name")
+
+
+def test_good_records_dead_lettered_for_their_own_reason_are_counted_by_reason() -> None:
+    dup = "WriteException: E11000 duplicate key"
+    dlq = [
+        DeadLetter(0, 1, dup),
+        DeadLetter(0, 2, dup),
+        DeadLetter(0, 3, CONVERTER),
+        DeadLetter(0, 4, dup),
+    ]
+    runs = good_dead_lettered([bad("b-3", offset=3)], dlq, [])
+    assert [(r.count, r.reason, r.culprits) for r in runs] == [(2, dup, ()), (1, dup, ())]
+    assert good_dead_lettered([bad("b-3", offset=3)], dlq[2:3], []) == ()
+
+
+def test_the_good_records_dead_lettered_survive_the_results_file() -> None:
+    run = GoodDeadLettered(108, SKIPPED, (2, 470), (bad("b-big", "oversize", 20),))
+    assert GoodDeadLettered.from_dict(run.to_dict()) == run
+    verdict = Verdict(0, 0, 0, 0, 0, 0, 0, {}, 0, 0, 0, 0, 0, None, [], 0, followed=True,
+                      dead_lettered_good=(run, run))  # fmt: skip
+    again = Verdict.from_dict(verdict.to_dict())
+    assert (again.dead_lettered_good, again.good_dead_lettered) == ((run, run), 216)

@@ -15,7 +15,14 @@ import pytest
 
 from harness.checker.check import MAX_VERSION, check
 from harness.checker.load import load_ledger
-from harness.checker.model import KIND_CODES, Anomaly, LedgerArrays, SinkSnapshot, Verdict
+from harness.checker.model import (
+    FOLLOWED_COUNTS,
+    KIND_CODES,
+    Anomaly,
+    LedgerArrays,
+    SinkSnapshot,
+    Verdict,
+)
 from harness.history.windows import FaultWindow
 from harness.scenario import parse_scenario
 from harness.workload.events import Kind
@@ -113,8 +120,7 @@ def mixed_ledger() -> Ledger:
 
 
 # The bad records' outcomes: the runner's, from a lane's write log (tests/test_bad_records.py).
-FOLLOWED = {"bad", "followed", "bad_stored", "bad_merged", "bad_dropped", "bad_stopped",
-            "displaced"}  # fmt: skip
+FOLLOWED = {"bad", "followed", "dead_lettered_good", *FOLLOWED_COUNTS}
 
 
 def counts(verdict: Verdict) -> dict[str, Any]:
@@ -444,7 +450,8 @@ def test_the_verdict_is_plain_json() -> None:
     assert as_dict["stopped"] == ""
     assert (as_dict["bad"], as_dict["followed"]) == ([], False)
     for key, value in as_dict.items():
-        if key not in ("copies", "anomalies", "offsets_consistent", "stopped", "bad", "followed"):
+        if key not in ("copies", "anomalies", "offsets_consistent", "stopped", "bad", "followed",
+                       "dead_lettered_good"):  # fmt: skip
             assert type(value) is int, key
 
 

@@ -90,12 +90,24 @@ def assert_bad_records_recount(
         for (_, variant), r in rows.items():
             assert r["followed"] is True and r["bad"], variant
             config = json.loads((Path(r["directory"]) / "runtime.json").read_text())
-            dead = set()
+            letters = []
             for record in read_topic(env.kafka_bootstrap, f"{config['group']}.dlq"):
                 h = record.headers
                 p, o = (("origin-partition", "origin-offset") if "origin-offset" in h else
                         ("__connect.errors.partition", "__connect.errors.offset"))  # fmt: skip
-                dead.add((int(h[p]), int(h[o])))
+                letters.append((int(h[p]), int(h[o])))
+            dead = set(letters)
+            # The good records among them (the tolerant connector's, skipped after the 16 MiB
+            # record's refused write), each run named with that record where the run starts
+            # with the record after it on its partition.
+            bad_at = {(f["partition"], f["offset"]): f for f in r["bad"]}
+            assert sum(1 for at in letters if at not in bad_at) == r["good_dead_lettered"]
+            for run in r["dead_lettered_good"]:
+                culprits = {(c["partition"], c["offset"]) for c in run["culprits"]}
+                assert all(bad_at[at]["shape"] == "oversize" for at in culprits), (variant, run)
+                before = (run["first"][0], run["first"][1] - 1)
+                if before in bad_at and bad_at[before]["shape"] == "oversize":
+                    assert culprits == {before}, (variant, run)
             landing = make_variant(config["variant"], config["variant_options"]).landing()
             docs = mongo[config["database"]][landing.collection].find({}, {"event_id": 1, TRACE: 1})
             held = Counter(str(d.get("event_id", d.get(TRACE))) for d in docs)

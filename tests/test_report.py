@@ -11,7 +11,7 @@ from typing import Any
 import matplotlib.image
 import pytest
 
-from harness.checker.bad_records import BadRecord, Fate, Outcome
+from harness.checker.bad_records import BadRecord, Fate, GoodDeadLettered, Outcome
 from harness.history.events import EventKind, HistoryEvent, HistoryWriter
 from harness.report import (
     render_matrix_table,
@@ -811,12 +811,14 @@ def test_where_the_bad_records_went_is_in_the_dlq_cell_and_a_table_by_shape(
         Fate(BadRecord("b-2", "tombstone", 1, 7, 5, 0), Outcome.DROPPED),
         Fate(BadRecord("b-3", "malformed-json", 2, 9, 8, 0), Outcome.DEAD_LETTERED),
     ]
+    skipped = GoodDeadLettered(108, "WriteSkippedException: ", (0, 42), (record,))
     raw["results"][1] |= {"followed": True, "bad": [f.to_dict() for f in fates],
-                          "dead_lettered": 1, "lost": 1}  # fmt: skip
+                          "dead_lettered": 1, "lost": 1,
+                          "dead_lettered_good": [skipped.to_dict()]}  # fmt: skip
     run = ScenarioResult.from_json(raw)
     idempotent = run.variants[1]
     assert idempotent.verdict.displaced == 1 and idempotent.verdict.bad_dropped == 1
-    assert "1 (1 merged, 1 dropped)" in render_table(run).splitlines()[3]
+    assert "1 (1 merged, 1 dropped, 108 good dead-lettered)" in render_table(run).splitlines()[3]
     text = write_report(make_run_dir(run_dir, raw=raw)).markdown.read_text()
     assert "| shape | listener/idempotent |" in text
     assert "| key-as-string | 1 merged |" in text and "| tombstone | 1 dropped |" in text
@@ -824,4 +826,9 @@ def test_where_the_bad_records_went_is_in_the_dlq_cell_and_a_table_by_shape(
         "**listener/idempotent: 1 good change(s) displaced by a bad record** (counted lost): "
         "key-as-string b-1 (partition 0, offset 41): merged into document d1, displacing "
         "change (17, 3) (e-0017-3)"
+    ) in text
+    assert (
+        "**listener/idempotent: 108 good record(s) dead-lettered** (counted lost where stored "
+        "nowhere else): 108 good records (WriteSkippedException: ), from partition 0 offset 42: "
+        "skipped after the refused write of key-as-string b-1 (partition 0, offset 41)"
     ) in text

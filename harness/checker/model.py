@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 from numpy.typing import ArrayLike
 
-from harness.checker.bad_records import Fate, Outcome
+from harness.checker.bad_records import DeadLetter, Fate, GoodDeadLettered, Outcome
 from harness.workload.events import Kind
 from harness.workload.ledger import LedgerRow
 
@@ -174,7 +174,8 @@ class SinkSnapshot:
     * ``projection_*`` - one element per order in the current-state collection: (order_id,
       version); a deleted order keeps a tombstone with its version. One entry per order.
     * ``dead_lettered_*`` - the (partition, offset) of every original record found in the
-      dead-letter topic; repeats are allowed (the checker counts distinct records).
+      dead-letter topic, in the topic's order; repeats are allowed (the checker counts distinct
+      records). ``dead_lettered_reason``: the reason the sink gave for each, where read.
     * ``stored_offsets`` - for the transactional variant, {partition: last processed offset
       (inclusive)} as stored in MongoDB; None for variants that keep no offsets there.
     * ``projection_kept`` - False for a sink with no current-state collection (a user's
@@ -193,6 +194,7 @@ class SinkSnapshot:
     # Documents of poison records in the landing collection: stored as if they were changes
     # (a sink that reads any JSON it is handed - Kafka Connect's - not the lab's consumers).
     poison_stored: int = 0
+    dead_lettered_reason: tuple[str, ...] = ()
 
     _GROUPS: ClassVar[Mapping[str, Mapping[str, type[np.generic]]]] = {
         "changes": {
@@ -218,6 +220,7 @@ class SinkSnapshot:
             stored_offsets: Mapping[int, int] | None = None,
             projection_kept: bool = True,
             poison_stored: int = 0,
+            dead_lettered_reason: tuple[str, ...] = (),
         ) -> None: ...
 
     def __post_init__(self) -> None:
@@ -235,6 +238,19 @@ class SinkSnapshot:
             )
         if self.stored_offsets is not None:
             object.__setattr__(self, "stored_offsets", _offsets(self.stored_offsets))
+        reasons = len(self.dead_lettered_reason)
+        if reasons and reasons != len(self.dead_lettered_partition):
+            raise ValueError(
+                f"SinkSnapshot.dead_lettered_reason: {reasons} reasons for "
+                f"{len(self.dead_lettered_partition)} dead-lettered records"
+            )
+
+    def dead_letters(self) -> list[DeadLetter]:
+        """The dead-lettered records in the topic's order, each with its reason."""
+        reasons = self.dead_lettered_reason or ("",) * len(self.dead_lettered_partition)
+        return [DeadLetter(int(p), int(o), r) for p, o, r in zip(
+            self.dead_lettered_partition.tolist(), self.dead_lettered_offset.tolist(), reasons,
+            strict=True)]  # fmt: skip
 
     @classmethod
     def from_lists(
@@ -308,7 +324,9 @@ class Anomaly:
 
 
 # The counts of a lane's bad records' outcomes: known only where its writes were followed.
-FOLLOWED_COUNTS = ("bad_stored", "bad_merged", "bad_dropped", "bad_stopped", "displaced")
+FOLLOWED_COUNTS = (
+    "bad_stored", "bad_merged", "bad_dropped", "bad_stopped", "displaced", "good_dead_lettered",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -344,7 +362,9 @@ class Verdict:
     * ``bad`` - each bad record's outcome in the lane (``harness.checker.bad_records``), where
       its writes were followed; ``bad_stored``, ``bad_merged``, ``bad_dropped``,
       ``bad_stopped`` count them, and ``displaced`` the good changes whose documents a bad
-      record took over.
+      record took over. ``dead_lettered_good``: the good records in its dead-letter topic, in
+      runs, each named with the bad record whose refused write skipped them where one did;
+      ``good_dead_lettered`` counts them.
     """
 
     produced: int
@@ -370,6 +390,7 @@ class Verdict:
     # Whether the lane's writes were followed: without that, no outcome but dead-lettered
     # is known, and ``bad`` is empty.
     followed: bool = False
+    dead_lettered_good: tuple[GoodDeadLettered, ...] = ()
 
     def _outcomes(self, outcome: Outcome) -> int:
         return sum(1 for f in self.bad if f.outcome is outcome)
@@ -391,6 +412,10 @@ class Verdict:
         return self._outcomes(Outcome.STOPPED)
 
     @property
+    def good_dead_lettered(self) -> int:
+        return sum(g.count for g in self.dead_lettered_good)
+
+    @property
     def displaced(self) -> int:
         """Bad records that took over a good change's document."""
         return sum(1 for f in self.bad if f.change is not None)
@@ -404,8 +429,8 @@ class Verdict:
                 value = {str(n): count for n, count in sorted(value.items())}
             elif f.name == "anomalies":
                 value = [anomaly.to_dict() for anomaly in value]
-            elif f.name == "bad":
-                value = [fate.to_dict() for fate in value]
+            elif f.name in ("bad", "dead_lettered_good"):
+                value = [item.to_dict() for item in value]
             out[f.name] = value
         for name in FOLLOWED_COUNTS:
             out[name] = getattr(self, name)
@@ -450,6 +475,9 @@ class Verdict:
             stopped=str(raw.get("stopped") or ""),
             poison_stored=count("poison_stored"),
             bad=tuple(Fate.from_dict(f) for f in raw.get("bad") or ()),
+            dead_lettered_good=tuple(
+                GoodDeadLettered.from_dict(g) for g in raw.get("dead_lettered_good") or ()
+            ),
             followed=bool(raw.get("followed")),
         )
 

@@ -15,6 +15,7 @@ from bson import ObjectId
 from pymongo import MongoClient
 from pymongo.database import Database
 
+from harness.checker.bad_records import DeadLetter
 from harness.checker.check import MAX_ORDER_ID
 from harness.checker.model import SinkSnapshot
 from harness.kafka.clients import read_topic
@@ -72,14 +73,15 @@ def read_sink(
         order_id, version, written, poison_stored = _changes(db, landing, by_event)
         current = _current(db, landing)
         stored_offsets = variant.stored_offsets(db, group, topic)
-    dlq = dead_letter_origins(bootstrap, group)
+    dlq = dead_letters(bootstrap, group)
     return SinkSnapshot(
         order_id,
         version,
         written,
         *current,
-        dead_lettered_partition=np.array([p for p, _ in dlq], dtype=np.int32),
-        dead_lettered_offset=np.array([o for _, o in dlq], dtype=np.int64),
+        dead_lettered_partition=np.array([d.partition for d in dlq], dtype=np.int32),
+        dead_lettered_offset=np.array([d.offset for d in dlq], dtype=np.int64),
+        dead_lettered_reason=tuple(d.reason for d in dlq),
         stored_offsets=stored_offsets,
         projection_kept=bool(landing.current),
         poison_stored=poison_stored,
@@ -177,18 +179,28 @@ def _current(db: Database[dict[str, Any]], landing: Landing) -> tuple[np.ndarray
     )
 
 
-# Where a dead-lettered record came from: the lab's runtimes' headers, or Kafka Connect's
-# (errors.deadletterqueue.context.headers.enable, which the lab sets on a Connect lane's DLQ).
+# Where a dead-lettered record came from, and why it was sent: the lab's runtimes' headers, or
+# Kafka Connect's (errors.deadletterqueue.context.headers.enable, which the lab sets on a Connect
+# lane's DLQ; the exception's class and message).
 ORIGIN_HEADERS = (
-    ("origin-partition", "origin-offset"),
-    ("__connect.errors.partition", "__connect.errors.offset"),
-)
+    ("origin-partition", "origin-offset", ("error",)),
+    ("__connect.errors.partition", "__connect.errors.offset",
+     ("__connect.errors.exception.class.name", "__connect.errors.exception.message")),
+)  # fmt: skip
 
 
-def dead_letter_origins(bootstrap: str, group: str) -> list[tuple[int, int]]:
-    """(partition, offset) of the original of every record in a group's dead-letter topic."""
+def dead_letters(bootstrap: str, group: str) -> list[DeadLetter]:
+    """The original of every record in a group's dead-letter topic, with the reason given, in
+    the topic's order (a sink reports a failed bulk's records in the bulk's order)."""
     found = []
-    for r in read_topic(bootstrap, dead_letter_topic(group)):
-        partition, offset = next((p, o) for p, o in ORIGIN_HEADERS if p in r.headers)
-        found.append((int(r.headers[partition]), int(r.headers[offset])))
+    records = read_topic(bootstrap, dead_letter_topic(group))
+    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        partition, offset, why = next(h for h in ORIGIN_HEADERS if h[0] in r.headers)
+        # A Java exception's class by its own name (the connector's dlq package's), then its
+        # message where it has one.
+        said = [r.headers[h].decode(errors="replace").rsplit(".", 1)[-1] if h.endswith(
+                ".class.name") else r.headers[h].decode(errors="replace")
+                for h in why if r.headers.get(h)]  # fmt: skip
+        found.append(DeadLetter(int(r.headers[partition]), int(r.headers[offset]),
+                                ": ".join(said)))  # fmt: skip
     return found

@@ -233,6 +233,7 @@ def scenario_markdown(
 
 
 SHOWN_DISPLACING = 5  # bad records named per lane for the good changes they displaced
+SHOWN_RUNS = 5  # runs of good records dead-lettered named per lane
 
 
 def bad_records_section(run: ScenarioResult) -> list[str]:
@@ -257,6 +258,12 @@ def bad_records_section(run: ScenarioResult) -> list[str]:
             lines += ["", f"**{v.label}: {len(took)} good change(s) displaced by a bad record** "
                       f"(counted lost): " + "; ".join(f.describe() for f in took[:SHOWN_DISPLACING])
                       + ("; ..." if len(took) > SHOWN_DISPLACING else "")]  # fmt: skip
+        good = v.verdict.dead_lettered_good
+        if good:
+            lines += ["", f"**{v.label}: {v.verdict.good_dead_lettered} good record(s) "
+                      "dead-lettered** (counted lost where stored nowhere else): "
+                      + "; ".join(g.describe() for g in good[:SHOWN_RUNS])
+                      + ("; ..." if len(good) > SHOWN_RUNS else "")]  # fmt: skip
     return lines
 
 

@@ -31,15 +31,17 @@ def copies_text(copies: Mapping[int, int]) -> str:
 
 
 def dead_lettered_text(v: VariantResult) -> str:
-    """``16 (1 stored, 18 merged)``: the bad records dead-lettered, and where the others went
-    where the lane's writes were followed (``harness.checker.bad_records``); else ``35 (38
-    missing, 38 stored)``: not in the dead-letter topic, and stored as documents."""
+    """``16 (1 stored, 18 merged, 108 good dead-lettered)``: the bad records dead-lettered,
+    where the others went, and the good records dead-lettered beside them, where the lane's
+    writes were followed (``harness.checker.bad_records``); else ``35 (38 missing, 38
+    stored)``: not in the dead-letter topic, and stored as documents."""
     d = v.verdict
     counts: tuple[tuple[int, str], ...] = ((d.poison_missing, "missing"),
                                            (d.poison_stored, "stored"))  # fmt: skip
     if d.followed:
         counts = ((d.bad_stored, "stored"), (d.bad_merged, "merged"), (d.bad_dropped, "dropped"),
-                  (d.bad_stopped, "lane stopped"))  # fmt: skip
+                  (d.bad_stopped, "lane stopped"),
+                  (d.good_dead_lettered, "good dead-lettered"))  # fmt: skip
     said = [f"{n} {what}" for n, what in counts if n]
     return f"{d.dead_lettered}" + (f" ({', '.join(said)})" if said else "")
 

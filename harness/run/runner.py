@@ -20,7 +20,14 @@ import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from harness.checker.bad_records import BadRecord, Fate, Write, fates
+from harness.checker.bad_records import (
+    BadRecord,
+    Fate,
+    GoodDeadLettered,
+    Write,
+    fates,
+    good_dead_lettered,
+)
 from harness.checker.check import check
 from harness.checker.explain import Explanation, explain
 from harness.checker.model import LedgerArrays, RelayStage, SinkSnapshot, Verdict
@@ -658,8 +665,8 @@ def _sink_verdict(
     )
     watch = run.watches.get(lane.group)
     if watch is not None and watch.logged and watch.complete and sent is not None:
-        bad = _fates(sent, lane, sink, stopped=bool(stopped))
-        verdict = replace(verdict, bad=bad, followed=True)
+        bad, good = _fates(sent, lane, sink, stopped=bool(stopped))
+        verdict = replace(verdict, bad=bad, followed=True, dead_lettered_good=good)
     elif watch is not None and watch.logged:
         log.warning("%s: its writes were not all read (%s): where its bad records went is not "
                     "judged", lane.label, watch.broke or "its mark never came")  # fmt: skip
@@ -688,14 +695,17 @@ def _sent(run: _Run) -> _Sent:
                        if r.kind is not Kind.POISON})  # fmt: skip
 
 
-def _fates(sent: _Sent, lane: _Lane, sink: SinkSnapshot, *, stopped: bool) -> tuple[Fate, ...]:
-    """Where each bad record the producer sent went in ``lane``: its write log, its dead
-    letters, whether it stopped (``harness.checker.bad_records``)."""
+def _fates(
+    sent: _Sent, lane: _Lane, sink: SinkSnapshot, *, stopped: bool
+) -> tuple[tuple[Fate, ...], tuple[GoodDeadLettered, ...]]:
+    """Where each bad record the producer sent went in ``lane`` - its write log, its dead
+    letters, whether it stopped - and the good records it dead-lettered, with the bad record
+    whose refused write skipped them (``harness.checker.bad_records``)."""
     with (lane.run_dir / WRITES).open() as f:
         writes = [Write.from_json(json.loads(line)) for line in f if line.endswith("\n")]
-    dead = zip(sink.dead_lettered_partition.tolist(), sink.dead_lettered_offset.tolist(),
-               strict=True)  # fmt: skip
-    return fates(sent.bad, writes, dead, stopped=stopped, changes=sent.changes)
+    dead = sink.dead_letters()
+    found = fates(sent.bad, writes, dead, stopped=stopped, changes=sent.changes)
+    return found, good_dead_lettered(sent.bad, dead, found)
 
 
 def _wrote_nothing(lane: _Lane, supervisor: RuntimeSupervisor) -> None:
