@@ -46,7 +46,7 @@ from harness.outbox.writer import SOURCE
 from harness.pipeline import kafka_log
 from harness.pipeline.batch import dead_letter_topic
 from harness.pipeline.connect.settings import ConnectSettings
-from harness.pipeline.landing_watch import WRITES, LandingWatch
+from harness.pipeline.landing_watch import WRITES, LandingFeed, LandingWatch
 from harness.pipeline.mongo_options import uri_with
 from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.runtimes import RELAY, Runtime, get_runtime
@@ -420,7 +420,7 @@ def _set_up(
     )
 
 
-def _watches(env: Environment, scenario: Scenario, lanes: list[_Lane]) -> dict[str, LandingWatch]:
+def _watches(scenario: Scenario, lanes: list[_Lane]) -> dict[str, LandingWatch]:
     """A watch of each lane's landing collection that is to be followed: its writes logged
     (``writes.jsonl``) where the scenario follows its bad records (``follows_bad_records``), for
     where each went; a current-state sink's rows, for what a replay does meanwhile."""
@@ -431,8 +431,7 @@ def _watches(env: Environment, scenario: Scenario, lanes: list[_Lane]) -> dict[s
         if bad or landing.row_key:
             history = HistoryWriter(lane.config.history_dir, "landing-watch", lane.label)
             writes = lane.run_dir / WRITES if bad else None
-            watches[lane.group] = LandingWatch(env.mongo_uri, lane.config.database, landing,
-                                               history, writes)  # fmt: skip
+            watches[lane.group] = LandingWatch(lane.config.database, landing, history, writes)
     return watches
 
 
@@ -472,11 +471,10 @@ def _play(run: _Run, progress: Progress, stop: threading.Event | None) -> Produc
                       database=run.source.database)  # fmt: skip
     supervisors = run.supervisors
     checked: list[Checked] = [*supervisors, run.source]
-    run.watches.update(_watches(env, scenario, run.lanes))
-    watches = list(run.watches.values())
+    run.watches.update(_watches(scenario, run.lanes))
+    feed = LandingFeed(env.mongo_uri, list(run.watches.values()))
     try:
-        for watch in watches:
-            watch.start()
+        feed.start()
         for supervisor in supervisors:
             supervisor.start()
         # The workload starts once every lane can consume: side by side, a listener joins its
@@ -509,8 +507,7 @@ def _play(run: _Run, progress: Progress, stop: threading.Event | None) -> Produc
         producer.stop()
         nemesis.restore()
         stop_all([*supervisors, *run.source.supervisors])
-        for watch in watches:
-            watch.stop()
+        feed.stop()
 
 
 def _check(run: _Run, summary: ProduceSummary, progress: Progress) -> list[VariantResult]:
