@@ -16,6 +16,7 @@ from harness.checker.bad_records import (
     tally,
 )
 from harness.checker.model import Verdict
+from harness.pipeline.sink import ORIGIN_HEADERS, REASON_CHARS, reason_of
 
 GOOD = {"g-17-3": (17, 3), "g-18-1": (18, 1)}
 
@@ -167,3 +168,19 @@ def test_the_good_records_dead_lettered_survive_the_results_file() -> None:
                       dead_lettered_good=(run, run))  # fmt: skip
     again = Verdict.from_dict(verdict.to_dict())
     assert (again.dead_lettered_good, again.good_dead_lettered) == ((run, run), 216)
+
+
+def test_a_dead_letters_reason_is_read_from_the_labs_or_connects_headers() -> None:
+    lab, connect = ORIGIN_HEADERS[0][2], ORIGIN_HEADERS[1][2]
+    assert reason_of({"error": b"malformed JSON: Expecting value"}, lab) == (
+        "malformed JSON: Expecting value"
+    )
+    skipped = {connect[0]: b"com.mongodb.kafka.connect.sink.dlq.WriteSkippedException"}
+    assert reason_of(skipped, connect) == "WriteSkippedException"  # no message: none said
+    quoting = {connect[0]: b"org.apache.kafka.connect.errors.DataException",
+               connect[1]: b"Could not convert value '" + b"x" * 1000}  # fmt: skip
+    said = reason_of(quoting, connect)
+    assert said.startswith("DataException: Could not convert value 'xxx") and said.endswith("...")
+    assert len(said) == REASON_CHARS + 3
+    assert DeadLetter(0, 1, "WriteSkippedException").skipped
+    assert not DeadLetter(0, 1, said).refused and not DeadLetter(0, 1, said).skipped

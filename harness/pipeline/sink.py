@@ -196,11 +196,21 @@ def dead_letters(bootstrap: str, group: str) -> list[DeadLetter]:
     records = read_topic(bootstrap, dead_letter_topic(group))
     for r in sorted(records, key=lambda r: (r.partition, r.offset)):
         partition, offset, why = next(h for h in ORIGIN_HEADERS if h[0] in r.headers)
-        # A Java exception's class by its own name (the connector's dlq package's), then its
-        # message where it has one.
-        said = [r.headers[h].decode(errors="replace").rsplit(".", 1)[-1] if h.endswith(
-                ".class.name") else r.headers[h].decode(errors="replace")
-                for h in why if r.headers.get(h)]  # fmt: skip
         found.append(DeadLetter(int(r.headers[partition]), int(r.headers[offset]),
-                                ": ".join(said)))  # fmt: skip
+                                reason_of(r.headers, why)))  # fmt: skip
     return found
+
+
+REASON_CHARS = 300  # a converter's message quotes the record's value: kept to its start
+
+
+def reason_of(headers: dict[str, bytes], names: tuple[str, ...]) -> str:
+    """What the headers ``names`` say, in order: a Java exception's class by its own name (the
+    connector's dlq package's), then its message where it has one."""
+    said = []
+    for name in names:
+        if value := headers.get(name):
+            text = value.decode(errors="replace")
+            said.append(text.rsplit(".", 1)[-1] if name.endswith(".class.name") else text)
+    reason = ": ".join(said)
+    return reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS] + "..."
