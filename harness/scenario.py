@@ -316,8 +316,8 @@ class Scenario:
     def follows_bad_records(self) -> bool:
         """Whether each lane's writes are followed, for where each bad record went: where the
         producer's bad records take shapes beyond the default mix, or an expectation asks.
-        Not for every run: following is a change stream per lane, and it tripled MongoDB's
-        CPU in a run of baseline's cut (docs/performance.md)."""
+        Not for every run: following costs MongoDB a change stream's reading of every write
+        (docs/performance.md)."""
         if self.source.cdc or self.outbox is not None or not self.workload.bad:
             return False
         asked = {e.field for entries in self.expect.values() for e in entries}

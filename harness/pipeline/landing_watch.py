@@ -126,8 +126,7 @@ class LandingWatch:
 class LandingFeed:
     """One change stream for every watched lane of a run - the cluster's, matched to the lanes'
     databases and collections - handing each change to its database's watch. One stream, not
-    one per lane: MongoDB reads every write once for each stream open, and ten lanes' streams
-    cost it several times the CPU of one (docs/performance.md)."""
+    one per lane: MongoDB reads every write once for each stream open (docs/performance.md)."""
 
     def __init__(self, mongo_uri: str, watches: Sequence[LandingWatch]) -> None:
         self._client: MongoClient[dict[str, Any]] = MongoClient(mongo_uri)
@@ -169,17 +168,17 @@ class LandingFeed:
     def stop(self, timeout: float = 10.0) -> None:
         """Each logging watch's mark written and read (its log: every write before it read),
         then stopped."""
+        # A stream that ended (MongoDB restarted under it) reads no mark: none is waited for.
         alive = self._thread.is_alive()
-        waiting = [w for w in self._watches.values() if w.logged and not w.broke]
-        for watch in waiting if alive else ():
+        waiting = [w for w in self._watches.values() if alive and w.logged and not w.broke]
+        for watch in waiting:
             watch.mark = uuid.uuid4().hex
             try:
                 self._client[watch.database][MARKS].insert_one({"_id": watch.mark})
             except PyMongoError as exc:
                 watch.broke = f"its mark not written: {exc}"
         deadline = time.monotonic() + DRAINED_WITHIN_S
-        for watch in waiting if alive else ():
-            # A stream that ended (MongoDB restarted under it) reads no mark: not waited for.
+        for watch in waiting:
             while not watch.marked.wait(0.2) and not watch.broke and self._thread.is_alive():
                 if time.monotonic() > deadline:
                     log.warning("the landing watch of %s did not read its mark", watch.database)
