@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,41 @@ from tests.support import (
     server_handles,
     sigint_as_in_a_terminal,
 )
+
+# A test slower than this is named as it ends, with the machine's load then.
+SLOW_S = 60.0
+_SUITE_STARTED = time.monotonic()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """A failure, or a slow test, named the moment it ends: CI's time limit kills the suite
+    before pytest's summary, and a killed log otherwise shows dots and F's but no names."""
+    config = _CONFIG.get("config")
+    if config is None or hasattr(config, "workerinput"):
+        return  # a worker: its controller reports
+    slow = report.when == "call" and report.duration >= SLOW_S
+    if not (report.failed or slow):
+        return
+    elapsed = int(time.monotonic() - _SUITE_STARTED)
+    what = "FAILED" if report.failed else "slow"
+    line = (
+        f"[{elapsed // 60:3d}:{elapsed % 60:02d}] {what} {report.nodeid} ({report.when}, "
+        f"{report.duration:.0f} s; load {os.getloadavg()[0]:.1f})"
+    )
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if report.failed and crash is not None:
+        line += f": {crash.message.strip().splitlines()[0][:300]}"
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    if terminal is not None:
+        terminal.write_line(line)
+
+
+_CONFIG: dict[str, pytest.Config] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _CONFIG["config"] = config
+
 
 # A margin over a stopped node's start and its partitions' catching up on 2 cores
 # (docs/performance.md).
