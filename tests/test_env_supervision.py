@@ -270,3 +270,35 @@ def test_a_spawned_process_carries_its_marker_as_soon_as_spawn_returns(tmp_path:
         os.sched_setaffinity(0, cpus)
         process.kill(started)  # every exit status collected
     assert not missed, f"{len(missed)} of 50 new processes without their marker: {missed}"
+
+
+def test_a_service_spawned_with_only_its_name_is_ours_and_the_processes_it_starts_are_not(
+    tmp_path: Path,
+) -> None:
+    # The podman service's helpers inherit its marker (aardvark-dns, conmon, its "container
+    # cleanup"): killed as the lab's, aardvark-dns left a stale PID file, and netavark's next
+    # reload SIGHUPed whoever had that PID then. Here: a bash that starts a sleep and another bash.
+    env_id = unique("only")
+    handle = process.spawn(
+        ["bash", "-c", "sleep 60 & bash -c 'sleep 61; true' & wait"],
+        env_id=env_id,
+        server="engine",
+        log_path=tmp_path / "service.log",
+        only="bash",
+    )
+    service = psutil.Process(handle.pid)
+
+    def started() -> list[psutil.Process]:
+        found = service.children(recursive=True)
+        if len(found) < 3:
+            raise NotReady(f"the service has started {found} so far")
+        return found
+
+    try:
+        helpers = wait_for(started, what="the service's children", timeout=10, interval=0.05)
+        assert {p.name() for p in helpers} == {"sleep", "bash"}
+        assert all(p.environ().get(process.ENV_ID_VAR) == env_id for p in helpers)
+        assert [p.pid for p in process.marked(env_id)] == [service.pid]
+        assert [p.pid for p in process.marked(env_id, "engine")] == [service.pid]
+    finally:
+        process.kill([service])  # the service and what it started

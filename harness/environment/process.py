@@ -4,6 +4,13 @@ Every process the lab starts carries two environment variables, ``CHAOSLAB_ENV_I
 ``CHAOSLAB_SERVER``, which its children inherit (a Spark worker's executors, a runtime's JVM).
 A process is "ours" only if it carries our marker, so signals never reach a stranger that was
 given a recycled PID, and grandchildren that left the process group are still found.
+
+A service whose children are another program's to manage is spawned with ``only`` its own
+program's name (``CHAOSLAB_ONLY``): its children inherit the marker but are not ours. The podman
+service's are: netavark starts one ``aardvark-dns`` for every network on the host and SIGHUPs the
+PID in its PID file to reload it, so an aardvark-dns the lab killed left a stale PID file, and
+the next container's network set-up SIGHUPed whatever process was given that PID next (seen:
+a Kafka node of the other test worker's environment, which stopped).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import psutil
 
 ENV_ID_VAR = "CHAOSLAB_ENV_ID"
 SERVER_VAR = "CHAOSLAB_SERVER"
+ONLY_VAR = "CHAOSLAB_ONLY"  # the one program the marker belongs to, where it is set
 KILL_WAIT_S = 10.0  # after SIGKILL: only a process stuck in the kernel takes longer
 SLOW_STOP_S = 5.0  # a stop step that takes longer is logged
 MARKED_WAIT_S = 5.0  # for a new process's environment to be readable: an exec takes far less
@@ -74,11 +82,16 @@ def spawn(
     log_path: Path,
     extra_env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
+    only: str | None = None,
 ) -> ProcessHandle:
     """Start ``argv`` in its own session (so terminal signals and process-group kills aimed at
-    the harness do not reach it), appending its output to ``log_path``."""
+    the harness do not reach it), appending its output to ``log_path``. With ``only`` (the
+    program's process name), the processes it starts are not counted as the server's."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **(extra_env or {}), ENV_ID_VAR: env_id, SERVER_VAR: server}
+    env.pop(ONLY_VAR, None)
+    if only is not None:
+        env[ONLY_VAR] = only
     with log_path.open("ab") as log:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         log.write(f"{LOG_HEADER} {server} at {stamp}: {' '.join(argv)}\n".encode())
@@ -118,7 +131,16 @@ def _carries(proc: psutil.Process, env_id: str, server: str | None) -> bool:
         env = proc.environ()
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
         return False
-    return env.get(ENV_ID_VAR) == env_id and (server is None or env.get(SERVER_VAR) == server)
+    if env.get(ENV_ID_VAR) != env_id or (server is not None and env.get(SERVER_VAR) != server):
+        return False
+    only = env.get(ONLY_VAR)
+    if only is None:
+        return True
+    # The process spawn started leads its own session; the program's own helpers (podman's
+    # "container cleanup") do not.
+    with contextlib.suppress(psutil.Error, OSError):
+        return proc.name() == only and os.getsid(proc.pid) == proc.pid
+    return False
 
 
 def marked(env_id: str, server: str | None = None) -> list[psutil.Process]:

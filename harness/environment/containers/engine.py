@@ -166,6 +166,7 @@ def start_podman(directory: Path, env_id: str) -> Engine:
         server=ENGINE_SERVER,
         log_path=directory / "logs" / f"{ENGINE_SERVER}.log",
         extra_env={"CONTAINERS_CONF": str(conf)},
+        only="podman",  # its conmons and the host's aardvark-dns are podman's (process.py)
     )
 
     def answers() -> None:
