@@ -139,7 +139,7 @@ def _carries(proc: psutil.Process, env_id: str, server: str | None) -> bool:
     # The process spawn started leads its own session; the program's own helpers (podman's
     # "container cleanup") do not.
     with contextlib.suppress(psutil.Error, OSError):
-        return proc.name() == only and os.getsid(proc.pid) == proc.pid
+        return bool(proc.name() == only and os.getsid(proc.pid) == proc.pid)
     return False
 
 
