@@ -34,7 +34,7 @@ from harness.errors import BadInput, LabError
 from harness.explore import inputs as explore_inputs
 from harness.explore import report as explore_report
 from harness.explore.explorer import explore
-from harness.explore.model import REPLAYS
+from harness.explore.model import RANDOM, REPLAYS
 from harness.notebooks import execute
 from harness.paths import revision
 from harness.pipeline.connect import worker as connect_worker
@@ -557,12 +557,14 @@ def cmd_explore(args: argparse.Namespace) -> int:
         findings=args.findings,
         replays=args.replays,
         source=args.source,
+        strategy=args.strategy,
     )
     explored, budget = plan.explored, plan.budget_s
     say(
         f"exploring {', '.join(map(str, explored.variants))} on {explored.runtime}"
         f"{' from PostgreSQL through Debezium' if explored.source != 'producer' else ''} for "
-        f"{budget:.0f} s, seed {args.seed}; fault kinds: {', '.join(explored.kinds)}"
+        f"{budget:.0f} s, seed {args.seed}, {plan.strategy} draws; fault kinds: "
+        f"{', '.join(explored.kinds)}"
     )
     env, owned = _environment_for_run(args, out)
     stop = threading.Event()
@@ -881,6 +883,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="producer",
         help="where the records come from: producer, or debezium (PostgreSQL through Debezium, "
         "whose own faults are drawn too, and whose stage is held to at-least-once)",
+    )
+    ex.add_argument(
+        "--strategy",
+        default=RANDOM,
+        help="how each run's schedule is drawn: random, or guided (toward the fault targets, "
+        "crash points and history conditions no run has reached yet) (default: random)",
     )
     ex.add_argument(
         "--findings", type=int, help="stop after this many findings (default: use the budget)"

@@ -20,6 +20,7 @@ from harness.environment.base import Environment
 from harness.errors import LabError
 from harness.explore import report
 from harness.explore.coverage import Exercised, exercised
+from harness.explore.guide import STRATEGIES
 from harness.explore.model import (
     FOUND,
     SOURCE_VIOLATOR,
@@ -33,7 +34,7 @@ from harness.explore.model import (
     violations,
 )
 from harness.explore.shrink import PASSED, STILL_FAILS, Replay, Verdict, shrink
-from harness.explore.trial import Trial, draw_trial, refused
+from harness.explore.trial import Trial, refused
 from harness.faults.kinds import injects, parse_fault
 from harness.history.events import read_history
 from harness.report import write_report
@@ -64,11 +65,15 @@ def explore(
             and not _enough(state)
         ):
             number += 1
-            trial = draw_trial(plan.explored, plan.seed, number)
+            drawn = STRATEGIES[plan.strategy](plan.explored, plan.seed, number, state.runs)
+            trial = drawn.trial
             if problem := refused(trial, plan.explored.backend):
                 progress(f"run {number}: skipped, the backend cannot play it: {problem}")
                 continue
+            if drawn.aimed_at:
+                progress(f"run {number:>3} aimed at: {'; '.join(drawn.aimed_at)}")
             record = run_one(env, trial, plan.out / "runs" / f"{number:03d}", number, stop)
+            record = replace(record, aimed_at=drawn.aimed_at)
             state.runs.append(record)
             progress(f"run {number:>3} {_summary(record)}")
             if record.violations and not _known(state, record.violations):

@@ -13,7 +13,8 @@ import yaml
 from harness.checker.promise import NOTHING
 from harness.environment.base import BackendAbilities
 from harness.errors import BadInput
-from harness.explore.model import REPLAYS, Plan
+from harness.explore.guide import STRATEGIES
+from harness.explore.model import RANDOM, REPLAYS, Plan
 from harness.explore.trial import Explored, drawable, variant_entry
 from harness.pipeline.runtimes import get_runtime, names
 from harness.pipeline.variants import BUILT_IN, make_variant
@@ -61,6 +62,7 @@ def plan(
     findings: int | None = None,
     replays: int = REPLAYS,
     source: str = SourceKind.PRODUCER,
+    strategy: str = RANDOM,
 ) -> Plan:
     """The exploration the command line asks for; BadInput naming every problem."""
     problems: list[str] = []
@@ -69,6 +71,8 @@ def plan(
         problems.append(f"--findings: must be >= 1, got {findings}")
     if replays < 1:
         problems.append(f"--replays: must be >= 1, got {replays}")
+    if strategy not in STRATEGIES:
+        problems.append(f"--strategy: one of {', '.join(STRATEGIES)}, got {strategy!r}")
     if runtime not in names():
         problems.append(f"--runtime: unknown {runtime!r} (choose from {', '.join(names())})")
     entries: list[str | Mapping[str, Any]] = []
@@ -111,7 +115,9 @@ def plan(
         backend=backend,
         source=source,
     )
-    return Plan(explored, seed, budget_s, out, replays=replays, findings=findings)
+    return Plan(
+        explored, seed, budget_s, out, replays=replays, findings=findings, strategy=strategy
+    )
 
 
 def _variant_entry(text: str, problems: list[str]) -> str | Mapping[str, Any] | None:

@@ -24,6 +24,8 @@ SOURCE_PROMISE = AT_LEAST_ONCE  # Debezium's, in recovery: a change may come twi
 SOURCE_VIOLATOR = "source/debezium"  # a source's violation, named as a lane's are
 FOUND = "found-{}"  # a finding's folder in the exploration's
 SCENARIO_FILE = "scenario.yaml"
+RANDOM = "random"  # how each run's schedule is drawn (guide.STRATEGIES)
+GUIDED = "guided"
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,9 @@ class RunRecord:
     directory: Path | None = None
     exercised: tuple[tuple[str, Exercised], ...] = ()  # (variant, what its history shows)
     aimed: tuple[Aimed, ...] = ()
+    # Why its schedule was drawn: what it aimed at that no run before it had reached (a guided
+    # exploration's; empty for a random draw).
+    aimed_at: tuple[str, ...] = ()
 
     @property
     def verdict(self) -> str:
@@ -143,6 +148,7 @@ class Plan:
     out: Path
     replays: int = REPLAYS
     findings: int | None = None  # stop after this many (None: explore until the budget ends)
+    strategy: str = RANDOM
     # When the budget began (monotonic): when the command was asked, so that starting an
     # environment is spent from it too.
     started: float = field(default_factory=time.monotonic)

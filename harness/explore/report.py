@@ -27,7 +27,8 @@ def write(state: Exploration) -> Path:
         + (" from PostgreSQL through Debezium" if explored.source == SourceKind.DEBEZIUM else ""),
         "",
         f"Variants: {', '.join(map(str, explored.variants))}. Fault kinds: "
-        f"{', '.join(explored.kinds)}. Budget {plan.budget_s:.0f} s; {len(state.runs)} runs "
+        f"{', '.join(explored.kinds)}. Budget {plan.budget_s:.0f} s, {plan.strategy} draws; "
+        f"{len(state.runs)} runs "
         f"({elapsed:.0f} s running them)"
         + (f"; ended early: {state.interrupted}" if state.interrupted else "")
         + ".",
@@ -39,8 +40,8 @@ def write(state: Exploration) -> Path:
         "",
         "## Runs",
         "",
-        "| run | workload | schedule | verdict | s |",
-        "| ---: | --- | --- | --- | ---: |",
+        "| run | workload | schedule | aimed at | verdict | s |",
+        "| ---: | --- | --- | --- | --- | ---: |",
         *(_run(r) for r in state.runs),
         "",
         *coverage(state.runs),
@@ -108,7 +109,11 @@ def _run(r: RunRecord) -> str:
     workload = f"{s.events} ev, {s.partitions} p, {s.consumers} c, batch {s.batch_size}" + (
         f", {s.settings}" if s.mongo else ""
     )
-    return f"| {r.number} | {workload} | {r.trial.schedule()} | {r.verdict} | {r.seconds:.0f} |"
+    aimed = "; ".join(r.aimed_at) or "-"
+    return (
+        f"| {r.number} | {workload} | {r.trial.schedule()} | {aimed} | {r.verdict} "
+        f"| {r.seconds:.0f} |"
+    )
 
 
 def _kept(trail: tuple[Tried, ...]) -> str:

@@ -182,14 +182,15 @@ def drawable(kinds: Sequence[str] | None = None) -> tuple[str, ...]:
     )
 
 
-def draw_trial(explored: Explored, seed: int, number: int) -> Trial:
-    """Run ``number`` of the exploration with ``seed``: a pure function of the two."""
-    rng = random.Random(f"explore:{seed}:{number}")
+def draw_trial(explored: Explored, seed: int, number: int, candidate: int = 0) -> Trial:
+    """Run ``number`` of the exploration with ``seed``: a pure function of the two. A guided
+    draw's other ``candidate`` trials for the run come from streams of their own (the first is
+    the random draw, so a random exploration's seeds still mean the same runs)."""
+    stream = f"explore:{seed}:{number}" + (f":candidate-{candidate}" if candidate else "")
+    rng = random.Random(stream)
     # The client settings from a stream of their own: the rest of a run's draw stays what it
     # was before they were drawn (the seeds a test or a finding names still mean that run).
-    shape = Shape.draw(rng, explored.runtime).with_mongo(
-        random.Random(f"explore:{seed}:{number}:mongo")
-    )
+    shape = Shape.draw(rng, explored.runtime).with_mongo(random.Random(f"{stream}:mongo"))
     trial = Trial(
         name=f"explore-{seed}-{number}",
         seed=rng.randrange(1, 1_000_000),

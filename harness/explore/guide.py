@@ -1,0 +1,157 @@
+"""How an exploration draws each run's schedule (pure): at random, or guided toward what the runs
+so far have not reached.
+
+Random search finds what its dice happen to reach. The guided draw takes several candidate
+trials for a run and keeps the one that aims at the most that no run has reached yet: a fault
+kind on a target that never fired, a crash point never reached, a history condition never seen
+(``coverage.Condition``), and two conditions never seen in one run together. What a fault kind
+brings about is read from the runs so far, and before a kind has fired, from what it is for
+(``PRIOR``). The feedback is the history's, as Mallory steers Jepsen's nemesis by what the
+system was observed doing (CCS 2023).
+
+A registry of strategies, as papermill's of engines: ``STRATEGIES[name](explored, seed, number,
+runs)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+
+from harness.explore.coverage import Condition, Exercised
+from harness.explore.model import GUIDED, RANDOM, RunRecord
+from harness.explore.trial import Explored, Trial, draw_trial
+from harness.faults.kinds import parse_fault
+from harness.records import FieldErrors
+
+CANDIDATES = 8  # trials drawn for each guided run; the first is the random strategy's
+# What a target is worth: a condition is what a promise needs tested; a pair of them in one
+# run less than either alone.
+CONDITION_WEIGHT = 2.0
+AIM_WEIGHT = 1.0
+PAIR_WEIGHT = 0.5
+
+C = Condition
+# What each fault kind is for: the conditions it can bring about, before a run has shown which
+# it does. Read from the fault families (a consumer-crash's point decides KILLED_MID_WRITE).
+PRIOR: Mapping[str, frozenset[Condition]] = {
+    "consumer-crash": frozenset({C.REDELIVERED, C.RESTARTED}),
+    "consumer-kill": frozenset({C.KILLED_MID_WRITE, C.REDELIVERED, C.RESTARTED}),
+    "consumer-freeze": frozenset({C.MOVED_IN_FLIGHT, C.COMMIT_FAILED, C.REDELIVERED}),
+    "consumer-pause": frozenset({C.MOVED_IN_FLIGHT, C.COMMIT_FAILED, C.REDELIVERED}),
+    "commit-failure": frozenset({C.COMMIT_FAILED, C.REDELIVERED}),
+    "broker-bounce": frozenset({C.COORDINATOR_MOVED}),
+    "broker-kill": frozenset({C.COORDINATOR_MOVED}),
+    "broker-pause": frozenset({C.COORDINATOR_MOVED, C.COMMIT_FAILED}),
+    "broker-rolling-restart": frozenset({C.COORDINATOR_MOVED}),
+    "executor-loss": frozenset({C.EXECUTOR_LOST, C.REDELIVERED}),
+    "mongo-ack-lost": frozenset({C.DRIVER_RETRIED, C.WRITE_RETRIED}),
+    "mongo-failcommand": frozenset({C.WRITE_RETRIED}),
+    "mongo-restart": frozenset({C.WRITE_RETRIED, C.DRIVER_RETRIED}),
+    "mongo-stepdown": frozenset({C.WRITE_RETRIED, C.DRIVER_RETRIED}),
+    "network": frozenset({C.WRITE_RETRIED, C.COMMIT_FAILED}),
+    "connect-worker-kill": frozenset({C.REDELIVERED, C.MOVED_IN_FLIGHT, C.RESTARTED}),
+    "connect-task-restart": frozenset({C.REDELIVERED}),
+}
+MID_WRITE = "mid_write"
+
+
+@dataclass(frozen=True)
+class Reached:
+    """What the runs so far reached, on any lane."""
+
+    conditions: frozenset[Condition] = frozenset()
+    pairs: frozenset[frozenset[Condition]] = frozenset()  # two conditions in one lane's run
+    fired: frozenset[tuple[str, str]] = frozenset()  # (kind, target) that fired
+    points: frozenset[str] = frozenset()  # crash points reached
+    # The conditions seen in the runs where each kind fired: what it brought about, measured.
+    brought: Mapping[str, frozenset[Condition]] | None = None
+
+
+def reached(runs: Sequence[RunRecord]) -> Reached:
+    """What ``runs`` reached, from their histories and their faults' firing."""
+    seen: list[Exercised] = [e for r in runs for _, e in r.exercised]
+    brought: dict[str, set[Condition]] = {}
+    for r in runs:
+        in_run = set().union(*(e.conditions for _, e in r.exercised))
+        for a in r.aimed:
+            if a.fired:
+                brought.setdefault(a.kind, set()).update(in_run)
+    return Reached(
+        conditions=frozenset(c for e in seen for c in e.conditions),
+        pairs=frozenset(frozenset(p) for e in seen for p in combinations(e.conditions, 2)),
+        fired=frozenset((a.kind, a.target) for r in runs for a in r.aimed if a.fired),
+        points=frozenset(p for e in seen for p in e.crash_points),
+        brought={k: frozenset(v) for k, v in brought.items()},
+    )
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """A run's trial, and why it was drawn: what it aims at that no run has reached yet
+    (empty for a random draw)."""
+
+    trial: Trial
+    aimed_at: tuple[str, ...] = ()
+    score: float = 0.0
+
+
+def unreached_aims(trial: Trial, so_far: Reached) -> tuple[tuple[str, float], ...]:
+    """What ``trial`` aims at that no run reached, each with its worth, in a fixed order."""
+    found: dict[str, float] = {}
+    predicted: set[Condition] = set()
+    for entry in trial.faults:
+        kind = str(entry["kind"])
+        try:
+            target = parse_fault(dict(entry), str(entry.get("name", kind))).aim()
+        except FieldErrors:
+            continue  # a trial is drawn valid; a hand-written one is judged by its run
+        if (kind, target) not in so_far.fired:
+            found.setdefault(f"{kind} on {target}, never fired", AIM_WEIGHT)
+        point = entry.get("point")
+        if isinstance(point, str):
+            if point not in so_far.points:
+                found.setdefault(f"crash point {point}, never reached", AIM_WEIGHT)
+            if point == MID_WRITE:
+                predicted.add(C.KILLED_MID_WRITE)
+        predicted |= PRIOR.get(kind, frozenset()) | (so_far.brought or {}).get(kind, frozenset())
+    for c in sorted(predicted - so_far.conditions):
+        found[f"{c.value}, never seen"] = CONDITION_WEIGHT
+    for a, b in combinations(sorted(predicted), 2):
+        if frozenset((a, b)) not in so_far.pairs:
+            found[f"{a.value} with {b.value}, never together"] = PAIR_WEIGHT
+    return tuple(found.items())
+
+
+def steer(candidates: Sequence[Trial], so_far: Reached) -> Drawn:
+    """The candidate that aims at the most no run has reached (the first, of equals)."""
+    best: Drawn | None = None
+    for trial in candidates:
+        aims = unreached_aims(trial, so_far)
+        score = sum(w for _, w in aims)
+        if best is None or score > best.score:
+            best = Drawn(trial, tuple(what for what, _ in aims), score)
+    if best is None:
+        raise ValueError("no candidate to steer between")
+    return best
+
+
+def candidates(explored: Explored, seed: int, number: int, count: int) -> Iterable[Trial]:
+    """Run ``number``'s candidates: the random draw first, then others from streams of their
+    own (pure, as the random draw is)."""
+    yield draw_trial(explored, seed, number)
+    for k in range(1, count):
+        yield draw_trial(explored, seed, number, candidate=k)
+
+
+def draw_random(explored: Explored, seed: int, number: int, runs: Sequence[RunRecord]) -> Drawn:
+    return Drawn(draw_trial(explored, seed, number))
+
+
+def draw_guided(explored: Explored, seed: int, number: int, runs: Sequence[RunRecord]) -> Drawn:
+    return steer(list(candidates(explored, seed, number, CANDIDATES)), reached(runs))
+
+
+Strategy = Callable[[Explored, int, int, Sequence[RunRecord]], Drawn]
+STRATEGIES: Mapping[str, Strategy] = {RANDOM: draw_random, GUIDED: draw_guided}
