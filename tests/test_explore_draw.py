@@ -19,7 +19,17 @@ from harness.errors import BadInput
 from harness.explore import report
 from harness.explore.coverage import Condition, exercised, unreached
 from harness.explore.inputs import default_variants, plan
-from harness.explore.model import Aim, Aimed, Exploration, Finding, RunRecord, aims, violations
+from harness.explore.model import (
+    Aim,
+    Aimed,
+    Exploration,
+    Finding,
+    RunRecord,
+    Violation,
+    aims,
+    same_cause,
+    violations,
+)
 from harness.explore.shrink import PASSED, STILL_FAILS, Replay, Tried, Verdict, shrink
 from harness.explore.trial import Explored, Shape, Trial, describe, draw_trial, drawable, refused
 from harness.faults.base import Space
@@ -412,6 +422,39 @@ def test_the_report_counts_the_shrink_tries_that_said_nothing(tmp_path: Path) ->
     page = report.write(Exploration(planned, findings=[found])).read_text()
     assert "Shrunk in 3 tries (1 kept, 1 not judged)" in page
     assert str(trail[1].replay) == "not judged (consumer-crash#1 never fired)"
+
+
+def test_a_run_that_breaks_a_promise_by_a_shrunk_cause_is_counted_with_its_finding(
+    tmp_path: Path,
+) -> None:
+    # The cause: the lane, the clauses it broke, the kind and point of each fault the finding
+    # was shrunk to. A later run with that fault among others, breaking the same clause, is the
+    # same cause; another point, another lane or another clause is not.
+    mid = {"kind": "consumer-crash", "name": "consumer-crash#1", "point": "mid_write",
+           "at_batch": 2, "after_docs": 1}  # fmt: skip
+    late = {**mid, "point": "after_write_before_commit", "after_docs": None}
+    late = {k: v for k, v in late.items() if v is not None}
+    slow = {"kind": "broker-slow", "name": "broker-slow#2", "at": 1.0, "duration": 3.0,
+            "delay_ms": 200}  # fmt: skip
+    base = draw_trial(LISTENER, 3, 1)
+    lost = Violation("listener/idempotent", "exactly-once", ("lost 2",))
+    found = Finding(1, 4, (lost,), base.with_faults([mid]), (), reproduced=5, replays=5,
+                    directory=tmp_path / "found-1")  # fmt: skip
+
+    def record(faults: list[dict[str, Any]], *broke: Violation) -> RunRecord:
+        return RunRecord(9, base.with_faults(faults), 20.0, violations=broke)
+
+    other_count = Violation("listener/idempotent", "exactly-once", ("lost 7",))
+    assert same_cause(found, record([slow, mid], other_count))
+    assert not same_cause(found, record([slow, late], lost))  # another point
+    assert not same_cause(found, record([mid], replace(lost, variant="listener/transactional")))
+    assert not same_cause(found, record([mid], replace(lost, broken=("duplicates 3",))))
+    counted = replace(found, also=(9, 12))
+    assert counted.runs == (4, 9, 12)
+    planned = plan(runtime="listener", variants=["idempotent"], kinds=None, backend=LOCAL,
+                   budget="60", seed=3, out=tmp_path)  # fmt: skip
+    page = report.write(Exploration(planned, findings=[counted])).read_text()
+    assert "**found-1** (runs 4, 9, 12: one cause)" in page
 
 
 def test_explore_beside_a_debezium_source_draws_its_faults_and_holds_its_stage() -> None:

@@ -29,8 +29,8 @@ from harness.explore.model import (
     Finding,
     Plan,
     RunRecord,
-    Violation,
     promises,
+    same_cause,
     violations,
 )
 from harness.explore.shrink import PASSED, STILL_FAILS, Replay, Verdict, shrink
@@ -44,6 +44,10 @@ from harness.run.runner import run_scenario
 
 # A run is not started with less than this left: it would be stopped before it shows anything.
 SHORTEST_RUN_S = 20.0
+# Shrinking and replaying findings, all of them, take at most this share of the budget: the
+# rest is the search's (a search whose budget went into shrinking ran few runs, and a cause it
+# reached late went unreported).
+SHRINK_SHARE = 0.6
 CTRL_C = "Ctrl-C"
 
 
@@ -76,8 +80,8 @@ def explore(
             record = replace(record, aimed_at=drawn.aimed_at)
             state.runs.append(record)
             progress(f"run {number:>3} {_summary(record)}")
-            if record.violations and not _known(state, record.violations):
-                state.findings.append(_shrink(env, state, record, stop, progress))
+            if record.violations:
+                _found(env, state, record, stop, progress)
     except KeyboardInterrupt:
         state.interrupted = CTRL_C
     finally:
@@ -125,6 +129,7 @@ def _shrink(
     progress: Progress,
 ) -> Finding:
     plan = state.plan
+    started = time.monotonic()
     number = len(state.findings) + 1
     folder = plan.out / FOUND.format(number)
     violators = tuple(v.variant.split("/", 1)[1] for v in record.violations)
@@ -152,7 +157,13 @@ def _shrink(
 
     def out_of_time() -> bool:
         replays = plan.replays * statistics.median(r.seconds for r in last_failing[-3:])
-        return bool(state.interrupted) or stop.is_set() or state.left() < replays + SHORTEST_RUN_S
+        spent = state.shrinking_s + time.monotonic() - started
+        return (
+            bool(state.interrupted)
+            or stop.is_set()
+            or state.left() < replays + SHORTEST_RUN_S
+            or spent + replays > SHRINK_SHARE * plan.budget_s
+        )
 
     minimal, trail = shrink(
         record.trial,
@@ -178,6 +189,7 @@ def _shrink(
         report=_report(shown),
     )
     _write_scenario(finding)
+    state.shrinking_s += time.monotonic() - started
     progress(
         f"  shrunk in {len(trail)} tries to: {minimal.schedule()}; reproduced {reproduced} "
         f"of {replays} replays; {finding.scenario_file}"
@@ -261,14 +273,21 @@ def _enough(state: Exploration) -> bool:
     return wanted is not None and len(state.findings) >= wanted
 
 
-def _known(state: Exploration, found: tuple[Violation, ...]) -> bool:
-    """Whether every violation is one a finding already shrank (same lane, same counts)."""
-    seen = {(v.variant, _fields(v)) for f in state.findings for v in f.violations}
-    return all((v.variant, _fields(v)) in seen for v in found)
-
-
-def _fields(v: Violation) -> tuple[str, ...]:
-    return tuple(sorted(b.split(" ", 1)[0] for b in v.broken))
+def _found(
+    env: Environment,
+    state: Exploration,
+    record: RunRecord,
+    stop: threading.Event,
+    progress: Progress,
+) -> None:
+    """A run that broke a promise: counted with the finding of the same cause, or shrunk to a
+    finding of its own."""
+    for i, finding in enumerate(state.findings):
+        if same_cause(finding, record):
+            state.findings[i] = replace(finding, also=(*finding.also, record.number))
+            progress(f"  the cause of found-{finding.number} again: counted, not shrunk")
+            return
+    state.findings.append(_shrink(env, state, record, stop, progress))
 
 
 def _exercised(result: ScenarioResult) -> tuple[tuple[str, Exercised], ...]:

@@ -12,6 +12,7 @@ from harness.checker.promise import AT_LEAST_ONCE, Promise
 from harness.explore.coverage import Exercised
 from harness.explore.shrink import Tried
 from harness.explore.trial import Explored, Trial
+from harness.faults.kinds import parse_fault
 from harness.pipeline.variants import make_variant
 from harness.results.model import ScenarioResult
 from harness.scenario import Scenario
@@ -106,10 +107,40 @@ class Finding:
     replays: int
     directory: Path
     report: Path | None = None  # a replay's report.md that shows it
+    # Later runs that broke a promise by the same cause (``same_cause``): counted, not shrunk.
+    also: tuple[int, ...] = ()
 
     @property
     def scenario_file(self) -> Path:
         return self.directory / SCENARIO_FILE
+
+    @property
+    def runs(self) -> tuple[int, ...]:
+        """Every run that broke a promise by its cause, the one that found it first."""
+        return (self.run, *self.also)
+
+
+def broken_clauses(v: Violation) -> tuple[str, ...]:
+    """The promise's clauses a violation broke, without their counts: ``("duplicates",)``."""
+    return tuple(sorted(b.split(" ", 1)[0] for b in v.broken))
+
+
+def fault_aims(trial: Trial) -> frozenset[tuple[str, str]]:
+    """Each fault of ``trial`` as its kind and what it aims at (a crash's point among them)."""
+    return frozenset(
+        (str(f["kind"]), parse_fault(dict(f), str(f.get("name", f["kind"]))).aim())
+        for f in trial.faults
+    )
+
+
+def same_cause(finding: Finding, record: RunRecord) -> bool:
+    """Whether ``record`` broke a promise by the cause ``finding`` was shrunk to: each of its
+    violations a lane and clauses the finding broke, and every fault of the finding's minimal
+    schedule, by kind and point or target, among the run's."""
+    broke = {(v.variant, broken_clauses(v)) for v in finding.violations}
+    return all((v.variant, broken_clauses(v)) in broke for v in record.violations) and (
+        fault_aims(finding.minimal) <= fault_aims(record.trial)
+    )
 
 
 def promises(scenario: Scenario) -> dict[str, Promise]:
@@ -162,6 +193,7 @@ class Exploration:
     runs: list[RunRecord] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     interrupted: str = ""  # why it ended early ("Ctrl-C")
+    shrinking_s: float = 0.0  # spent shrinking and replaying findings so far
 
     def left(self) -> float:
         return self.plan.budget_s - MARGIN_S - (time.monotonic() - self.plan.started)

@@ -96,8 +96,9 @@ def coverage(runs: Sequence[RunRecord]) -> list[str]:
 def _finding(f: Finding, out: Path) -> str:
     where = os.path.relpath(f.scenario_file, out)
     shown = f" Its timeline: [report]({os.path.relpath(f.report, out)})." if f.report else ""
+    runs = f"run {f.run}" if not f.also else f"runs {', '.join(map(str, f.runs))}: one cause"
     return (
-        f"* **found-{f.number}** (run {f.run}): {'; '.join(map(str, f.violations))}. Shrunk in "
+        f"* **found-{f.number}** ({runs}): {'; '.join(map(str, f.violations))}. Shrunk in "
         f"{len(f.trail)} tries ({_kept(f.trail)}) to "
         f"`{f.minimal.schedule()}` over {f.minimal.shape.events} events; reproduced in "
         f"{f.reproduced} of {f.replays} replays. Re-run: `chaoslab run {where}`.{shown}"
