@@ -155,6 +155,10 @@ def _shrink(
             return Replay(Verdict.UNJUDGED, f"{', '.join(silent)} never fired")
         return PASSED
 
+    # The search's share is kept only while it has more to search for: after the last
+    # finding asked for (--findings), shrinking may use what is left.
+    search_after = plan.findings is None or number < plan.findings
+
     def out_of_time() -> bool:
         replays = plan.replays * statistics.median(r.seconds for r in last_failing[-3:])
         spent = state.shrinking_s + time.monotonic() - started
@@ -162,7 +166,7 @@ def _shrink(
             bool(state.interrupted)
             or stop.is_set()
             or state.left() < replays + SHORTEST_RUN_S
-            or spent + replays > SHRINK_SHARE * plan.budget_s
+            or (search_after and spent + replays > SHRINK_SHARE * plan.budget_s)
         )
 
     minimal, trail = shrink(
