@@ -30,7 +30,18 @@ from harness.explore.model import (
     same_cause,
     violations,
 )
-from harness.explore.shrink import PASSED, STILL_FAILS, Replay, Tried, Verdict, shrink
+from harness.explore.shrink import (
+    PASSED,
+    PASSES,
+    STILL_FAILS,
+    Replay,
+    Tried,
+    Verdict,
+    pin_to_records,
+    reliably,
+    shrink,
+    simplify_faults,
+)
 from harness.explore.trial import Explored, Shape, Trial, describe, draw_trial, drawable, refused
 from harness.faults.base import Space
 from harness.faults.kinds import KINDS, injects, parse_fault
@@ -455,6 +466,56 @@ def test_a_run_that_breaks_a_promise_by_a_shrunk_cause_is_counted_with_its_findi
                    budget="60", seed=3, out=tmp_path)  # fmt: skip
     page = report.write(Exploration(planned, findings=[counted])).read_text()
     assert "**found-1** (runs 4, 9, 12: one cause)" in page
+
+
+@pytest.mark.parametrize(
+    ("shown", "runs", "verdict", "ran"),
+    [
+        ("FFFF", 5, Verdict.FAILS, 4),  # a sure failure: kept at its fourth, not replayed a fifth
+        ("FPFFF", 5, Verdict.FAILS, 5),  # 4 of 5
+        ("FPFP", 5, Verdict.PASSES, 4),  # at most 3 of 5 now: not kept for being smaller
+        ("PP", 5, Verdict.PASSES, 2),
+        ("FFU", 5, Verdict.UNJUDGED, 3),  # a run that said nothing says nothing of it
+        ("FF", 2, Verdict.FAILS, 2),  # --replays 2: both
+        ("P", 2, Verdict.PASSES, 1),
+        ("F", 1, Verdict.FAILS, 1),
+    ],
+)
+def test_a_candidate_is_kept_only_where_it_fails_in_four_of_five_replays(
+    shown: str, runs: int, verdict: Verdict, ran: int
+) -> None:
+    replays = iter({"F": STILL_FAILS, "P": PASSED, "U": Replay(Verdict.UNJUDGED, "x")}[c]
+                   for c in shown)  # fmt: skip
+    calls = []
+
+    def once() -> Replay:
+        calls.append(1)
+        return next(replays)
+
+    judged = reliably(once, runs)
+    assert (judged.verdict, len(calls)) == (verdict, ran)
+    if verdict is not Verdict.UNJUDGED:
+        assert judged.runs == ran and judged.failed == shown.count("F")
+
+
+def test_a_timed_fault_is_tried_at_the_record_count_the_producer_had_reached_by_then() -> None:
+    base = draw_trial(LISTENER, 3, 1)
+    timed = {"kind": "commit-failure", "name": "commit-failure#1", "at": 2.5, "jitter": 1.0,
+             "duration": 4.0}  # fmt: skip
+    chained = {**timed, "name": "commit-failure#2", "after": "commit-failure#1", "at": 1.0}
+    crash = {"kind": "consumer-crash", "name": "consumer-crash#3", "point": "mid_write",
+             "at_batch": 2, "after_docs": 1}  # fmt: skip
+    trial = replace(base, shape=replace(base.shape, rate=200.0)).with_faults(
+        [timed, chained, crash]
+    )
+    # The chained fault counts from its fault's end, and a crash is at its point already:
+    # only the first is pinned.
+    (pinned,) = list(pin_to_records(trial, ("idempotent",)))
+    assert pinned.what == "commit-failure#1: at 2.5 s -> at_event 500"
+    assert pinned.trial.faults[0] == {"kind": "commit-failure", "name": "commit-failure#1",
+                                      "duration": 4.0, "at_event": 500}  # fmt: skip
+    assert not refused(pinned.trial, LOCAL)
+    assert pin_to_records in PASSES and PASSES.index(pin_to_records) < PASSES.index(simplify_faults)
 
 
 def test_explore_beside_a_debezium_source_draws_its_faults_and_holds_its_stage() -> None:

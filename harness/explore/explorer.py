@@ -33,7 +33,7 @@ from harness.explore.model import (
     same_cause,
     violations,
 )
-from harness.explore.shrink import PASSED, STILL_FAILS, Replay, Verdict, shrink
+from harness.explore.shrink import PASSED, STILL_FAILS, Replay, Verdict, reliably, shrink
 from harness.explore.trial import Trial, refused
 from harness.faults.kinds import injects, parse_fault
 from harness.history.events import read_history
@@ -172,7 +172,7 @@ def _shrink(
     minimal, trail = shrink(
         record.trial,
         violators,
-        replay,
+        lambda trial: reliably(lambda: replay(trial), plan.replays),
         valid=lambda t: not refused(t, plan.explored.backend),
         out_of_time=out_of_time,
         clock=time.monotonic,

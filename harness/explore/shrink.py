@@ -3,9 +3,15 @@ that delete and simplify, each candidate replayed with the same seeds and kept o
 still fails.
 
 The passes, in order: keep only the variants that broke their promise; drop faults; a poison
-window's bad records, each alone (a failure a bad record causes comes down to it); simplify
-each fault's fields (shorter, fewer, earlier, softer); put the MongoDB client settings back to
-the driver's defaults; shrink the workload. A pass that made
+window's bad records, each alone (a failure a bad record causes comes down to it); a timed
+fault started at a count of records instead (a named point or a record count replays alike; a
+time does not, on a machine whose speed varies); simplify each fault's fields (shorter, fewer,
+earlier, softer); put the MongoDB client settings back to the driver's defaults; shrink the
+workload.
+
+A candidate is kept only where it fails reliably: ``reliably`` replays it until it has failed in
+``KEEP_SHARE`` of the exploration's replays (4 of 5 by default) or can no longer, so a
+reproducer a user runs once fails as the finding did. A pass that made
 progress runs again on what it made; the round repeats until none does, or time is up. The
 candidates are pure functions of the trial; only ``replay`` runs anything.
 
@@ -18,6 +24,7 @@ again, so it is tried on the changed trial (often one whose fault now fires).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -46,6 +53,7 @@ SIMPLEST: dict[str, float] = {
     "events": 1,
     "fraction": 0.05,
 }
+KEEP_SHARE = 0.8  # of a candidate's replays that must fail for it to be kept: 4 of 5
 SMALLEST_EVENTS = 50
 FEWEST_KEYS = 10
 BAD_RECORDS = 12  # of a poison window, tried alone (one replay each)
@@ -69,9 +77,29 @@ class Verdict(Enum):
 class Replay:
     verdict: Verdict
     why: str = ""  # for UNJUDGED: what left the run saying nothing
+    failed: int = 0  # of ``runs`` replays of the candidate (0 and 0: one replay, not counted)
+    runs: int = 0
 
     def __str__(self) -> str:
-        return f"{self.verdict.value} ({self.why})" if self.why else self.verdict.value
+        rate = f" in {self.failed} of {self.runs}" if self.runs > 1 else ""
+        shown = f"{self.verdict.value}{rate}"
+        return f"{shown} ({self.why})" if self.why else shown
+
+
+def reliably(replay: Callable[[], Replay], runs: int) -> Replay:
+    """Replay a candidate, at most ``runs`` times, until it has failed in ``KEEP_SHARE`` of
+    them (FAILS) or can no longer (PASSES), or at once where a run said nothing (UNJUDGED):
+    4 of 5, so a flaky candidate is not kept for being smaller."""
+    need = math.ceil(KEEP_SHARE * runs)
+    failed = passed = 0
+    while failed < need and passed <= runs - need:
+        shown = replay()
+        if shown.verdict is Verdict.UNJUDGED:
+            return shown
+        failed += shown.verdict is Verdict.FAILS
+        passed += shown.verdict is Verdict.PASSES
+    verdict = Verdict.FAILS if failed >= need else Verdict.PASSES
+    return Replay(verdict, failed=failed, runs=failed + passed)
 
 
 STILL_FAILS, PASSED = Replay(Verdict.FAILS), Replay(Verdict.PASSES)
@@ -107,6 +135,24 @@ def drop_faults(trial: Trial, violators: tuple[str, ...]) -> Iterator[Candidate]
     for i, fault in enumerate(trial.faults):
         rest = trial.faults[:i] + trial.faults[i + 1 :]
         yield Candidate(trial.with_faults(rest), f"drop {describe(fault)}")
+
+
+def pin_to_records(trial: Trial, violators: tuple[str, ...]) -> Iterator[Candidate]:
+    """Each fault started at a time, started instead once as many records were acknowledged as
+    the producer had sent by then, without its jitter: a count replays alike on any machine, a
+    time does not. (A fault started ``after`` another keeps its time: it counts from that
+    fault's end.)"""
+    for i, fault in enumerate(trial.faults):
+        at = fault.get("at")
+        if not isinstance(at, int | float) or fault.get("after"):
+            continue
+        pinned = {k: v for k, v in fault.items() if k not in ("at", "jitter")}
+        pinned["at_event"] = max(1, int(at * trial.shape.rate))
+        faults = (*trial.faults[:i], pinned, *trial.faults[i + 1 :])
+        yield Candidate(
+            trial.with_faults(faults),
+            f"{fault['name']}: at {at} s -> at_event {pinned['at_event']}",
+        )
 
 
 def simplify_faults(trial: Trial, violators: tuple[str, ...]) -> Iterator[Candidate]:
@@ -169,6 +215,7 @@ PASSES: tuple[Pass, ...] = (
     keep_violators,
     drop_faults,
     one_bad_record,
+    pin_to_records,
     simplify_faults,
     default_settings,
     shrink_workload,
