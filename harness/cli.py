@@ -575,8 +575,8 @@ def cmd_explore(args: argparse.Namespace) -> int:
         state = explore(env, plan, progress=say, stop=stop)
     say("")
     for finding in state.findings:
-        runs = ", ".join(map(str, finding.runs))
-        say(f"found-{finding.number} (runs {runs}): {'; '.join(map(str, finding.violations))}")
+        again = f" (runs {', '.join(map(str, finding.runs))}: one cause)" if finding.also else ""
+        say(f"found-{finding.number}: {'; '.join(map(str, finding.violations))}{again}")
         say(f"  minimal: {finding.minimal.schedule()} ({finding.minimal.shape.events} events)")
         say(f"  reproduced {finding.reproduced} of {finding.replays} replays")
         say(f"  chaoslab run {finding.scenario_file}")
