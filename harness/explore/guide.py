@@ -140,9 +140,7 @@ def steer(candidates: Sequence[Trial], so_far: Reached) -> Drawn:
 def candidates(explored: Explored, seed: int, number: int, count: int) -> Iterable[Trial]:
     """Run ``number``'s candidates: the random draw first, then others from streams of their
     own (pure, as the random draw is)."""
-    yield draw_trial(explored, seed, number)
-    for k in range(1, count):
-        yield draw_trial(explored, seed, number, candidate=k)
+    return (draw_trial(explored, seed, number, candidate=k) for k in range(count))
 
 
 def draw_random(explored: Explored, seed: int, number: int, runs: Sequence[RunRecord]) -> Drawn:
