@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,9 +21,8 @@ from harness.explore.guide import (
     unreached_aims,
 )
 from harness.explore.inputs import plan
-from harness.explore.model import GUIDED, RANDOM, Aimed, Exploration, RunRecord
+from harness.explore.model import GUIDED, RANDOM, Aimed, Exploration, RunRecord, aim_of
 from harness.explore.trial import Explored, Shape, Trial, draw_trial, drawable
-from harness.faults.kinds import parse_fault
 
 LOCAL = BackendAbilities("local", (1, 2, 3), link_faults=True)
 LISTENER = Explored("listener", ("idempotent", "transactional"), drawable(), LOCAL)
@@ -53,10 +50,6 @@ def run(
     )
     seen = Exercised(frozenset(conditions), points)
     return RunRecord(number, t, 10.0, exercised=(("listener/idempotent", seen),), aimed=fired)
-
-
-def aim_of(entry: Mapping[str, Any]) -> str:
-    return parse_fault(dict(entry), str(entry["name"])).aim()
 
 
 def test_the_guided_draw_is_pure_and_its_first_candidate_is_the_random_draw() -> None:
@@ -100,7 +93,6 @@ def test_what_a_kind_brought_about_is_learned_from_the_runs_it_fired_in() -> Non
     failing = trial(COMMIT_FAILURE)
     runs = [run(1, failing, {Condition.COMMIT_FAILED, Condition.MOVED_IN_FLIGHT})]
     so_far = reached(runs)
-    assert so_far.brought is not None
     assert Condition.MOVED_IN_FLIGHT in so_far.brought["commit-failure"]
     assert so_far.fired == {("commit-failure", aim_of(COMMIT_FAILURE))}
     aims = dict(unreached_aims(failing, so_far))

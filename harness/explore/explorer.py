@@ -29,13 +29,14 @@ from harness.explore.model import (
     Finding,
     Plan,
     RunRecord,
+    aim_of,
     promises,
     same_cause,
     violations,
 )
 from harness.explore.shrink import PASSED, STILL_FAILS, Replay, Verdict, reliably, shrink
 from harness.explore.trial import Trial, refused
-from harness.faults.kinds import injects, parse_fault
+from harness.faults.kinds import injects
 from harness.history.events import read_history
 from harness.report import write_report
 from harness.results.model import ScenarioResult
@@ -308,7 +309,7 @@ def _aimed(trial: Trial, result: ScenarioResult) -> tuple[Aimed, ...]:
         Aimed(
             str(entry["name"]),
             str(entry["kind"]),
-            parse_fault(entry, str(entry["name"])).aim(),
+            aim_of(entry),
             v.label,
             fired=entry["name"] not in {u.name for u in v.unfired},
         )

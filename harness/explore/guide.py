@@ -16,14 +16,12 @@ runs)``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations
 
 from harness.explore.coverage import Condition, Exercised
-from harness.explore.model import GUIDED, RANDOM, RunRecord
+from harness.explore.model import GUIDED, RANDOM, RunRecord, aim_of
 from harness.explore.trial import Explored, Trial, draw_trial
-from harness.faults.kinds import parse_fault
-from harness.records import FieldErrors
 
 CANDIDATES = 8  # trials drawn for each guided run; the first is the random strategy's
 # What a target is worth: a condition is what a promise needs tested; a pair of them in one
@@ -66,7 +64,7 @@ class Reached:
     fired: frozenset[tuple[str, str]] = frozenset()  # (kind, target) that fired
     points: frozenset[str] = frozenset()  # crash points reached
     # The conditions seen in the runs where each kind fired: what it brought about, measured.
-    brought: Mapping[str, frozenset[Condition]] | None = None
+    brought: Mapping[str, frozenset[Condition]] = field(default_factory=dict)
 
 
 def reached(runs: Sequence[RunRecord]) -> Reached:
@@ -102,11 +100,7 @@ def unreached_aims(trial: Trial, so_far: Reached) -> tuple[tuple[str, float], ..
     found: dict[str, float] = {}
     predicted: set[Condition] = set()
     for entry in trial.faults:
-        kind = str(entry["kind"])
-        try:
-            target = parse_fault(dict(entry), str(entry.get("name", kind))).aim()
-        except FieldErrors:
-            continue  # a trial is drawn valid; a hand-written one is judged by its run
+        kind, target = str(entry["kind"]), aim_of(entry)
         if (kind, target) not in so_far.fired:
             found.setdefault(f"{kind} on {target}, never fired", AIM_WEIGHT)
         point = entry.get("point")
@@ -115,7 +109,7 @@ def unreached_aims(trial: Trial, so_far: Reached) -> tuple[tuple[str, float], ..
                 found.setdefault(f"crash point {point}, never reached", AIM_WEIGHT)
             if point == MID_WRITE:
                 predicted.add(C.KILLED_MID_WRITE)
-        predicted |= PRIOR.get(kind, frozenset()) | (so_far.brought or {}).get(kind, frozenset())
+        predicted |= PRIOR.get(kind, frozenset()) | so_far.brought.get(kind, frozenset())
     for c in sorted(predicted - so_far.conditions):
         found[f"{c.value}, never seen"] = CONDITION_WEIGHT
     for a, b in combinations(sorted(predicted), 2):

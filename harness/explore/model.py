@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness.checker.promise import AT_LEAST_ONCE, Promise
 from harness.explore.coverage import Exercised
@@ -125,12 +126,15 @@ def broken_clauses(v: Violation) -> tuple[str, ...]:
     return tuple(sorted(b.split(" ", 1)[0] for b in v.broken))
 
 
+def aim_of(entry: Mapping[str, Any]) -> str:
+    """What a trial's fault entry aims at, as the coverage names it ("a consumer at
+    mid_write")."""
+    return parse_fault(dict(entry), str(entry.get("name", entry["kind"]))).aim()
+
+
 def fault_aims(trial: Trial) -> frozenset[tuple[str, str]]:
     """Each fault of ``trial`` as its kind and what it aims at (a crash's point among them)."""
-    return frozenset(
-        (str(f["kind"]), parse_fault(dict(f), str(f.get("name", f["kind"]))).aim())
-        for f in trial.faults
-    )
+    return frozenset((str(f["kind"]), aim_of(f)) for f in trial.faults)
 
 
 def same_cause(finding: Finding, record: RunRecord) -> bool:
