@@ -9,8 +9,8 @@ A service whose children are another program's to manage is spawned with ``only`
 program's name (``CHAOSLAB_ONLY``): its children inherit the marker but are not ours. The podman
 service's are: netavark starts one ``aardvark-dns`` for every network on the host and SIGHUPs the
 PID in its PID file to reload it, so an aardvark-dns the lab killed left a stale PID file, and
-the next container's network set-up SIGHUPed whatever process was given that PID next (seen:
-a Kafka node of the other test worker's environment, which stopped).
+the next container's network set-up SIGHUPed whatever process was given that PID next
+(docs/environment.md).
 """
 
 from __future__ import annotations
