@@ -12,9 +12,12 @@ import uuid
 import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -42,6 +45,8 @@ from harness.workload import WorkloadSpec, generate
 from harness.workload.ledger import read_ledger
 from harness.workload.producer import Hold, ProducerSpec, ProduceSummary, produce
 from tests.support import server_handles, unique, value_text
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.servers
 
@@ -237,6 +242,16 @@ class CommitLoop:
                 except Exception as exc:
                     self.commit_errors.append(str(exc))
 
+    def meanwhile(self, work: Callable[[], T]) -> T:
+        """``work()`` (a fault, a wait) in a thread while this member goes on polling, as an
+        application does: a member that stops polling for max.poll.interval.ms leaves its group
+        (a revive and a wait together have taken over 60 s under load)."""
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(work)
+            while not future.done():
+                self.poll_until(future.done, timeout=1)
+            return future.result()
+
     def close(self) -> None:
         self.consumer.close()
 
@@ -353,7 +368,7 @@ def test_kill_9_of_the_coordinator_while_a_consumer_commits_loses_nothing(
         assert {n: listing(n) for n in addresses} == {
             n: "Stable" if n == coordinator else None for n in addresses
         }
-        lab_env.kill_broker(broker=coordinator)
+        t.loop.meanwhile(lambda: lab_env.kill_broker(broker=coordinator))
         try:
             assert not killed.alive()
             seen_at_kill = len(t.loop.values)
@@ -377,15 +392,16 @@ def test_kill_9_of_the_coordinator_while_a_consumer_commits_loses_nothing(
                 if (state := listing(moved)) != "Stable":
                     raise NotReady(f"the group is {state} on node {moved}")
 
-            wait_for(stable, what="the group Stable on its new coordinator", timeout=60)
+            t.loop.meanwhile(lambda: wait_for(stable, what="the group Stable on its new "
+                                              "coordinator", timeout=60))  # fmt: skip
             watch = GroupWatch(lab_env.kafka_bootstrap, t.group, t.topic)  # as a lane's watch
             try:
-                view = watch.view()
+                view = t.loop.meanwhile(watch.view)
             finally:
                 watch.close()
             assert view.stable and sum(view.committed.values()) > seen_at_kill, view
         finally:
-            lab_env.revive(Component.KAFKA, broker=coordinator)
+            t.loop.meanwhile(lambda: lab_env.revive(Component.KAFKA, broker=coordinator))
         acked, ends = t.settle()
     # The topic: each acked record where it was acked, nothing else but copies of them (one, in
     # a fresh-clone suite: 3,564 records for 3,563 acks, every record produced acknowledged).
@@ -407,15 +423,7 @@ def test_a_clean_rolling_restart_under_produce_and_consume_loses_nothing(
         t.loop.poll_until(lambda: len(t.loop.values) >= 300, timeout=60)
         for node in lab_env.broker_ids:  # as a managed service upgrades: one node at a time
             before = server_handles(lab_env.directory)[f"kafka-{node}"]
-            restart = threading.Thread(target=lab_env.restart_broker, kwargs={"broker": node})
-            restart.start()
-
-            def restarted(r: threading.Thread = restart) -> bool:
-                return not r.is_alive()
-
-            while restart.is_alive():  # the application goes on meanwhile
-                t.loop.poll_until(restarted, timeout=1)
-            restart.join()
+            t.loop.meanwhile(partial(lab_env.restart_broker, broker=node))
             assert not before.alive()
             t.loop.poll_until(lambda: is_replicated(lab_env), timeout=120)
         acked, _ = t.settle()
