@@ -2,7 +2,10 @@
 (Connect's maintenance stop: the task shuts down, its offsets are committed, the slot stays) for
 ``duration`` seconds while the application commits on; then the server writes ``wal_mb`` MB of
 WAL elsewhere - another database's traffic, or a bulk job's - and checkpoints. A slot keeps
-every WAL segment its consumer has not confirmed, so Debezium's slot is that far behind.
+every WAL segment its consumer has not confirmed, so Debezium's slot is that far behind. The
+window ends once Debezium, resumed, streams from its slot again (or can never again): Connect
+starts the task and Debezium reconnects in seconds, or a minute on a loaded machine, and a
+fault ``after`` this one is timed from when Debezium reads again, not from the request.
 
 With ``keep_mb``, the server caps what a slot may keep (``max_slot_wal_keep_size``, as
 deployments set it to keep a stalled consumer from filling the disk). PostgreSQL enforces the
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -50,6 +54,10 @@ from harness.sources.truth import PLUGIN as TRUTH_PLUGIN
 
 AWAIT, STOP, STOPPED = "await-slot", "stop-source", "await-source-stopped"
 FILL, CAP, RESUME = "fill-wal", "checkpoint", "resume-source"
+STREAMS = "await-source-streams"
+# Connect starting the task again and Debezium reading its slot, on a loaded machine: past it
+# the window ends all the same, and the history says Debezium had not come back.
+STREAMS_WITHIN_S = 120.0
 # Held for its window, with the database: a second slot-behind would resume the connector inside
 # this one's window and write WAL past its cap, and a restart would break its checkpoint.
 SLOT_HELD = "debezium-slot"
@@ -64,6 +72,8 @@ class _Behind(Actor):
     stopped: bool = False
     capped: bool = False
     written: int = 0  # the LSN past the WAL it wrote
+    resumed: float = 0.0  # time.monotonic() of the resume
+    streams: str = ""  # how its slot was once Debezium read it again (``_streams``)
 
     @property
     def about(self) -> str:
@@ -85,8 +95,26 @@ class _Behind(Actor):
             self._checkpoint()
         elif step.action == RESUME:
             self._resume()
+        elif step.action == STREAMS:
+            self.context.record(EventKind.FAULT_STEP, self.fault, detail=self.streams or (
+                f"Debezium did not stream from its slot within {STREAMS_WITHIN_S:.0f} s of the "
+                "resume"))  # fmt: skip
         else:
             super().take(step)
+
+    def _streams(self) -> str:
+        """How Debezium's slot is after the resume, once it is read again or can never be
+        ('' while neither)."""
+        with psycopg.connect(self.context.database, autocommit=True) as conn:
+            debezium = [s for s in database.slots(conn) if s.plugin != TRUTH_PLUGIN]
+        if not debezium:
+            return "Debezium's slot is gone"
+        if any(s.wal_status == "lost" for s in debezium):
+            return "Debezium's slot is lost: it can stream no change again"
+        if all(s.active for s in debezium):
+            took = time.monotonic() - self.resumed
+            return f"Debezium streams from its slot again, {took:.1f} s after the resume"
+        return ""
 
     def _rest(self) -> tuple[ConnectRest, str]:
         source = next(t for t in self.context.sources if t.runtime.connect)
@@ -106,6 +134,9 @@ class _Behind(Actor):
                 rest, name = self._rest()
                 state = rest.status(name)
                 return state is not None and state.state == "STOPPED" and not state.tasks
+            if step.action == STREAMS:
+                self.streams = self._streams()
+                return bool(self.streams) or time.monotonic() >= self.resumed + STREAMS_WITHIN_S
             if step.action == CAP:
                 with psycopg.connect(self.context.database, autocommit=True) as conn:
                     conn.execute("CHECKPOINT")
@@ -114,6 +145,9 @@ class _Behind(Actor):
         except (ConnectError, psycopg.OperationalError):
             return False  # a worker or the database restarting: asked again
         return True
+
+    def waits_until(self, step: Step) -> float | None:
+        return self.resumed + STREAMS_WITHIN_S if step.action == STREAMS else None
 
     def _fill(self) -> None:
         fault = self.fault
@@ -170,6 +204,7 @@ class _Behind(Actor):
         rest, name = self._rest()
         rest.resume(name)
         self.stopped = False
+        self.resumed = time.monotonic()
         self.context.release(self.fault)
         self.context.record(
             EventKind.FAULT_STEP,
@@ -221,7 +256,7 @@ class SlotBehind(Timed):
     def steps(self, seed: int) -> tuple[Step, ...]:
         return (self.opening(seed), Step(AWAIT, waits=True), Step(STOP), Step(STOPPED, waits=True),
                 Step(FILL, after=self.duration), Step(CAP, waits=True), Step(RESUME),
-                Step(END))  # fmt: skip
+                Step(STREAMS, waits=True), Step(END))  # fmt: skip
 
     def actor(self, context: Context) -> Actor:
         return _Behind(self, context)
