@@ -27,6 +27,7 @@ from harness.results.model import RESULTS, load
 from harness.scenario import Scenario, VariantSpec, load_scenario
 from harness.sources.sql_workload import RowChange, Transaction, split, transactions
 from harness.sources.stages import snapshots, source_change
+from harness.sources.truth import lsn_number
 from harness.workload.events import Kind, Op, change_event_id
 from harness.workload.ledger import read_ledger
 from harness.workload.producer import aborted_ledger
@@ -211,7 +212,7 @@ def assert_cdc_recounts(
 
 
 RESTARTED_INSIDE = re.compile(
-    r"Will restart from LSN 'LSN\{([0-9A-F]+)/([0-9A-F]+)\}' skipping first \d+ already-processed"
+    r"Will restart from LSN 'LSN\{([0-9A-F]+/[0-9A-F]+)\}' skipping first \d+ already-processed"
 )
 
 
@@ -225,9 +226,7 @@ def assert_copies_are_debeziums_resume_inside_a_copy(row: dict[str, Any]) -> Non
     shared = Counter(lsn(r.event_id) for r in ledger if r.kind is Kind.NORMAL)
     copies = [lsn(r.event_id) for r in ledger if r.kind is Kind.COPY]
     log = (Path(row["directory"]).parent / "source" / "connect" / "connect-0.log").read_text()
-    restarts = Counter(
-        (int(hi, 16) << 32) + int(lo, 16) for hi, lo in RESTARTED_INSIDE.findall(log)
-    )
+    restarts = Counter(lsn_number(text) for text in RESTARTED_INSIDE.findall(log))
     assert len(copies) == row["relay"]["published"]["duplicates"], (copies, row["variant"])
     assert all(shared[c] > 1 for c in copies), (copies, shared)
     assert not Counter(copies) - restarts, (copies, restarts)

@@ -65,6 +65,11 @@ SEGMENT_MB = 16  # PostgreSQL's default WAL segment: the unit a slot keeps and t
 SETTING = database.SLOT_CAP
 
 
+def _debeziums(conn: psycopg.Connection[Any]) -> list[database.Slot]:
+    """The run database's slots but the truth's: Debezium's."""
+    return [s for s in database.slots(conn) if s.plugin != TRUTH_PLUGIN]
+
+
 @dataclass
 class _Behind(Actor):
     fault: SlotBehind
@@ -106,7 +111,7 @@ class _Behind(Actor):
         """How Debezium's slot is after the resume, once it is read again or can never be
         ('' while neither)."""
         with psycopg.connect(self.context.database, autocommit=True) as conn:
-            debezium = [s for s in database.slots(conn) if s.plugin != TRUTH_PLUGIN]
+            debezium = _debeziums(conn)
         if not debezium:
             return "Debezium's slot is gone"
         if any(s.wal_status == "lost" for s in debezium):
@@ -170,7 +175,7 @@ class _Behind(Actor):
                 self._capped_checkpoint(conn, fault.keep_mb)
             else:
                 conn.execute("CHECKPOINT")
-            debezium = [s for s in database.slots(conn) if s.plugin != TRUTH_PLUGIN]
+            debezium = _debeziums(conn)
         cap = f" with {SETTING} {fault.keep_mb} MB" if fault.keep_mb else ""
         said = ", ".join(f"slot {s.name} {s.wal_status or 'gone'}"
                          + (f" ({s.behind_mb:.0f} MB behind)" if s.restart else "")
