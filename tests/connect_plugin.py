@@ -30,7 +30,7 @@ def build_plugin(folder: Path) -> Path:
     sources, classes = folder / "src", folder / "classes"
     (sources / "com/example/orders").mkdir(parents=True)
     (sources / "com/example/orders/OrdersSink.java").write_text(SOURCE)
-    mongo = next(jars.mongo_kafka().directory.glob("*.jar"))
+    mongo = next(j for j in jars.mongo_kafka().jars() if j.name.startswith("mongo-kafka-connect"))
     against = f"{jars.connect().classpath()}:{mongo}"
     javac, jar = shutil.which("javac"), shutil.which("jar")
     assert javac and jar, "the suite's set-up installs a JDK"

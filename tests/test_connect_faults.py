@@ -63,7 +63,7 @@ def test_a_lost_workers_tasks_are_started_elsewhere_before_the_run_ends(
         (e.t, e.detail) for e in events if e.kind is EventKind.FAULT_STEP and e.fault == "lost"
     ]
     kill_at, killed = steps[0]
-    assert killed.startswith("SIGKILLed worker connect-") and killed.endswith(", a follower")
+    assert killed.startswith("SIGKILLed worker connect-") and ", a follower; it ran " in killed
     dead = int(killed.split()[2].removeprefix("connect-").rstrip(","))
     config = RuntimeConfig.from_json((lane.directory / "runtime.json").read_text())
     settings = ConnectSettings.from_json(config.connect)
@@ -74,6 +74,9 @@ def test_a_lost_workers_tasks_are_started_elsewhere_before_the_run_ends(
     last = {d.split()[1]: d for t, d in states if t < kill_at and d.startswith("task ")}
     lost = sorted(task for task, said in last.items() if said.endswith(f" on {ids[dead]}"))
     assert lost, last
+    # The kill's record names them, as Connect said just before it.
+    ran = f"{lane.variant}'s task{'s' * (len(lost) > 1)} {', '.join(lost)}"
+    assert killed.endswith(f"; it ran {ran}"), (killed, lost)
     moved: dict[str, float] = {}  # each task's first start on the survivor after the kill
     for t, d in states:
         if t > kill_at and d.startswith("task ") and d.endswith(f"RUNNING on {survivor}"):

@@ -63,7 +63,7 @@ def test_a_connector_from_the_scenarios_plugin_folder_runs_and_without_it_is_ref
     steps = [e.detail for e in events if e.kind is EventKind.FAULT_STEP]
     assert steps[:2] == [
         "restarted task 0 of orders through REST",
-        "stopped worker connect-0 cleanly (SIGTERM)",
+        "stopped worker connect-0 cleanly (SIGTERM); it ran orders's tasks 0, 1, 2",
     ], steps
     # The stop's window lasted until the restarted worker, alone, ran the tasks again.
     assert len(steps) == 3, steps

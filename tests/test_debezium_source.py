@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 
 from harness.checker.check import check
-from harness.environment import jars, process
+from harness.environment import process
 from harness.environment.local import LocalEnvironment
 from harness.environment.ports import free_ports
 from harness.errors import BadInput
@@ -58,7 +58,7 @@ def worker(
     settings = ConnectSettings(
         bootstrap=scenario_env.kafka_bootstrap, group=f"dbz-{uuid.uuid4().hex[:8]}",
         folder=str(tmp_path / "connect"), workers=1,
-        plugins=(str(jars.debezium_postgres().directory),),
+        debezium=True,
     )  # fmt: skip
     Path(settings.folder).mkdir()
     (port,) = free_ports(1)

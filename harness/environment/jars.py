@@ -4,6 +4,7 @@ Each set is a POM in ``harness/environment/maven`` (``kafka.pom.xml``: an Apache
 ``spark-kafka.pom.xml``: Spark's Kafka connector, for the Spark runtime; ``mongo-spark.pom.xml``:
 MongoDB's Spark connector and its driver; ``connect.pom.xml``: a Kafka Connect worker;
 ``mongo-kafka.pom.xml``: MongoDB's Kafka connector, a plugin of the workers;
+``connect-tools.pom.xml``: Kafka's tool that writes a plugin's missing manifests;
 ``debezium-postgres.pom.xml``: Debezium's PostgreSQL connector, a CDC source's plugin). ``fetch``
 runs ``mvn dependency:copy-dependencies`` into the project's ``.chaoslab/jars/NAME-VERSION``
 (git ignores it) and marks the folder complete; Maven's own defaults say where the jars come
@@ -74,19 +75,37 @@ class JarSet:
 
 @dataclass(frozen=True)
 class PluginJarSet(JarSet):
-    """A Connect plugin of several jars: Connect gives each jar directly on its plugin path a
-    class loader of its own, so the jars go into one folder (the plugin) inside the set's
-    folder (the plugin path's entry)."""
+    """A Connect plugin: Connect gives each jar directly on its plugin path a class loader of
+    its own, so the jars go into one folder (the plugin) inside the set's folder (the plugin
+    path's entry). Kafka's own tool then writes the ServiceLoader manifests the plugin lacks
+    (a shim jar beside its jars), so that a worker finds it without scanning every class of it
+    (``plugin.discovery=service_load``: most of a worker's start otherwise)."""
 
     @property
     def plugin(self) -> Path:
         return self.directory / self.name
+
+    @property
+    def fetched(self) -> bool:
+        # A folder of the layout before plugin folders (its jars at the top) is fetched again.
+        return super().fetched and self.plugin.is_dir()
 
     def jars(self) -> list[Path]:
         return sorted(self.plugin.glob("*.jar"))
 
     def make(self, into: Path) -> None:
         super().make(into / self.name)
+        sync_manifests(into)
+
+
+def sync_manifests(plugin_path: Path) -> None:
+    """Kafka's ``connect-plugin-path sync-manifests`` on ``plugin_path``: the manifests its
+    plugins lack, written beside them."""
+    java = shutil.which("java") or "java"
+    classpath = f"{connect().classpath()}:{connect_tools().classpath()}"
+    tool = "org.apache.kafka.tools.ConnectPluginPath"
+    _run([java, "-cp", classpath, tool, "sync-manifests", "--plugin-path", str(plugin_path)],
+         f"write the manifests of {plugin_path.name}")  # fmt: skip
 
 
 # The lab's own Java, compiled here with the JDK's javac against jars the lab has already:
@@ -202,9 +221,14 @@ def connect() -> JarSet:
     return jar_set("connect")
 
 
+def connect_tools() -> JarSet:
+    """Kafka's connect-plugin-path tool, run on the Connect set's jars at fetch."""
+    return jar_set("connect-tools")
+
+
 def mongo_kafka() -> JarSet:
-    """MongoDB's Kafka connector: the folder is the workers' plugin.path."""
-    return jar_set("mongo-kafka")
+    """MongoDB's Kafka connector: its folder is a plugin path entry (``PluginJarSet``)."""
+    return jar_set("mongo-kafka", PluginJarSet)
 
 
 def debezium_postgres() -> JarSet:
@@ -220,6 +244,7 @@ def every_set() -> tuple[JarSet, ...]:
         mongo_spark(),
         spark_hooks(),
         connect(),
+        connect_tools(),
         mongo_kafka(),
         connect_hooks(),
         debezium_postgres(),

@@ -350,6 +350,7 @@ class _WorkerKiller(Actor):
         if down:
             return
         handle = supervisor.handle(self.index)
+        ran = self._tasks_on(self.index)  # asked before: a dead worker's status is not news
         stop = supervisor.kill if self.fault.hard else supervisor.stop_cleanly
         reached = stop(self.index)
         if not reached or handle is None:  # it ended between the look and the signal
@@ -359,9 +360,26 @@ class _WorkerKiller(Actor):
         self.placed_by = self.struck_at + placed_within_s(self.fault.settings(self.lane))
         waited = self.back.waited([awaited] if awaited else [])
         if self.fault.hard:
-            self._record(f"SIGKILLed worker {reached[0]}{self.why}{waited}")
+            self._record(f"SIGKILLed worker {reached[0]}{self.why}{waited}; {ran}")
         else:
-            self._record(f"stopped worker {reached[0]} cleanly (SIGTERM){self.why}{waited}")
+            self._record(f"stopped worker {reached[0]} cleanly (SIGTERM){self.why}{waited}; {ran}")
+
+    def _tasks_on(self, index: int) -> str:
+        """Which tasks of the run's Connect lanes worker ``index`` runs, as Connect says: a
+        lane whose tasks all ran elsewhere loses nothing to its loss, and the history says so."""
+        ran = []
+        for lane in [t for t in self.context.everyone if t.runtime.connect]:
+            settings = self.fault.settings(lane)
+            try:
+                state = ConnectRest(settings, timeout=LOOK_TIMEOUT_S).status(lane.group)
+            except ConnectError:
+                return "Connect did not say which tasks it ran (no worker answered)"
+            listed = state.tasks if state else ()
+            tasks = [t.task for t in listed if settings.worker_index(t.worker) == index]
+            if tasks:
+                ran.append(f"{lane.label}'s task{'s' * (len(tasks) > 1)} "
+                           f"{', '.join(map(str, tasks))}")  # fmt: skip
+        return f"it ran {'; '.join(ran)}" if ran else "it ran none of the lanes' tasks"
 
     def _look(self) -> list[str]:
         """What Connect has not placed on a worker that runs yet (the worker struck not gone

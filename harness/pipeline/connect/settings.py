@@ -86,6 +86,14 @@ def plugin_path(plugins: Sequence[str | Path], debezium: bool = False) -> str:
     return ",".join([*(str(j.directory) for j in own), *map(str, plugins)])
 
 
+def plugin_discovery(plugins: Sequence[str | Path]) -> str:
+    """A worker's ``plugin.discovery``: the lab's own plugins carry complete ServiceLoader
+    manifests (written at fetch, ``jars.PluginJarSet``), so a worker finds them without
+    scanning their classes - most of its start; a scenario's own folders may lack them, and a
+    plugin without them would not be found at all, so a worker with any of those scans."""
+    return "only_scan" if plugins else "service_load"
+
+
 # A task's consumer given or losing partitions (its consumer group's rebalances).
 PARTITION_MOVES = (
     "Adding newly assigned partitions",

@@ -22,11 +22,11 @@ from pathlib import Path
 from harness.environment import jars
 from harness.environment.jvm import LIGHT_JVM
 from harness.errors import LabError
-from harness.pipeline.connect.settings import plugin_path
+from harness.pipeline.connect.settings import plugin_discovery, plugin_path
 from harness.pipeline.variants.base import Place
 
 MAIN = "chaoslab.connect.Validate"
-TIMEOUT_S = 300.0  # a JVM scanning the plugin path, on a loaded machine
+TIMEOUT_S = 300.0  # a JVM scanning a scenario's plugins, on a loaded machine
 # The address given in a config's place: nothing listens on the discard port.
 NOWHERE = "mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=200&connectTimeoutMS=200"
 PLACE = Place("{}", "chaoslab-validate", "chaoslab.validate", NOWHERE, "chaoslab")
@@ -38,11 +38,12 @@ def refusals(configs: Sequence[Mapping[str, str]], plugins: Sequence[Path] = ())
     """Connect's problems with each config (``key: message``; none: Connect takes it), with
     the scenario's own plugin folders beside MongoDB's connector."""
     given = json.dumps(list(configs), sort_keys=True)
-    return [list(found) for found in _validate(given, plugin_path(plugins))]
+    found = _validate(given, plugin_path(plugins), plugin_discovery(plugins))
+    return [list(problems) for problems in found]
 
 
 @cache  # a run checks its scenario twice, explore each trial's: one JVM per set of configs
-def _validate(configs: str, plugins: str) -> tuple[tuple[str, ...], ...]:
+def _validate(configs: str, plugins: str, discovery: str) -> tuple[tuple[str, ...], ...]:
     java = shutil.which("java")
     if java is None:
         raise LabError("Kafka Connect's validation needs java (Debian: openjdk-17-jre-headless)")
@@ -51,7 +52,7 @@ def _validate(configs: str, plugins: str) -> tuple[tuple[str, ...], ...]:
         given = Path(folder) / "configs.json"
         given.write_text(configs)
         argv = [java, "-Xmx256m", *LIGHT_JVM, f"-Dlog4j2.configurationFile=file:{LOG4J2}",
-                "-cp", classpath, MAIN, plugins, str(given)]  # fmt: skip
+                "-cp", classpath, MAIN, plugins, str(given), discovery]  # fmt: skip
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:

@@ -22,7 +22,7 @@ from harness.environment import jars
 from harness.environment.class_data import ClassData
 from harness.environment.jvm import LIGHT_JVM
 from harness.environment.ports import free_ports
-from harness.pipeline.connect.settings import ConnectSettings, plugin_path
+from harness.pipeline.connect.settings import ConnectSettings, plugin_discovery, plugin_path
 from harness.pipeline.runtime import RuntimeConfig
 
 MAIN = "org.apache.kafka.connect.cli.ConnectDistributed"
@@ -72,9 +72,8 @@ def worker_properties(settings: ConnectSettings, host: str, port: int) -> str:
         "rest.advertised.host.name": host,
         "rest.advertised.port": str(port),
         "plugin.path": plugin_path(settings.plugins, settings.debezium),
-        # The default (hybrid_warn) finds the same plugins and warns that MongoDB's connector
-        # has no ServiceLoader manifest, in every worker's log at every start.
-        "plugin.discovery": "only_scan",
+        # Not the default (hybrid_warn), which scans every plugin's classes at every start.
+        "plugin.discovery": plugin_discovery(settings.plugins),
         **{k: str(v) for k, v in settings.worker.items()},
     }
     return "".join(f"{k}={v}\n" for k, v in lines.items())

@@ -28,7 +28,7 @@ import org.apache.kafka.connect.util.FutureCallback;
  * started (no Kafka, no REST). Reads a JSON list of configs; writes, for each, a JSON list of
  * "key: message" problems (none: Connect takes it) - or the one message Connect refuses it with.
  *
- * <pre>java chaoslab.connect.Validate PLUGIN_PATH CONFIGS.json</pre>
+ * <pre>java chaoslab.connect.Validate PLUGIN_PATH CONFIGS.json PLUGIN_DISCOVERY</pre>
  */
 public final class Validate {
     private static final long TIMEOUT_S = 120;
@@ -47,7 +47,7 @@ public final class Validate {
         props.put("key.converter", "org.apache.kafka.connect.storage.StringConverter");
         props.put("value.converter", "org.apache.kafka.connect.json.JsonConverter");
         props.put("plugin.path", args[0]);
-        props.put("plugin.discovery", "only_scan");
+        props.put("plugin.discovery", args[2]);
         Plugins plugins = new Plugins(props);
         plugins.compareAndSwapWithDelegatingLoader();
         // A worker asks Kafka for its cluster's id when it is made; this one has no cluster.
