@@ -43,7 +43,7 @@ from harness.kafka.groups import GroupWatch
 from harness.readiness import NotReady, wait_for
 from harness.workload import WorkloadSpec, generate
 from harness.workload.ledger import read_ledger
-from harness.workload.producer import Hold, ProducerSpec, ProduceSummary, produce
+from harness.workload.producer import Hold, ProducerSpec, ProduceSummary, Reserve, produce
 from tests.support import server_handles, unique, value_text
 
 T = TypeVar("T")
@@ -487,11 +487,13 @@ def test_a_cluster_id_never_starts_with_a_dash() -> None:
 def test_a_held_workload_sends_its_head_then_waits_until_it_is_let_go(
     lab_env: LocalEnvironment, tmp_path: Path
 ) -> None:
-    """``Hold``: the first records, then nothing until the event is set; then the rest, at the
-    rate, with every record acknowledged once. A transactional producer holds at the end of a
-    transaction (its records are read only once it commits)."""
+    """``Hold``: the first records, then nothing until the event is set; then the rest up to
+    its reserve, which waits while its own event is clear, then the reserve, at the rate, with
+    every record acknowledged once. A transactional producer holds at the end of a transaction
+    (its records are read only once it commits)."""
     events = list(generate(WorkloadSpec(events=60, keys=20, seed=3)))
-    until = threading.Event()
+    until, flowing = threading.Event(), threading.Event()
+    reserve = Reserve(45, flowing)
     acked: list[int] = []
     summary: list[ProduceSummary] = []
     topic = unique("held")
@@ -500,21 +502,28 @@ def test_a_held_workload_sends_its_head_then_waits_until_it_is_let_go(
         target=lambda: summary.append(
             produce(events, bootstrap=lab_env.kafka_bootstrap, topic=topic,
                     ledger_path=tmp_path / "ledger.csv", rate=200.0, on_ack=acked.append,
-                    hold=Hold(25, until))
+                    hold=Hold(25, until, reserve))
         )
     )  # fmt: skip
     thread.start()
     try:
 
-        def head_acked() -> None:
-            if not acked or acked[-1] < 25:
-                raise NotReady(f"acked so far: {acked[-1:]}")
+        def acked_up_to(count: int) -> Callable[[], None]:
+            def probe() -> None:
+                if not acked or acked[-1] < count:
+                    raise NotReady(f"acked so far: {acked[-1:]}")
 
-        wait_for(head_acked, what="the head acked", timeout=30)
+            return probe
+
+        wait_for(acked_up_to(25), what="the head acked", timeout=30)
         # A bounded window for a record past the head to show, were the hold not kept.
         assert not until.wait(1.0) and acked[-1] == 25
+        until.set()
+        wait_for(acked_up_to(45), what="the records before the reserve acked", timeout=30)
+        assert not flowing.wait(1.0) and acked[-1] == 45
     finally:
         until.set()
+        flowing.set()
         thread.join(timeout=60)
     assert summary and summary[0].acked == 60 and summary[0].failed == 0
     assert sorted(row.seq for row in read_ledger(tmp_path / "ledger.csv")) == [
@@ -522,6 +531,8 @@ def test_a_held_workload_sends_its_head_then_waits_until_it_is_let_go(
     ]
     assert Hold(25, until).at(ProducerSpec(mode="transactional", transaction_size=20)).after == 40
     assert Hold(25, until).at(ProducerSpec()).after == 25
+    moved = Hold(25, until, reserve).at(ProducerSpec(mode="transactional", transaction_size=20))
+    assert moved.reserve == Reserve(60, flowing)
 
 
 def test_a_group_in_the_rebalance_a_join_began_is_not_formed_whatever_its_members(

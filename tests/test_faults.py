@@ -4,7 +4,7 @@ into the steps the nemesis will take."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar, cast
@@ -29,7 +29,8 @@ from harness.history.windows import fault_windows
 from harness.pipeline.crash import Crasher, CrashPlan, CrashPoint
 from harness.pipeline.runtimes import LISTENER
 from harness.records import FieldErrors
-from harness.scenario import Scenario, ScenarioError, parse_scenario
+from harness.run.runner import reserve_for
+from harness.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
 
 
 def scenario(seed: int, faults: list[dict]) -> Scenario:
@@ -270,6 +271,40 @@ def test_a_fault_after_another_starts_its_clock_when_that_one_ends() -> None:
             assert not nemesis.done  # the kill is not due the moment the pause ends
     assert nemesis.done and pause_ended is not None
     assert time.monotonic() - pause_ended >= 0.3
+
+
+def test_the_nemesis_names_a_fault_that_waits_for_anothers_window_until_it_ends() -> None:
+    faults = scenario(1, [
+        {"kind": "consumer-freeze", "name": "pause", "at": 0, "duration": 0.3},
+        {"kind": "consumer-kill", "name": "kill", "after": "pause", "at": 0.2},
+    ]).faults  # fmt: skip
+    nemesis = Nemesis(env=None, schedule=plan(faults, 1), targets=[])  # type: ignore[arg-type]
+    assert nemesis.awaiting == "kill waits for pause's end"  # before the clock starts too
+    nemesis.tick(1000.0, 0)
+    assert "pause" in nemesis.under_way() and nemesis.awaiting == "kill waits for pause's end"
+    deadline = time.monotonic() + 10
+    while "pause" in nemesis.under_way() and time.monotonic() < deadline:
+        nemesis.tick(1000.0, 0)
+    # The pause over, the kill is not due for 0.2 s yet: it waits for its own delay, not a window.
+    assert not nemesis.done and nemesis.awaiting == ""
+
+
+def test_a_paced_workload_keeps_its_last_records_for_a_fault_after_anothers_window() -> None:
+    java = load_scenario(Path("scenarios/msk-rolling-upgrade-java.yaml"))
+    reserve = reserve_for(java, plan(java.faults, java.seed))
+    # The pause's and the hard restarts' 5 s after the window before them, and 15 s more, at
+    # 100 records a second: its last 2,000 of 16,000.
+    assert reserve is not None and reserve.start == 14_000 and not reserve.flowing.is_set()
+    chained = scenario(1, [
+        {"kind": "consumer-freeze", "name": "pause", "at": 0, "duration": 1},
+        {"kind": "consumer-kill", "name": "kill", "after": "pause", "at": 30},
+    ])  # fmt: skip
+    paced = replace(chained, rate=100.0)
+    # Never the first batch, which starts the faults' clock.
+    first = reserve_for(paced, plan(paced.faults, 1))
+    assert first is not None and first.start == paced.pipeline.batch_size
+    plain = scenario(1, JITTERED)
+    assert reserve_for(replace(plain, rate=100.0), plan(plain.faults, 1)) is None
 
 
 def test_a_thawed_consumer_has_its_aftermath_before_the_run_may_end() -> None:

@@ -4,6 +4,7 @@ nemesis plays a producer burst (which touches no server)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +19,15 @@ from harness.history.events import EventKind, HistoryTail, HistoryWriter, read_h
 from harness.history.windows import fault_windows
 from harness.pipeline.runtimes import LISTENER
 from harness.pipeline.supervisor import RuntimeFailed
-from harness.run.loop import RunTimeout, Watch, await_ready, wait_until_consumed, wrote_records
-from harness.workload.producer import ProduceSummary
+from harness.run.loop import (
+    RunTimeout,
+    Watch,
+    await_ready,
+    reserve_held,
+    wait_until_consumed,
+    wrote_records,
+)
+from harness.workload.producer import ProduceSummary, Reserve
 
 ENDS = {0: 40, 1: 60}  # the next offset after the last acknowledged record, per partition
 
@@ -106,6 +114,36 @@ def test_a_lane_that_never_catches_up_times_out_naming_it(tmp_path: Path) -> Non
     assert "stuck committed {0: 30, 1: 30} of {0: 40, 1: 60} (see" in message
     assert "good committed" not in message
     assert good.finished and not stuck.finished
+
+
+@dataclass
+class Chain:
+    """A nemesis as the reserve sees it: what waits for another fault's window."""
+
+    awaiting: str = ""
+
+
+def test_the_reserve_flows_unless_a_fault_waits_for_a_window_and_the_lanes_hear_it_held(
+    tmp_path: Path,
+) -> None:
+    producer, chain = Producer(acked=90), Chain("kill waits for pause's end")
+    (watch, _) = lane(tmp_path, "a")
+    reserve = Reserve(100, threading.Event())
+    held = reserve_held(reserve, chain, producer, [watch], False)  # type: ignore[arg-type]
+    assert not reserve.flowing.is_set() and not held  # the producer is not at it yet
+    producer.acked = 100
+    held = reserve_held(reserve, chain, producer, [watch], held)  # type: ignore[arg-type]
+    assert not reserve.flowing.is_set() and held
+    chain.awaiting = ""
+    held = reserve_held(reserve, chain, producer, [watch], held)  # type: ignore[arg-type]
+    assert reserve.flowing.is_set() and not held
+    said = [
+        e.detail for e in read_history(watch.tail.directory) if e.kind is EventKind.WORKLOAD_HELD
+    ]
+    assert said == [
+        "the lab holds the workload at record 100: kill waits for pause's end",
+        "the lab lets the workload go on",
+    ]
 
 
 def test_the_fault_clock_starts_once_every_lane_wrote_a_batch(tmp_path: Path) -> None:

@@ -69,6 +69,16 @@ class Nemesis:
         return any(0 < p.next_step < len(p.plan.steps) for p in self._progress)
 
     @property
+    def awaiting(self) -> str:
+        """The faults that start once another's window has ended, not started, whose window
+        has not ended yet: ``gc pause waits for managed upgrade's end`` (empty: none)."""
+        return "; ".join(
+            f"{p.plan.name} waits for {p.plan.steps[0].following}'s end"
+            for p in self._progress
+            if p.next_step == 0 and p.plan.steps[0].following not in ("", *self._ended)
+        )
+
+    @property
     def settling(self) -> bool:
         """A fault's window ended less than its ``aftermath_s`` ago."""
         now = time.monotonic()

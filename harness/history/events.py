@@ -76,6 +76,10 @@ class EventKind(StrEnum):
     # The variant's consumers have committed past every acknowledged record: its work is done,
     # and a fault that starts later hits nothing (it did not fire, for this variant).
     CAUGHT_UP = "caught-up"
+    # The lab held its workload's last records back while a fault to come waited for another's
+    # window to end (detail: at which record, and for what), or let them go on
+    # (harness.workload.producer.Reserve): the lab's doing, not the systems'.
+    WORKLOAD_HELD = "workload-held"
     # An outbox relay could not resume its change stream: the resume point is no longer in the
     # oplog (ChangeStreamHistoryLost). What happened in between is not relayed; the lab counts it.
     HISTORY_LOST = "history-lost"

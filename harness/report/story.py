@@ -219,6 +219,16 @@ def variant_sentences(v: VariantResult, row: TimelineRow) -> list[str]:
             f"over a newer one, a replay's, as the lab's watch of its collection saw it (first: "
             f"{row.went_back[0].error}); what it held at the end is counted below."
         )
+    holds = [e for e in row.held if ": " in e.error]  # "... at record N: why"; else goes on
+    if holds:
+        goes_on = [e.t for e in row.held if ": " not in e.error]
+        lines.append(
+            f"{label}: the lab held the workload's last records back {len(holds)} time(s), "
+            f"first from {at(holds[0].t)}"
+            + (f" to {at(goes_on[0])}" if goes_on else "")
+            + f" ({holds[0].error.split(': ', 1)[1]}): its doing, not the systems', so that "
+            "the stream was still under way when that fault came."
+        )
     if row.stopped is not None:
         lines.append(
             f"{label}: stopped for good at {at(row.stopped.t)} - {row.stopped.error}; the run "

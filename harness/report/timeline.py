@@ -138,6 +138,9 @@ class TimelineRow:
     task_failures: tuple[BrokerError, ...] = ()  # write tasks Spark's driver lost (its log)
     # A Connect connector's or task's state, as the REST API said it when it changed.
     connector_states: tuple[BrokerError, ...] = ()
+    # The lab holding its workload's last records back for a fault to come, and letting it go
+    # on (the lab's doing: harness.workload.producer.Reserve).
+    held: tuple[BrokerError, ...] = ()
 
     def times(self, kind: str) -> list[float]:
         return [m.t for m in self.anomalies if m.kind == kind]
@@ -351,6 +354,7 @@ def timeline_row(v: VariantResult, t0: float) -> TimelineRow:
         connector_states=said(events, t0, EventKind.CONNECTOR_STATE),
         stopped=next(iter(said(events, t0, EventKind.FAILED_FOR_GOOD)), None),
         went_back=said(events, t0, EventKind.WENT_BACK),
+        held=said(events, t0, EventKind.WORKLOAD_HELD),
         counts={
             "duplicate": drawn(v).duplicates,
             "lost": drawn(v).lost,

@@ -27,7 +27,7 @@ from harness.history.events import (
     connector_subject,
 )
 from harness.readiness import DeadlineExceeded, GaveUp, NotReady, wait_for
-from harness.workload.producer import ProduceSummary
+from harness.workload.producer import ProduceSummary, Reserve
 
 Progress = Callable[[str], None]
 # A wait's progress line from the lanes' watches and, once the writer is done, what they wait for
@@ -85,6 +85,9 @@ class Ticking(Protocol):
 
     @property
     def settling(self) -> bool: ...  # a fault ended, and what it set off may be under way
+
+    @property
+    def awaiting(self) -> str: ...  # the faults that wait for another's window to end
 
     def under_way(self) -> str: ...  # the faults under way and the step each is at
 
@@ -221,19 +224,23 @@ def wait_until_consumed(
     report: Report | None = None,
     stop: threading.Event | None = None,
     running: threading.Event | None = None,
+    reserve: Reserve | None = None,
 ) -> ProduceSummary:
     """Until every lane's consumers committed past every acknowledged record (``end_offsets``,
     asked once the producer is done) and the fault schedule has played out, restarting
     consumers that crash; returns the producer's summary. The fault schedule's clock starts
     once every lane's consumers wrote a batch; ``running`` is set then (a workload held back
-    until then goes on: ``harness.workload.producer.Hold``). At each ``Pace``, ``report`` says
-    how far the lanes are (by default: what each committed of the target). ``stop`` set ends it
-    (``Stopped``)."""
+    until then goes on: ``harness.workload.producer.Hold``); a ``reserve`` flows while no
+    fault that follows another's window waits for it, and the lanes' histories say when it is
+    held. At
+    each ``Pace``, ``report`` says how far the lanes are (by default: what each committed of
+    the target). ``stop`` set ends it (``Stopped``)."""
     deadline = time.monotonic() + timeout
     targets: dict[int, int] | None = None
     pace = Pace()
     clock: float | None = None
     started: float | None = None
+    held = False
     while True:
         if clock is None and all(w.running or w.failed for w in watches):
             # The wall time first: the schedule's start in the history is then never after
@@ -247,6 +254,8 @@ def wait_until_consumed(
             produced_all=targets is not None,
             started=started,
         )
+        if reserve is not None:
+            held = reserve_held(reserve, nemesis, producer, watches, held)
         for supervisor in supervisors:
             supervisor.check()
         for watch in watches:
@@ -288,6 +297,25 @@ def wait_until_consumed(
                 report(watches, targets) if report else _committed(watches, targets, producer.acked)
             )
         time.sleep(POLL_S)
+
+
+def reserve_held(
+    reserve: Reserve, nemesis: Ticking, producer: Producing, watches: Sequence[Watch], held: bool
+) -> bool:
+    """Lets the reserve flow or not, as the nemesis stands; whether the producer is held at it
+    now, each change in every lane's history."""
+    waits = nemesis.awaiting
+    (reserve.flowing.clear if waits else reserve.flowing.set)()
+    now = bool(waits) and producer.acked >= reserve.start and not producer.done()
+    if now != held:
+        detail = (
+            f"the lab holds the workload at record {producer.acked:,}: {waits}"
+            if now
+            else "the lab lets the workload go on"
+        )
+        for watch in watches:
+            watch.history.record(EventKind.WORKLOAD_HELD, detail=detail)
+    return now
 
 
 def _committed(watches: Sequence[Watch], targets: dict[int, int] | None, acked: int) -> str:

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -70,7 +72,7 @@ from harness.scenario import Scenario, VariantSpec
 from harness.workload.events import Kind
 from harness.workload.generator import generate
 from harness.workload.ledger import read_ledger
-from harness.workload.producer import Hold, ProduceSummary
+from harness.workload.producer import Hold, ProduceSummary, Reserve
 from harness.workload.verify import StoredTwice
 
 log = logging.getLogger(__name__)
@@ -435,6 +437,24 @@ def _watches(scenario: Scenario, lanes: list[_Lane]) -> dict[str, LandingWatch]:
     return watches
 
 
+# A chained fault's reserve beyond its own delay: records still come through its first seconds.
+RESERVE_S = 15.0
+
+
+def reserve_for(scenario: Scenario, schedule: Sequence[FaultPlan]) -> Reserve | None:
+    """A paced workload's last records, kept while a fault that starts once another's window
+    has ended waits for it: the records of that fault's own delay and RESERVE_S more, so that
+    it finds the stream under way however long the window before it lasted - never the first
+    batch, which starts the faults' clock. None where no fault follows another."""
+    leads = [step.at for plan in schedule for step in plan.steps
+             if step.following and step.at is not None]  # fmt: skip
+    if not leads:
+        return None
+    kept = math.ceil(scenario.rate * (max(leads) + RESERVE_S))
+    start = max(scenario.pipeline.batch_size, scenario.workload.events - kept)
+    return Reserve(start, threading.Event())
+
+
 def _play(run: _Run, progress: Progress, stop: threading.Event | None) -> ProduceSummary:
     """Consumers, source and nemesis, until every lane has consumed everything; everything
     started here is stopped, and every fault undone, however it ends. Returns the source's
@@ -452,7 +472,10 @@ def _play(run: _Run, progress: Progress, stop: threading.Event | None) -> Produc
     mixed = len({lane.runtime for lane in run.lanes}) > 1
     timed = any(step.at is not None for plan in run.schedule for step in plan.steps)
     paced = scenario.rate > 0
-    hold = Hold(scenario.pipeline.batch_size, running) if timed and (mixed or paced) else None
+    reserve = reserve_for(scenario, run.schedule) if paced else None
+    hold = (
+        Hold(scenario.pipeline.batch_size, running, reserve) if timed and (mixed or paced) else None
+    )
     producer = run.source.writer(hold)
     targets = [
         Target(
@@ -502,6 +525,7 @@ def _play(run: _Run, progress: Progress, stop: threading.Event | None) -> Produc
             run.source.report,
             stop=stop,
             running=running,
+            reserve=reserve,
         )
     finally:
         producer.stop()

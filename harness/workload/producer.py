@@ -63,6 +63,7 @@ class Hold:
 
     after: int
     until: threading.Event
+    reserve: Reserve | None = None  # the workload's last records, kept for faults to come
 
     def at(self, spec: ProducerSpec) -> Hold:
         """Moved to the end of a transaction: a transactional producer's records are read
@@ -70,7 +71,31 @@ class Hold:
         if not spec.transactional:
             return self
         size = spec.transaction_size
-        return Hold(-(-self.after // size) * size, self.until)
+        reserve = self.reserve
+        if reserve is not None:
+            reserve = Reserve(-(-reserve.start // size) * size, reserve.flowing)
+        return Hold(-(-self.after // size) * size, self.until, reserve)
+
+    def pause(self, produced: int) -> threading.Event | None:
+        """What the workload waits for before its record after ``produced`` (None: nothing)."""
+        if produced == self.after and not self.until.is_set():
+            return self.until
+        reserve = self.reserve
+        if reserve is not None and produced >= reserve.start and not reserve.flowing.is_set():
+            return reserve.flowing
+        return None
+
+
+@dataclass(frozen=True)
+class Reserve:
+    """The workload's records from the ``start``-th on go out only while ``flowing`` is set:
+    while a fault that starts once another's window has ended waits for that window, the
+    stream is not to run dry before it. A managed upgrade's rolling restart took from 40 s to
+    over 150 s on loaded machines, and a consumer pause after it found every record consumed
+    and never fired (msk-rolling-upgrade-java); the post-mortem's stream ran throughout."""
+
+    start: int
+    flowing: threading.Event
 
 
 PRODUCER_LOG = "producer.log"  # beside the ledger: what the Kafka client said during the run
@@ -177,11 +202,11 @@ def produce(
             for event in events:
                 if stopped():
                     break
-                if hold is not None and produced == hold.after:
-                    while not hold.until.wait(0.05) and not stopped():
-                        producer.poll(
-                            0.05
-                        )  # what was sent is acknowledged (and ledgered) meanwhile
+                waits = hold.pause(produced) if hold is not None else None
+                if waits is not None:
+                    while not waits.wait(0.05) and not stopped():
+                        # What was sent is acknowledged (and ledgered) meanwhile.
+                        producer.poll(0.05)
                         if not spec.transactional:
                             keep()
                     if stopped():
