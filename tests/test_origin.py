@@ -89,6 +89,25 @@ def test_the_timeline_and_the_story_keep_injected_errors_apart_from_the_brokers(
     assert "emulated: 1 kafka-error" in said
 
 
+def test_the_workload_held_for_a_fault_to_come_is_the_labs_and_the_story_says_so() -> None:
+    run = in_memory_run()
+    naive = run.variants[0]
+    t0 = run.started_at
+    held = [
+        ev(t0 + 7, EventKind.WORKLOAD_HELD, "harness",
+           detail="the lab holds the workload at record 140: kill waits for pause's end"),
+        ev(t0 + 11, EventKind.WORKLOAD_HELD, "harness", detail="the lab lets the workload go on"),
+    ]  # fmt: skip
+    assert origins(held, injects("listener")) == [Origin.LAB, Origin.LAB]
+    naive = replace(naive, events=tuple(sorted((*naive.events, *held), key=lambda e: e.t)))
+    said = " ".join(variant_sentences(naive, timeline_row(naive, t0)))
+    assert (
+        "the lab held the workload's last records back 1 time(s), first from +7.0 s to +11.0 s"
+        in said
+    )
+    assert "(kill waits for pause's end): its doing, not the systems'" in said
+
+
 def test_a_copy_written_after_a_window_ended_says_how_long_after() -> None:
     # A message retaken once its claim expired (dedup-log after a step-down): outside the
     # window, and the story says which window it followed, not that there was none.

@@ -29,6 +29,7 @@ _LAB = frozenset({
     EventKind.RUN_START, EventKind.RUN_END, EventKind.PRODUCED, EventKind.SCHEDULE_START,
     EventKind.FAULT_START, EventKind.FAULT_END, EventKind.FAULT_STEP, EventKind.CRASH,
     EventKind.EXECUTOR_LOST, EventKind.PAUSED, EventKind.RESUMED, EventKind.CAUGHT_UP,
+    EventKind.WORKLOAD_HELD,
 })  # fmt: skip
 
 # Per fault kind, the event kinds its window makes up on a lane (none: its errors are real).
