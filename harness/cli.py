@@ -287,9 +287,9 @@ def repeat_matrix(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    if args.repeat != 1:  # seeds one after another: the matrix of one scenario
-        return cmd_matrix(repeat_matrix(args))
     parsed = _parse_all([args.scenario])
+    if args.repeat != 1 or parsed[0].replays > 1:  # the matrix of one scenario's runs
+        return cmd_matrix(repeat_matrix(args))
     _scenario_backend(args, parsed)
     abilities = _abilities(args)
     _say_cut(args, [_overridden(args, parsed[0])])
@@ -310,15 +310,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _repeated(scenarios: Sequence[Scenario], repeat: int) -> list[tuple[Scenario, str]]:
-    """Each scenario ``repeat`` times, seeds ``seed``, ``seed + 1``, ...; with its run's folder
-    name (the scenario's name, and the seed when repeated)."""
-    if repeat == 1:
-        return [(s, s.name) for s in scenarios]
-    return [
-        (s.with_overrides(seed=s.seed + k), f"{s.name}/seed-{s.seed + k}")
-        for s in scenarios
-        for k in range(repeat)
-    ]
+    """Each scenario ``repeat`` times, seeds ``seed``, ``seed + 1``, ...; without --repeat, one
+    that asks for ``replays`` that many times with its own seed (a race's reproducer); with its
+    run's folder name (the scenario's name, and the seed or the replay when repeated)."""
+    runs: list[tuple[Scenario, str]] = []
+    for s in scenarios:
+        if repeat > 1:
+            runs += [(s.with_overrides(seed=s.seed + k), f"{s.name}/seed-{s.seed + k}")
+                     for k in range(repeat)]  # fmt: skip
+        elif s.replays > 1:
+            runs += [(s, f"{s.name}/replay-{k}") for k in range(1, s.replays + 1)]
+        else:
+            runs.append((s, s.name))
+    return runs
 
 
 def _matrix_options(args: argparse.Namespace) -> tuple[shards.Shard, list[str]]:
@@ -380,9 +384,10 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         overridden = _share(overridden, shard)
     _say_cut(args, overridden)
     scenarios = _every(overridden, lambda s: _checked(s, abilities))
-    out = _run_dir(args, "demo" if args.demo else "matrix" if args.repeat == 1 else "soak")
     started = time.monotonic()
     runs = _repeated(scenarios, args.repeat)
+    repeated = len(runs) > len(scenarios)  # some run more than once: their rates are judged
+    out = _run_dir(args, "demo" if args.demo else "soak" if repeated else "matrix")
     out.mkdir(parents=True, exist_ok=True)
     _manifest(args, shard, [folder for _s, folder in runs], split_of).write(out)
     env, owned = _environment_for_run(args, out, progress=prefixed(say))
@@ -430,7 +435,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     say("")
     say(render_matrix_table(results))
     rates_hold = True
-    if args.repeat > 1:
+    if repeated:
         cells = soak_cells(results)
         rates_hold = all(r.passed for c in cells for r in c.rates)
         say("")

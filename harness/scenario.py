@@ -299,6 +299,10 @@ class Scenario:
     ci: Cut | None = None  # its cut for the suite, where the demo's is too big or absent
     # Where its records come from: the lab's producer, or a database through Debezium
     source: SourceSpec = field(default_factory=SourceSpec)
+    # How many times one `chaoslab run` (or a matrix) runs it with its own seed: a race's
+    # reproducer, whose rate expectations ("0 in 100%") are judged over them. --repeat (seed
+    # after seed) takes its place where given.
+    replays: int = 1
 
     @property
     def crash_plans(self) -> tuple[CrashPlan, ...]:
@@ -490,6 +494,9 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
     if name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,40}", name):
         pr.add("name", f"use letters, digits, '-', '_' or '.', got {name!r}")
     seed = _field(pr, "seed", int, top.get("seed", 1))
+    replays = _field(pr, "replays", int, top.get("replays", 1))
+    if replays is not None and replays < 1:
+        pr.add("replays", f"must be >= 1, got {replays}")
     workload_raw = dict(_mapping(pr, "workload", top.get("workload", {})) or {})
     partitions = _field(pr, "workload.partitions", int, workload_raw.pop("partitions", 3))
     if partitions is not None and partitions < 1:
@@ -575,7 +582,7 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
         _cut_fault_problems(pr, which, cut, [f for f in faults if f is not None])
     pr.raise_any()
     assert name is not None and seed is not None and workload is not None
-    assert source is not None
+    assert source is not None and replays is not None
     assert partitions is not None and rate is not None and pipeline is not None
     assert producer is not None
     return Scenario(
@@ -598,6 +605,7 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
         demo=cuts["demo"],
         ci=cuts["ci"],
         source=source,
+        replays=replays,
     )
 
 

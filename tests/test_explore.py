@@ -127,6 +127,18 @@ def test_run_repeat_judges_expectations_over_seeds_by_their_share(
         one = json.loads((seeds / seed / "results.json").read_text())
         assert [r["expectation"] for r in one["results"]] == ["pass", "pass"], seed
         assert all(r["rates"] for r in one["results"]), seed
+    # A race's reproducer replays itself with its own seed: one `chaoslab run`, no --repeat.
+    path.write_text(f"{RACE}replays: 2\n")
+    replayed = chaoslab("run", str(path), "--out", str(tmp_path / "replayed"), *env)
+    assert replayed.returncode == 1, replayed.stdout + replayed.stderr
+    assert "naive: duplicates > 0 in 100% of seeds: 2/2" in replayed.stdout
+    assert "idempotent: duplicates > 0 in 50% of seeds: 0/2" in replayed.stdout
+    runs = tmp_path / "replayed" / "over-seeds"
+    assert {p.name for p in runs.iterdir()} >= {"replay-1", "replay-2"}
+    assert {
+        json.loads((runs / r / "results.json").read_text())["seed"]
+        for r in ("replay-1", "replay-2")
+    } == {21}
 
 
 def test_ctrl_c_keeps_what_was_explored_writes_the_report_and_stops_the_consumers(

@@ -18,6 +18,7 @@ from harness.environment.options import LOCAL_ABILITIES
 from harness.errors import BadInput
 from harness.explore import report
 from harness.explore.coverage import Condition, exercised, unreached
+from harness.explore.explorer import race_replays, write_scenario
 from harness.explore.inputs import default_variants, plan
 from harness.explore.model import (
     Aim,
@@ -49,6 +50,7 @@ from harness.history.events import EventKind, HistoryEvent
 from harness.pipeline.runtimes import CONNECT
 from harness.pipeline.variants import make_variant
 from harness.results.model import ScenarioResult, VariantResult
+from harness.scenario import load_scenario
 from harness.workload.generator import generate
 
 LANE = injects("listener")  # what the faults make up on a listener's lane
@@ -466,6 +468,44 @@ def test_a_run_that_breaks_a_promise_by_a_shrunk_cause_is_counted_with_its_findi
                    budget="60", seed=3, out=tmp_path)  # fmt: skip
     page = report.write(Exploration(planned, findings=[counted])).read_text()
     assert "**found-1** (runs 4, 9, 12: one cause)" in page
+
+
+@pytest.mark.parametrize(
+    ("reproduced", "replays", "runs"),
+    [
+        (5, 5, 1),  # every replay: one run gives the verdict
+        (4, 5, 3),  # 0.2 ** 3 <= 1%, 0.2 ** 2 is not
+        (3, 5, 6),  # 0.4 ** 6; 0.4 ** 5 is just over 1%
+        (1, 5, 20),  # would need 21
+    ],
+)
+def test_a_races_reproducer_replays_itself_until_one_run_gives_the_verdict(
+    reproduced: int, replays: int, runs: int
+) -> None:
+    assert race_replays(reproduced, replays) == runs
+
+
+def test_a_races_scenario_says_so_and_expects_its_promise_in_every_replay(tmp_path: Path) -> None:
+    mid = {"kind": "consumer-crash", "name": "consumer-crash#1", "point": "mid_write",
+           "at_batch": 2, "after_docs": 1}  # fmt: skip
+    lost = Violation("listener/idempotent", "exactly-once", ("lost 2",))
+    race = Finding(1, 4, (lost,), draw_trial(LISTENER, 3, 1).with_faults([mid]), (),
+                   reproduced=3, replays=5, directory=tmp_path / "found-1")  # fmt: skip
+    write_scenario(race)
+    text = race.scenario_file.read_text()
+    assert "# Reproduced in 3 of 5 replays with seed" in text
+    assert "# A race: the run replays it 6 times with that seed and fails if any breaks" in text
+    written = load_scenario(race.scenario_file)
+    assert written.replays == 6
+    (kept,) = [e for e in written.expect["idempotent"] if e.field == "lost"]
+    assert (kept.op, kept.value, kept.rate) == ("==", 0, 1.0)
+    sure = replace(race, reproduced=5, directory=tmp_path / "found-2")
+    write_scenario(sure)
+    once = load_scenario(sure.scenario_file)
+    assert once.replays == 1 and "A race" not in sure.scenario_file.read_text()
+    assert [(e.field, e.rate) for e in once.expect["idempotent"] if e.field == "lost"] == [
+        ("lost", None)
+    ]
 
 
 @pytest.mark.parametrize(

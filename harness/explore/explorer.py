@@ -8,6 +8,7 @@ and the report is written whatever happened - Ctrl-C included.
 
 from __future__ import annotations
 
+import math
 import statistics
 import threading
 import time
@@ -50,6 +51,11 @@ SHORTEST_RUN_S = 20.0
 # reached late went unreported).
 SHRINK_SHARE = 0.6
 CTRL_C = "Ctrl-C"
+# A race's reproducer (a minimal trial that broke its promise in some replays only) replays
+# itself until, at the rate seen, all its runs hold one time in 1 / RACE_MISS, and no more often
+# than RACE_REPLAYS_MAX (a 5% race would need 90).
+RACE_MISS = 0.01
+RACE_REPLAYS_MAX = 20
 
 
 def explore(
@@ -193,7 +199,7 @@ def _shrink(
         directory=folder,
         report=_report(shown),
     )
-    _write_scenario(finding)
+    write_scenario(finding)
     state.shrinking_s += time.monotonic() - started
     progress(
         f"  shrunk in {len(trail)} tries to: {minimal.schedule()}; reproduced {reproduced} "
@@ -242,25 +248,46 @@ def _named(trial: Trial, plan: Plan, record: RunRecord, number: int) -> Trial:
     return replace(trial, name=f"found-{plan.seed}-{record.number}", description=description)
 
 
-def _write_scenario(finding: Finding) -> None:
+def race_replays(reproduced: int, replays: int) -> int:
+    """How many runs of a race's reproducer break its promise at least once all but one time
+    in RACE_MISS, at the rate its replays broke it (RACE_REPLAYS_MAX at most)."""
+    if reproduced >= replays:
+        return 1
+    if reproduced <= 0:
+        return RACE_REPLAYS_MAX
+    needed = math.ceil(math.log(RACE_MISS) / math.log(1 - reproduced / replays))
+    return min(RACE_REPLAYS_MAX, max(2, needed))
+
+
+def write_scenario(finding: Finding) -> None:
     """The minimal trial as a library scenario whose expectations are the broken promises:
-    ``chaoslab run`` of it fails while the violation reproduces."""
+    ``chaoslab run`` of it fails while the violation reproduces. A race (a failure in some of
+    its replays only) is replayed by the scenario itself, its promises expected in every run:
+    one ``chaoslab run`` gives the finding's verdict."""
     scenario = finding.minimal.scenario()
     kept = promises(scenario)
-    expect: dict[str, dict[str, int]] = {
-        label.split("/", 1)[1]: {name: 0 for name in kept[label].zero}
+    runs = race_replays(finding.reproduced, finding.replays)
+    every: int | str = 0 if runs == 1 else "0 in 100%"
+    expect: dict[str, dict[str, int | str]] = {
+        label.split("/", 1)[1]: {name: every for name in kept[label].zero}
         for label in {v.variant for v in finding.violations}
         if label in kept
     }
     if any(v.variant == SOURCE_VIOLATOR for v in finding.violations):
-        expect["*"] = {"published_lost": 0}  # the source's stage, at-least-once
+        expect["*"] = {"published_lost": every}  # the source's stage, at-least-once
     finding.directory.mkdir(parents=True, exist_ok=True)
     header = (
         f"# Reproduce: chaoslab run {finding.scenario_file}\n"
         f"# Reproduced in {finding.reproduced} of {finding.replays} replays with seed "
         f"{finding.minimal.seed}.\n"
     )
-    body = yaml.safe_dump(finding.minimal.document(expect), sort_keys=False, width=100)
+    if runs > 1:
+        header += (
+            f"# A race: the run replays it {runs} times with that seed and fails if any breaks "
+            f"the promise - at the rate seen, all {runs} hold one time in {1 / RACE_MISS:.0f}.\n"
+        )
+    document = {**finding.minimal.document(expect), **({"replays": runs} if runs > 1 else {})}
+    body = yaml.safe_dump(document, sort_keys=False, width=100)
     finding.scenario_file.write_text(header + body)
 
 

@@ -104,7 +104,9 @@ class Trial:
     description: str = ""
     source: str = SourceKind.PRODUCER
 
-    def document(self, expect: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, Any]:
+    def document(
+        self, expect: Mapping[str, Mapping[str, int | str]] | None = None
+    ) -> dict[str, Any]:
         """The scenario file's mapping."""
         s = self.shape
         doc: dict[str, Any] = {
