@@ -103,6 +103,7 @@ bench: $(STAMP) jars
 	$(BIN)/python tests/benchmarks/bench_runtimes.py
 	$(BIN)/python tests/benchmarks/bench_mongo_writes.py
 	$(BIN)/python tests/benchmarks/bench_explore.py
+	$(BIN)/python tests/benchmarks/bench_guided.py
 	$(BIN)/python tests/benchmarks/bench_containers.py
 	$(BIN)/python tests/benchmarks/bench_cdc.py
 	$(BIN)/python tests/benchmarks/bench_library.py

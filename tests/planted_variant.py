@@ -5,9 +5,14 @@ had written (a crash after the write, a kill) makes that first batch a duplicate
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pymongo import ReplaceOne
+from pymongo.database import Database
+from pymongo.errors import PyMongoError
 
 from harness.pipeline.batch import Batch
 from harness.pipeline.variants import Variant, WriteContext
@@ -76,3 +81,134 @@ class ForgetsAfterDrift(Variant):
                 ordered=False,
             )  # fmt: skip
         project(ctx.db.orders, kept)
+
+
+# The guided-search benchmark's bugs (tests/benchmarks/bench_guided.py): four of the kinds the
+# post-mortems name, each keeping its exactly-once promise until a fault of its own kind comes.
+
+MARKS = "processed"  # mark-before-data's log of processed messages
+POSITIONS = "positions"  # commit-before-write's own consumer positions
+
+
+def _by_event_id(chunk: Sequence[dict[str, Any]]) -> list[ReplaceOne[dict[str, Any]]]:
+    return [ReplaceOne({"_id": d["event_id"]}, {**d, "_id": d["event_id"]}, upsert=True)
+            for d in chunk]  # fmt: skip
+
+
+@dataclass
+class MarkBeforeData(Variant):
+    """A processed-message log that marks a batch's messages processed before it writes their
+    data (which mints its own ids: the log is the de-duplication). A write that stops between
+    the two - a consumer killed in the middle of it, a write that fails - leaves marks for
+    data never written, and the redelivery skips them: lost."""
+
+    name = "mark-before-data"
+    collections = (*Variant.collections, MARKS)
+
+    def write(self, batch: Batch, ctx: WriteContext) -> None:
+        ids = [r.event.event_id for r in batch.records]
+        done = {d["_id"] for d in ctx.db[MARKS].find({"_id": {"$in": ids}}, {"_id": 1})}
+        fresh = [r for r in batch.records if r.event.event_id not in done]
+        if fresh:
+            ctx.db[MARKS].bulk_write(
+                [ReplaceOne({"_id": r.event.event_id}, {"_id": r.event.event_id}, upsert=True)
+                 for r in fresh],
+                ordered=False,
+            )  # fmt: skip
+        for chunk in ctx.chunks([landing_doc(r, batch) for r in fresh]):
+            ctx.db.events.insert_many([dict(d) for d in chunk])
+        project(ctx.db.orders, fresh)
+
+
+@dataclass
+class CommitBeforeWrite(Variant):
+    """Keeps its consumer positions in MongoDB, as the transactional variant does, and keys its
+    documents by the event id - but stores a batch's positions before it writes the batch, not
+    in one transaction with it: a consumer killed in the write resumes past what it had not
+    written: lost."""
+
+    name = "commit-before-write"
+    collections = (*Variant.collections, POSITIONS)
+
+    def write(self, batch: Batch, ctx: WriteContext) -> None:
+        for partition, last in batch.last_offsets.items():
+            ctx.db[POSITIONS].update_one(
+                {"_id": batch.offsets_store_id(partition)}, {"$max": {"offset": last}}, upsert=True
+            )
+        for chunk in ctx.chunks([landing_doc(r, batch) for r in batch.records]):
+            ctx.db.events.bulk_write(_by_event_id(chunk), ordered=False)
+        project(ctx.db.orders, batch.records)
+
+    def stored_offsets(
+        self, db: Database[dict[str, Any]], group: str, topic: str
+    ) -> dict[int, int]:
+        prefix = f"{group}@{topic}@"
+        return {
+            int(d["_id"][len(prefix) :]): d["offset"]
+            for d in db[POSITIONS].find({"_id": {"$regex": f"^{prefix}"}})
+        }
+
+    def resume_positions(
+        self, db: Database[dict[str, Any]], group: str, topic: str
+    ) -> dict[int, int]:
+        return {p: offset + 1 for p, offset in self.stored_offsets(db, group, topic).items()}
+
+
+@dataclass
+class RetryMintsId(Variant):
+    """Keys its documents by the event id - and when a write fails, writes the chunk again
+    under ids of its own (a retry that "makes sure it lands"), until that lands: a write MongoDB
+    had applied whose answer the client did not get is stored twice."""
+
+    name = "retry-mints-id"
+
+    def write(self, batch: Batch, ctx: WriteContext) -> None:
+        for chunk in ctx.chunks([landing_doc(r, batch) for r in batch.records]):
+            try:
+                ctx.db.events.bulk_write(_by_event_id(chunk), ordered=False)
+            except PyMongoError:
+                for attempt in range(RETRIES):
+                    try:
+                        ctx.db.events.insert_many([dict(d) for d in chunk])
+                        break
+                    except PyMongoError:
+                        if attempt == RETRIES - 1:
+                            raise
+                        time.sleep(0.5)
+        project(ctx.db.orders, batch.records)
+
+
+RETRIES = 20  # retry-mints-id's, half a second apart: through a network cut of a few seconds
+RECENT = "recent"  # expiring-dedup's marks
+
+
+@dataclass
+class ExpiringDedup(Variant):
+    """De-duplicates by the event id over a window: a message whose id it marked less than
+    ``window_s`` ago is skipped; an older mark no longer counts (a TTL index's, a cache's
+    expiry). Its writes mint their own ids. A redelivery soon after the first write - a crash
+    and a quick restart - is absorbed; one that comes later - a consumer frozen past its
+    session, whose batch another consumer wrote meanwhile - is stored twice."""
+
+    name = "expiring-dedup"
+    collections = (*Variant.collections, RECENT)
+    window_s: float = 5.0
+
+    def write(self, batch: Batch, ctx: WriteContext) -> None:
+        now = time.time()
+        ids = [r.event.event_id for r in batch.records]
+        recent = {
+            d["_id"]
+            for d in ctx.db[RECENT].find(
+                {"_id": {"$in": ids}, "at": {"$gt": now - self.window_s}}, {"_id": 1}
+            )
+        }
+        fresh = [r for r in batch.records if r.event.event_id not in recent]
+        for chunk in ctx.chunks([landing_doc(r, batch) for r in fresh]):
+            ctx.db.events.insert_many([dict(d) for d in chunk])
+            ctx.db[RECENT].bulk_write(
+                [ReplaceOne({"_id": d["event_id"]}, {"_id": d["event_id"], "at": now},
+                            upsert=True) for d in chunk],
+                ordered=False,
+            )  # fmt: skip
+        project(ctx.db.orders, fresh)

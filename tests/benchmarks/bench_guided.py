@@ -1,0 +1,119 @@
+"""Benchmark (not a test): guided search against random, over bugs planted in the tests' own
+variants (``tests/planted_variant.py``: a mark stored before the data, positions committed
+before the write, a retry that mints new ids, a de-duplication window that expires), the same
+budgets and seeds side by side on one local environment.
+
+    make bench      # or: .venv/bin/python tests/benchmarks/bench_guided.py [SEEDS] [BUDGET_S]
+                    #     [--bugs mark-before-data,...] [--strategies random,guided]
+
+For each bug, strategy and seed (1..SEEDS, 5 by default): ``explore`` of that variant alone on
+the listener, every drawable fault kind, until its first finding or its budget (BUDGET_S, 600
+by default). Prints, per bug and strategy: the runs to the first finding (median and worst over
+the seeds; a search that found nothing counts as its runs + 1, marked ``>``), the distinct
+coverage conditions its runs reached per hour of search, and how often each written
+reproducer failed in its replays. Hours: 4 bugs x 2 strategies x 5 seeds of up to 10 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.environment.local import LocalEnvironment
+from harness.explore.explorer import explore
+from harness.explore.guide import STRATEGIES, reached
+from harness.explore.inputs import plan
+
+BUGS = {
+    "mark-before-data": "tests.planted_variant:MarkBeforeData",
+    "commit-before-write": "tests.planted_variant:CommitBeforeWrite",
+    "retry-mints-id": "tests.planted_variant:RetryMintsId",
+    "expiring-dedup": "tests.planted_variant:ExpiringDedup",
+}
+REPLAYS = 5
+
+
+@dataclass(frozen=True)
+class Search:
+    bug: str
+    strategy: str
+    seed: int
+    runs: int  # the search's runs (shrinking's and the replays' not counted)
+    first: int | None  # the run that found the bug, if one did
+    conditions: int  # distinct coverage conditions its runs reached
+    hours: float  # of search, shrinking and replays not counted
+    reproduced: int | None  # of REPLAYS, where it found the bug
+
+
+def search(
+    env: LocalEnvironment, out: Path, bug: str, strategy: str, seed: int, budget_s: int
+) -> Search:
+    asked = plan(runtime="listener", variants=[BUGS[bug]], kinds=None, backend=env.abilities,
+                 budget=f"{budget_s}s", seed=seed, out=out, findings=1, replays=REPLAYS,
+                 strategy=strategy)  # fmt: skip
+    started = time.monotonic()
+    state = explore(env, asked, progress=lambda _line: None, stop=threading.Event())
+    searched = max(1.0, time.monotonic() - started - state.shrinking_s) / 3600
+    found = state.findings[0] if state.findings else None
+    return Search(bug, strategy, seed, len(state.runs), found.run if found else None,
+                  len(reached(state.runs).conditions), searched,
+                  found.reproduced if found else None)  # fmt: skip
+
+
+def table(searches: list[Search]) -> list[str]:
+    lines = [
+        "| bug | strategy | found | runs to the first finding (median, worst) | conditions "
+        "per hour | reproducers' replays that failed |",
+        "| --- | --- | ---: | ---: | ---: | --- |",
+    ]
+    for bug in dict.fromkeys(s.bug for s in searches):
+        for strategy in dict.fromkeys(s.strategy for s in searches):
+            mine = [s for s in searches if s.bug == bug and s.strategy == strategy]
+            if not mine:
+                continue
+            # A search that did not find it counts as one run more than it made (a lower bound).
+            runs = [s.first if s.first is not None else s.runs + 1 for s in mine]
+            missed = any(s.first is None for s in mine)
+            worst = f"{'>' if missed else ''}{max(runs)}"
+            per_hour = statistics.median(s.conditions / s.hours for s in mine)
+            replays = ", ".join(
+                f"{s.reproduced}/{REPLAYS}" for s in mine if s.reproduced is not None
+            )
+            found = sum(s.first is not None for s in mine)
+            median = statistics.median(runs)
+            lines.append(f"| {bug} | {strategy} | {found}/{len(mine)} | {median:g}, {worst} | "
+                         f"{per_hour:.0f} | {replays or '-'} |")  # fmt: skip
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("seeds", type=int, nargs="?", default=5)
+    parser.add_argument("budget_s", type=int, nargs="?", default=600)
+    parser.add_argument("--bugs", default=",".join(BUGS))
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    args = parser.parse_args()
+    bugs, strategies = args.bugs.split(","), args.strategies.split(",")
+    searches: list[Search] = []
+    with tempfile.TemporaryDirectory() as tmp, LocalEnvironment(Path(tmp) / "env") as env:
+        for bug in bugs:
+            for seed in range(1, args.seeds + 1):
+                for strategy in strategies:  # side by side: each seed's pair one after the other
+                    out = Path(tmp) / f"{bug}-{strategy}-{seed}"
+                    done = search(env, out, bug, strategy, seed, args.budget_s)
+                    searches.append(done)
+                    found = f"found at run {done.first}" if done.first else "not found"
+                    print(f"  {bug} {strategy} seed {seed}: {found} of {done.runs}; "
+                          f"{done.conditions} conditions", flush=True)  # fmt: skip
+    print(f"\nguided against random, {args.seeds} seeds, {args.budget_s} s each, the listener, "
+          "every drawable fault kind:")  # fmt: skip
+    print("\n".join(table(searches)))
+
+
+if __name__ == "__main__":
+    main()
