@@ -17,6 +17,7 @@ from pymongo.errors import PyMongoError
 from harness.pipeline.batch import Batch
 from harness.pipeline.variants import Variant, WriteContext
 from harness.pipeline.variants.base import landing_doc, project
+from harness.pipeline.variants.transactional import OFFSETS, Transactional
 
 
 @dataclass
@@ -87,7 +88,6 @@ class ForgetsAfterDrift(Variant):
 # post-mortems name, each keeping its exactly-once promise until a fault of its own kind comes.
 
 MARKS = "processed"  # mark-before-data's log of processed messages
-POSITIONS = "positions"  # commit-before-write's own consumer positions
 
 
 def _by_event_id(chunk: Sequence[dict[str, Any]]) -> list[ReplaceOne[dict[str, Any]]]:
@@ -121,37 +121,25 @@ class MarkBeforeData(Variant):
 
 
 @dataclass
-class CommitBeforeWrite(Variant):
-    """Keeps its consumer positions in MongoDB, as the transactional variant does, and keys its
-    documents by the event id - but stores a batch's positions before it writes the batch, not
-    in one transaction with it: a consumer killed in the write resumes past what it had not
+class CommitBeforeWrite(Transactional):
+    """Keeps its consumer positions in MongoDB where the transactional variant does, and keys
+    its documents by the event id - but stores a batch's positions before it writes the batch,
+    not in one transaction with it: a consumer killed in the write resumes past what it had not
     written: lost."""
 
     name = "commit-before-write"
-    collections = (*Variant.collections, POSITIONS)
+
+    def prepare(self, db: Database[dict[str, Any]]) -> None:
+        Variant.prepare(self, db)  # keyed by the event id: not the transactional's unique key
 
     def write(self, batch: Batch, ctx: WriteContext) -> None:
         for partition, last in batch.last_offsets.items():
-            ctx.db[POSITIONS].update_one(
+            ctx.db[OFFSETS].update_one(
                 {"_id": batch.offsets_store_id(partition)}, {"$max": {"offset": last}}, upsert=True
             )
         for chunk in ctx.chunks([landing_doc(r, batch) for r in batch.records]):
             ctx.db.events.bulk_write(_by_event_id(chunk), ordered=False)
         project(ctx.db.orders, batch.records)
-
-    def stored_offsets(
-        self, db: Database[dict[str, Any]], group: str, topic: str
-    ) -> dict[int, int]:
-        prefix = f"{group}@{topic}@"
-        return {
-            int(d["_id"][len(prefix) :]): d["offset"]
-            for d in db[POSITIONS].find({"_id": {"$regex": f"^{prefix}"}})
-        }
-
-    def resume_positions(
-        self, db: Database[dict[str, Any]], group: str, topic: str
-    ) -> dict[int, int]:
-        return {p: offset + 1 for p, offset in self.stored_offsets(db, group, topic).items()}
 
 
 @dataclass

@@ -367,13 +367,11 @@ class _WorkerKiller(Actor):
     def _tasks_on(self, index: int) -> str:
         """Which tasks of the run's Connect lanes worker ``index`` runs, as Connect says: a
         lane whose tasks all ran elsewhere loses nothing to its loss, and the history says so."""
+        said = self._statuses()
+        if said is None:
+            return "Connect did not say which tasks it ran (no worker answered)"
         ran = []
-        for lane in [t for t in self.context.everyone if t.runtime.connect]:
-            settings = self.fault.settings(lane)
-            try:
-                state = ConnectRest(settings, timeout=LOOK_TIMEOUT_S).status(lane.group)
-            except ConnectError:
-                return "Connect did not say which tasks it ran (no worker answered)"
+        for lane, settings, state in said:
             listed = state.tasks if state else ()
             tasks = [t.task for t in listed if settings.worker_index(t.worker) == index]
             if tasks:
@@ -387,14 +385,31 @@ class _WorkerKiller(Actor):
         assert self.struck is not None
         if self.struck.alive():
             return [f"connect-{self.index}, not gone yet"]
+        said = self._statuses()
+        if said is None:
+            return ["the lanes' tasks (no worker answered)"]
+        return [
+            task
+            for lane, settings, state in said
+            for task in unplaced(lane.label, state, partial(_live, lane, settings))
+        ]
+
+    def _statuses(self) -> list[tuple[Target, ConnectSettings, ConnectorState | None]] | None:
+        """Each Connect lane's connector's status, as Connect says it now (None: no worker
+        answered)."""
         found = []
         for lane in [t for t in self.context.everyone if t.runtime.connect]:
             settings = self.fault.settings(lane)
             try:
-                state = ConnectRest(settings, timeout=LOOK_TIMEOUT_S).status(lane.group)
+                found.append(
+                    (
+                        lane,
+                        settings,
+                        ConnectRest(settings, timeout=LOOK_TIMEOUT_S).status(lane.group),
+                    )
+                )
             except ConnectError:
-                return [f"{lane.label}'s tasks (no worker answered)"]
-            found += unplaced(lane.label, state, partial(_live, lane, settings))
+                return None
         return found
 
     def _placed(self) -> None:
