@@ -17,7 +17,9 @@ reproducer failed in its replays. Hours: 4 bugs x 2 strategies x 5 seeds of up t
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -28,6 +30,7 @@ from harness.environment.local import LocalEnvironment
 from harness.explore.explorer import explore
 from harness.explore.guide import STRATEGIES, reached
 from harness.explore.inputs import plan
+from harness.paths import project_root
 
 BUGS = {
     "mark-before-data": "tests.planted_variant:MarkBeforeData",
@@ -99,6 +102,10 @@ def main() -> None:
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     args = parser.parse_args()
     bugs, strategies = args.bugs.split(","), args.strategies.split(",")
+    # The planted variants are the tests' module: importable from the project's folder, by this
+    # process and by the consumers it starts there.
+    os.chdir(project_root())
+    sys.path.insert(0, str(project_root()))
     searches: list[Search] = []
     with tempfile.TemporaryDirectory() as tmp, LocalEnvironment(Path(tmp) / "env") as env:
         for bug in bugs:
