@@ -232,9 +232,8 @@ def wait_until_consumed(
     once every lane's consumers wrote a batch; ``running`` is set then (a workload held back
     until then goes on: ``harness.workload.producer.Hold``); a ``reserve`` flows while no
     fault that follows another's window waits for it, and the lanes' histories say when it is
-    held. At
-    each ``Pace``, ``report`` says how far the lanes are (by default: what each committed of
-    the target). ``stop`` set ends it (``Stopped``)."""
+    held. At each ``Pace``, ``report`` says how far the lanes are (by default: what each
+    committed of the target). ``stop`` set ends it (``Stopped``)."""
     deadline = time.monotonic() + timeout
     targets: dict[int, int] | None = None
     pace = Pace()
