@@ -71,11 +71,13 @@ class Nemesis:
     @property
     def awaiting(self) -> str:
         """The faults that start once another's window has ended, not started, whose window
-        has not ended yet: ``gc pause waits for managed upgrade's end`` (empty: none)."""
+        is under way: ``gc pause waits for managed upgrade's end`` (empty: none). Not one whose
+        window has not started: that one may wait for records a held workload would never
+        send."""
         return "; ".join(
             f"{p.plan.name} waits for {p.plan.steps[0].following}'s end"
             for p in self._progress
-            if p.next_step == 0 and p.plan.steps[0].following not in ("", *self._ended)
+            if p.next_step == 0 and p.plan.steps[0].following in self._opened
         )
 
     @property
