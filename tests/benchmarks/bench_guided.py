@@ -4,7 +4,7 @@ before the write, a retry that mints new ids, a de-duplication window that expir
 budgets and seeds side by side on one local environment.
 
     make bench      # or: .venv/bin/python tests/benchmarks/bench_guided.py [SEEDS] [BUDGET_S]
-                    #     [--bugs mark-before-data,...] [--strategies random,guided]
+                    #     [--bugs mark-before-data,...] [--strategies random,guided] [--keep DIR]
 
 For each bug, strategy and seed (1..SEEDS, 5 by default): ``explore`` of that variant alone on
 the listener, every drawable fault kind, until its first finding or its budget (BUDGET_S, 600
@@ -100,8 +100,15 @@ def main() -> None:
     parser.add_argument("budget_s", type=int, nargs="?", default=600)
     parser.add_argument("--bugs", default=",".join(BUGS))
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="keep each search's folder (its explore.md "
+        "and reproducers) under this one; by default they are thrown away",
+    )
     args = parser.parse_args()
     bugs, strategies = args.bugs.split(","), args.strategies.split(",")
+    keep = args.keep.resolve() if args.keep else None  # before the chdir: relative to the caller
     # The planted variants are the tests' module: importable from the project's folder, by this
     # process and by the consumers it starts there.
     os.chdir(project_root())
@@ -111,12 +118,14 @@ def main() -> None:
         for bug in bugs:
             for seed in range(1, args.seeds + 1):
                 for strategy in strategies:  # side by side: each seed's pair one after the other
-                    out = Path(tmp) / f"{bug}-{strategy}-{seed}"
+                    out = (keep or Path(tmp)) / f"{bug}-{strategy}-{seed}"
+                    began = time.monotonic()
                     done = search(env, out, bug, strategy, seed, args.budget_s)
                     searches.append(done)
                     found = f"found at run {done.first}" if done.first else "not found"
                     print(f"  {bug} {strategy} seed {seed}: {found} of {done.runs}; "
-                          f"{done.conditions} conditions", flush=True)  # fmt: skip
+                          f"{done.conditions} conditions; replays failed {done.reproduced}; "
+                          f"{time.monotonic() - began:.0f} s in all", flush=True)  # fmt: skip
     print(f"\nguided against random, {args.seeds} seeds, {args.budget_s} s each, the listener, "
           "every drawable fault kind:")  # fmt: skip
     print("\n".join(table(searches)))
