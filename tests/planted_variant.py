@@ -14,9 +14,10 @@ from pymongo import ReplaceOne
 from pymongo.database import Database
 from pymongo.errors import PyMongoError
 
+from harness.checker.promise import EXACTLY_ONCE, Promise
 from harness.pipeline.batch import Batch
 from harness.pipeline.variants import Variant, WriteContext
-from harness.pipeline.variants.base import landing_doc, project
+from harness.pipeline.variants.base import Key, keyed_promise, landing_doc, project
 from harness.pipeline.variants.transactional import OFFSETS, Transactional
 
 
@@ -90,13 +91,23 @@ class ForgetsAfterDrift(Variant):
 MARKS = "processed"  # mark-before-data's log of processed messages
 
 
+class _ByEventId:
+    """Keyed by the event id, as each of the benchmark's variants is: an upstream resend (a new
+    id for the same change) is not a duplicate it can see, and not its planted bug - stated as
+    its promise, as the lab's own variants keyed so state theirs."""
+
+    @property
+    def promise(self) -> Promise:
+        return keyed_promise(EXACTLY_ONCE, Key.EVENT_ID)
+
+
 def _by_event_id(chunk: Sequence[dict[str, Any]]) -> list[ReplaceOne[dict[str, Any]]]:
     return [ReplaceOne({"_id": d["event_id"]}, {**d, "_id": d["event_id"]}, upsert=True)
             for d in chunk]  # fmt: skip
 
 
 @dataclass
-class MarkBeforeData(Variant):
+class MarkBeforeData(_ByEventId, Variant):
     """A processed-message log that marks a batch's messages processed before it writes their
     data (which mints its own ids: the log is the de-duplication). A write that stops between
     the two - a consumer killed in the middle of it, a write that fails - leaves marks for
@@ -121,7 +132,7 @@ class MarkBeforeData(Variant):
 
 
 @dataclass
-class CommitBeforeWrite(Transactional):
+class CommitBeforeWrite(_ByEventId, Transactional):
     """Keeps its consumer positions in MongoDB where the transactional variant does, and keys
     its documents by the event id - but stores a batch's positions before it writes the batch,
     not in one transaction with it: a consumer killed in the write resumes past what it had not
@@ -143,7 +154,7 @@ class CommitBeforeWrite(Transactional):
 
 
 @dataclass
-class RetryMintsId(Variant):
+class RetryMintsId(_ByEventId, Variant):
     """Keys its documents by the event id - and when a write fails, writes the chunk again
     under ids of its own (a retry that "makes sure it lands"), until that lands: a write MongoDB
     had applied whose answer the client did not get is stored twice."""
@@ -171,7 +182,7 @@ RECENT = "recent"  # expiring-dedup's marks
 
 
 @dataclass
-class ExpiringDedup(Variant):
+class ExpiringDedup(_ByEventId, Variant):
     """De-duplicates by the event id over a window: a message whose id it marked less than
     ``window_s`` ago is skipped; an older mark no longer counts (a TTL index's, a cache's
     expiry). Its writes mint their own ids. A redelivery soon after the first write - a crash
