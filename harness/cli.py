@@ -34,7 +34,7 @@ from harness.errors import BadInput, LabError
 from harness.explore import inputs as explore_inputs
 from harness.explore import report as explore_report
 from harness.explore.explorer import explore
-from harness.explore.model import RANDOM, REPLAYS
+from harness.explore.model import DEFAULT_STRATEGY, REPLAYS
 from harness.notebooks import execute
 from harness.paths import revision
 from harness.pipeline.connect import worker as connect_worker
@@ -892,9 +892,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ex.add_argument(
         "--strategy",
-        default=RANDOM,
+        default=DEFAULT_STRATEGY,
         help="how each run's schedule is drawn: random, or guided (toward the fault targets, "
-        "crash points and history conditions no run has reached yet) (default: random)",
+        f"crash points and history conditions no run has reached yet) (default: "
+        f"{DEFAULT_STRATEGY})",
     )
     ex.add_argument(
         "--findings", type=int, help="stop after this many findings (default: use the budget)"

@@ -14,7 +14,7 @@ from harness.checker.promise import NOTHING
 from harness.environment.base import BackendAbilities
 from harness.errors import BadInput
 from harness.explore.guide import STRATEGIES
-from harness.explore.model import RANDOM, REPLAYS, Plan
+from harness.explore.model import DEFAULT_STRATEGY, REPLAYS, Plan
 from harness.explore.trial import Explored, drawable, variant_entry
 from harness.pipeline.runtimes import get_runtime, names
 from harness.pipeline.variants import BUILT_IN, make_variant
@@ -62,7 +62,7 @@ def plan(
     findings: int | None = None,
     replays: int = REPLAYS,
     source: str = SourceKind.PRODUCER,
-    strategy: str = RANDOM,
+    strategy: str = DEFAULT_STRATEGY,
 ) -> Plan:
     """The exploration the command line asks for; BadInput naming every problem."""
     problems: list[str] = []

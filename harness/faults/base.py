@@ -237,6 +237,11 @@ class Actor:
         """Undo whatever is still in force (the run ended, or failed, inside its window),
         without waiting for the servers."""
 
+    def unsettled(self) -> list[str]:
+        """What it started again that is not back yet, asked after ``undo`` until none is or a
+        deadline passes (``Nemesis.settle``)."""
+        return []
+
     @property
     def about(self) -> str:
         """What it acts on, for an error message (``node 2``)."""

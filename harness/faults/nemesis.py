@@ -26,6 +26,9 @@ CHECK_EVERY_S = 0.5  # how often a waiting step asks the cluster (a Metadata req
 # A node not gone, or not back, by then is a broken environment; a wait with a deadline of its
 # own (``Actor.waits_until``) is given until then instead, if that is later.
 WAIT_TIMEOUT_S = 240.0
+# How long the end of a run waits for what the faults started again: a broker starts in seconds
+# on an idle machine, in a minute or more under a suite's load.
+SETTLE_TIMEOUT_S = 120.0
 
 
 @dataclass
@@ -197,3 +200,15 @@ class Nemesis:
         for name in sorted(self._opened):
             self._context.record(EventKind.FAULT_END, faults[name])
         self._opened.clear()
+
+    def settle(self, timeout: float = SETTLE_TIMEOUT_S) -> list[str]:
+        """Wait until what the faults started again is back - a broker a kill restarted, still
+        starting when the run's stream was done: the next run on the environment (explore's, a
+        matrix's, a repeat's) starts on a whole cluster, not one that refuses its topic's
+        replicas (INVALID_REPLICATION_FACTOR). What is still not back at the deadline."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = [what for p in self._progress for what in p.actor.unsettled()]
+            if not left or time.monotonic() >= deadline:
+                return left
+            time.sleep(0.5)

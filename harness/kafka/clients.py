@@ -20,6 +20,7 @@ from confluent_kafka.cimpl import (
     NewTopic,  # where it is defined: confluent_kafka.admin re-exports it implicitly
 )
 
+from harness.errors import LabError
 from harness.readiness import NotReady, wait_for
 
 # Every client names its role in client.id: the environment's Kafka-aware fault proxy tells the
@@ -105,7 +106,10 @@ def create_topic(bootstrap: str, name: str, partitions: int, *, timeout: float =
     """Create ``name`` and wait until its metadata shows every partition with a leader."""
     client = admin(bootstrap)
     futures = client.create_topics([NewTopic(name, num_partitions=partitions)])
-    futures[name].result(timeout=timeout)
+    try:
+        futures[name].result(timeout=timeout)
+    except KafkaException as exc:  # the cluster refused it: a run's error, not the lab's crash
+        raise LabError(f"creating topic {name}: {exc.args[0]}") from exc
 
     def has_leaders() -> None:
         topic = client.list_topics(name, timeout=5).topics.get(name)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import sys
 import threading
 import time
 import uuid
@@ -39,7 +40,7 @@ from harness.environment.signals import ctrl_c_unwrapped
 from harness.environment.spark import SparkCluster, SparkSettings
 from harness.errors import LabError
 from harness.faults.base import Target
-from harness.faults.nemesis import Nemesis
+from harness.faults.nemesis import SETTLE_TIMEOUT_S, Nemesis
 from harness.faults.schedule import FaultPlan, plan
 from harness.history.events import EventKind, HistoryEvent, HistoryTail, HistoryWriter, read_history
 from harness.history.windows import fault_windows
@@ -532,6 +533,10 @@ def _play(run: _Run, progress: Progress, stop: threading.Event | None) -> Produc
         nemesis.restore()
         stop_all([*supervisors, *run.source.supervisors])
         feed.stop()
+        # Not after Ctrl-C or a stop asked for: stopping is to be prompt.
+        stopping = isinstance(sys.exception(), (KeyboardInterrupt, Stopped))
+        if not stopping and not (stop and stop.is_set()) and (left := nemesis.settle()):
+            progress(f"not back {SETTLE_TIMEOUT_S:.0f} s after the run: {', '.join(left)}")
 
 
 def _check(run: _Run, summary: ProduceSummary, progress: Progress) -> list[VariantResult]:

@@ -182,6 +182,7 @@ class _NodeActor(Actor):
     chosen: int | None = None  # found by the waiting step, for the step that acts
     down: set[int] = field(default_factory=set)
     paused: set[int] = field(default_factory=set)
+    started: set[int] = field(default_factory=set)  # started again, not yet seen back
 
     @property
     def about(self) -> str:
@@ -225,6 +226,7 @@ class _NodeActor(Actor):
                 assert self.node is not None
                 env.begin_start_broker(self.node)
                 self.down.discard(self.node)
+                self.started.add(self.node)
             case Do.PAUSE:
                 self.node = self._chosen(step.rotation)
                 self._hold(self.node)
@@ -237,6 +239,7 @@ class _NodeActor(Actor):
                 self._release()
             case Do.AWAIT_READY:
                 self._release()  # it is back: another fault may take it
+                self.started.discard(self.node)
             case _ if step.waits:
                 pass  # its condition came true: nothing to do
             case _:
@@ -294,7 +297,20 @@ class _NodeActor(Actor):
             if not env.broker_stopped(node):
                 env.kill(Component.KAFKA, broker=node)  # a stop still under way
             env.begin_start_broker(node)
+        self.started |= self.down
         self.down.clear()
+
+    def unsettled(self) -> list[str]:
+        env = self.context.env
+        for node in sorted(self.started):
+            try:
+                if env.broker_stopped(node):  # exited while starting, as AWAIT_READY sees
+                    env.begin_start_broker(node)
+                elif env.broker_ready(node):
+                    self.started.discard(node)
+            except (KafkaException, OSError):
+                pass  # the cluster is busy: not back yet
+        return [f"Kafka node {node}" for node in sorted(self.started)]
 
 
 class _OneNode(Timed):
