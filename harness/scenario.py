@@ -242,7 +242,7 @@ class Expectation:
     field: str
     op: str
     value: int | bool
-    rate: float | None = None  # the share of seeds it must hold in
+    rate: float | None = None  # the share of runs (seeds, or a race's replays) it must hold in
 
     def holds(self, actual: int | bool | None) -> bool:
         return actual is not None and OPERATORS[self.op](actual, self.value)
@@ -270,8 +270,8 @@ class Expectation:
         return f"expected {self}, got {actual}"
 
     def __str__(self) -> str:
-        of_seeds = f" in {self.rate:.0%} of seeds" if self.rate is not None else ""
-        return f"{self.field} {self.op} {self.value}{of_seeds}"
+        of_runs = f" in {self.rate:.0%} of runs" if self.rate is not None else ""
+        return f"{self.field} {self.op} {self.value}{of_runs}"
 
 
 @dataclass(frozen=True)
@@ -898,10 +898,10 @@ def _expectations(pr: Problems, where: str, raw: Any) -> list[Expectation]:
         elif isinstance(value, str) and (m := _EXPRESSION.match(value)):
             rate = None if m.group(3) is None else float(m.group(3)) / 100
             if rate is not None and not 0 < rate <= 1:
-                pr.add(at, f"a share of seeds is over 0% and at most 100%, got {m.group(3)}%")
+                pr.add(at, f"a share of runs is over 0% and at most 100%, got {m.group(3)}%")
                 continue
             found.append(Expectation(key, m.group(1) or "==", int(m.group(2)), rate))
         else:
-            pr.add(at, f"expected a number, e.g. '>0', or a share of seeds, e.g. '>0 in 80%'; "
+            pr.add(at, f"expected a number, e.g. '>0', or a share of runs, e.g. '>0 in 80%'; "
                        f"got {value!r}")  # fmt: skip
     return found

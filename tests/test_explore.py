@@ -118,8 +118,8 @@ def test_run_repeat_judges_expectations_over_seeds_by_their_share(
     repeated = chaoslab("run", str(path), "--repeat", "2", "--out", str(tmp_path / "two"), *env)
     assert repeated.returncode == 1, repeated.stdout + repeated.stderr
     out = repeated.stdout
-    assert "naive: duplicates > 0 in 100% of seeds: 2/2 (95%: 34-100%), holds" in out
-    assert "idempotent: duplicates > 0 in 50% of seeds: 0/2 (95%: 0-66%), DOES NOT HOLD" in out
+    assert "naive: duplicates > 0 in 100% of runs: 2/2 (95%: 34-100%), holds" in out
+    assert "idempotent: duplicates > 0 in 50% of runs: 0/2 (95%: 0-66%), DOES NOT HOLD" in out
     seeds = tmp_path / "two" / "over-seeds"
     assert {p.name for p in seeds.iterdir()} >= {"seed-21", "seed-22"}
     # Each run alone failed nothing: it recorded how each rate fared, and passed.
@@ -131,8 +131,8 @@ def test_run_repeat_judges_expectations_over_seeds_by_their_share(
     path.write_text(f"{RACE}replays: 2\n")
     replayed = chaoslab("run", str(path), "--out", str(tmp_path / "replayed"), *env)
     assert replayed.returncode == 1, replayed.stdout + replayed.stderr
-    assert "naive: duplicates > 0 in 100% of seeds: 2/2" in replayed.stdout
-    assert "idempotent: duplicates > 0 in 50% of seeds: 0/2" in replayed.stdout
+    assert "naive: duplicates > 0 in 100% of runs: 2/2" in replayed.stdout
+    assert "idempotent: duplicates > 0 in 50% of runs: 0/2" in replayed.stdout
     runs = tmp_path / "replayed" / "over-seeds"
     assert {p.name for p in runs.iterdir()} >= {"replay-1", "replay-2"}
     assert {

@@ -742,7 +742,7 @@ def test_the_soak_page_is_the_soak_table_with_what_it_was_measured_with() -> Non
 
 
 def test_an_expectation_over_seeds_is_judged_by_its_share_of_the_runs() -> None:
-    rate = "duplicates > 0 in 80% of seeds"
+    rate = "duplicates > 0 in 80% of runs"
 
     def run(seed: int, held: bool) -> ScenarioResult:
         naive = {"expectations": [rate], "rates": [{"expectation": rate, "held": held}]}

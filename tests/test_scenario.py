@@ -77,7 +77,7 @@ def test_an_expectation_over_seeds_is_not_decided_by_one_run(tmp_path: Path) -> 
         write(tmp_path, GOOD.replace('{duplicates: ">0"}', '{duplicates: ">0 in 80%"}'))
     )
     (rate,) = [e for e in s.expectations_for(s.variants[0], "listener") if e.rate is not None]
-    assert (str(rate), rate.rate) == ("duplicates > 0 in 80% of seeds", 0.8)
+    assert (str(rate), rate.rate) == ("duplicates > 0 in 80% of runs", 0.8)
     none = Verdict.from_dict({"duplicates": 0})
     assert rate.failure(none) is None and not rate.holds(rate.actual(none))
 
@@ -87,7 +87,7 @@ def test_an_expectation_over_seeds_is_not_decided_by_one_run(tmp_path: Path) -> 
     [
         (
             "name: x\nvariants: [naive]\nexpect: {naive: {duplicates: '>0 in 150%'}}\n",
-            "expect.naive.duplicates: a share of seeds is over 0% and at most 100%, got 150%",
+            "expect.naive.duplicates: a share of runs is over 0% and at most 100%, got 150%",
         ),
         ("name: x\nvariants: [naive\n", "YAML syntax error at line 3, column 1"),
         ("name: x\nvariants: [naive]\nevnts: 3\n", "evnts: unknown field"),

@@ -281,7 +281,7 @@ def soak_summary(cells: Sequence[SoakCell]) -> str:
 
 def rate_lines(cells: Sequence[SoakCell]) -> list[str]:
     """Each expectation over seeds, a line each: ``scenario runtime/variant: duplicates > 0 in
-    80% of seeds: 9/10 (95%: 60-98%), holds``."""
+    80% of runs: 9/10 (95%: 60-98%), holds``."""
     return [f"{c.scenario} {c.runtime}/{c.variant}: {r}" for c in cells for r in c.rates]
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from harness.results.model import ScenarioResult, VariantResult
 
 # An expectation that an anomaly shows: "duplicates > 0", "published_lost > 0", or that it does
-# in a share of the seeds ("duplicates > 0 in 80% of seeds").
+# in a share of the runs ("duplicates > 0 in 80% of runs").
 _SHOWS = re.compile(r"^\w*(duplicates|lost)\s*>\s*0( in .*)?$")
 Z_95 = 1.959964  # the normal quantile of a two-sided 95% interval
 # One that the variant keeps every change once.
@@ -58,7 +58,7 @@ def share(held: int, runs: int) -> str:
 class RateFigure:
     """An expectation over seeds: in how many runs it held, against the share it asks for."""
 
-    expectation: str  # "duplicates > 0 in 80% of seeds"
+    expectation: str  # "duplicates > 0 in 80% of runs"
     held: int
     runs: int
 
