@@ -506,6 +506,12 @@ def test_a_races_scenario_says_so_and_expects_its_promise_in_every_replay(tmp_pa
     assert [(e.field, e.rate) for e in once.expect["idempotent"] if e.field == "lost"] == [
         ("lost", None)
     ]
+    # Never again in its replays: no rate to speak of, the most replays.
+    unseen = replace(race, reproduced=0, replays=3, directory=tmp_path / "found-3")
+    write_scenario(unseen)
+    text = unseen.scenario_file.read_text()
+    assert "# Not reproduced in its replays: the run replays it 20 times" in text
+    assert "A race" not in text and load_scenario(unseen.scenario_file).replays == 20
 
 
 @pytest.mark.parametrize(
@@ -605,3 +611,15 @@ def verdict(**counts: int) -> Counts:
               "stale": 0, "dead_lettered": 0, "poison_missing": 0, "offsets_consistent": None,
               "anomalies": [], "anomalies_total": 0}  # fmt: skip
     return Counts(**{**fields, **counts})  # type: ignore[arg-type]
+
+
+def test_a_search_share_stops_starting_runs_and_leaves_the_rest_to_shrinking() -> None:
+    asked = plan(runtime="listener", variants=["naive"], kinds=None, backend=LOCAL,
+                 budget="600", seed=1, out=Path("."))  # fmt: skip
+    whole = Exploration(asked)
+    assert whole.search_left() == pytest.approx(whole.left(), abs=1)
+    searching = Exploration(replace(asked, search_s=60))
+    assert searching.search_left() == pytest.approx(60, abs=1)
+    assert searching.left() > 500  # shrinking's, after the search
+    over = Exploration(replace(asked, search_s=60, started=asked.started - 61))
+    assert over.search_left() < 0 < over.left()

@@ -70,7 +70,7 @@ def explore(
     try:
         number = 0
         while (
-            state.left() > SHORTEST_RUN_S
+            state.search_left() > SHORTEST_RUN_S
             and not stop.is_set()
             and not state.interrupted
             and not _enough(state)
@@ -281,7 +281,12 @@ def write_scenario(finding: Finding) -> None:
         f"# Reproduced in {finding.reproduced} of {finding.replays} replays with seed "
         f"{finding.minimal.seed}.\n"
     )
-    if runs > 1:
+    if runs > 1 and finding.reproduced == 0:  # no rate seen: as rare as it gets
+        header += (
+            f"# Not reproduced in its replays: the run replays it {runs} times with that seed and "
+            "fails if any breaks the promise; how often one does is not known.\n"
+        )
+    elif runs > 1:
         header += (
             f"# A race: the run replays it {runs} times with that seed and fails if any breaks "
             f"the promise - at the rate seen, all {runs} hold one time in {1 / RACE_MISS:.0f}.\n"

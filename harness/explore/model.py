@@ -187,6 +187,10 @@ class Plan:
     replays: int = REPLAYS
     findings: int | None = None  # stop after this many (None: explore until the budget ends)
     strategy: str = DEFAULT_STRATEGY
+    # No run is started after this many seconds of the budget (None: until it ends); the rest is
+    # shrinking's (the guided benchmark's searches: the same search for both strategies, and
+    # its finding shrunk whenever it came).
+    search_s: float | None = None
     # When the budget began (monotonic): when the command was asked, so that starting an
     # environment is spent from it too.
     started: float = field(default_factory=time.monotonic)
@@ -204,3 +208,8 @@ class Exploration:
 
     def left(self) -> float:
         return self.plan.budget_s - MARGIN_S - (time.monotonic() - self.plan.started)
+
+    def search_left(self) -> float:
+        """What is left for starting runs."""
+        searching = self.plan.budget_s if self.plan.search_s is None else self.plan.search_s
+        return min(self.left(), searching - (time.monotonic() - self.plan.started))

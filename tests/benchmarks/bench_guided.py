@@ -3,27 +3,34 @@ variants (``tests/planted_variant.py``: a mark stored before the data, positions
 before the write, a retry that mints new ids, a de-duplication window that expires), the same
 budgets and seeds side by side on one local environment.
 
-    make bench      # or: .venv/bin/python tests/benchmarks/bench_guided.py [SEEDS] [BUDGET_S]
-                    #     [--bugs mark-before-data,...] [--strategies random,guided] [--keep DIR]
+    make bench      # or: .venv/bin/python tests/benchmarks/bench_guided.py [SEEDS] [SEARCH_S]
+                    #     [--shrink-s S] [--bugs mark-before-data,...]
+                    #     [--strategies random,guided] [--keep DIR]
 
 For each bug, strategy and seed (1..SEEDS, 5 by default): ``explore`` of that variant alone on
-the listener, every drawable fault kind, until its first finding or its budget (BUDGET_S, 600
-by default). Prints, per bug and strategy: the runs to the first finding (median and worst over
-the seeds; a search that found nothing counts as its runs + 1, marked ``>``), the distinct
-coverage conditions its runs reached per hour of search, and how often each written
-reproducer failed in its replays. Hours: 4 bugs x 2 strategies x 5 seeds of up to 10 minutes.
+the listener, every drawable fault kind, starting runs until its first finding or SEARCH_S (300
+by default), then shrinking that finding with what is left of SEARCH_S and --shrink-s (300)
+more: a finding is shrunk as well whenever it came. Prints, per bug and strategy: the runs to
+the first finding (median and worst over the seeds; a search that found nothing counts as its
+runs + 1, marked ``>``), the distinct coverage conditions its runs reached per hour of search,
+and how many of each written reproducer's replays failed. Hours: 4 bugs x 2 strategies x 5
+seeds of up to 10 minutes; with --keep, a search this commit finished there is not run again
+(a benchmark stopped part-way goes on where it was).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from harness.environment.local import LocalEnvironment
@@ -47,6 +54,7 @@ BREAKS = {
     "expiring-dedup": "duplicates",
 }
 REPLAYS = 5
+SAVED = "search.json"  # a finished search's record, in its folder under --keep
 
 
 @dataclass(frozen=True)
@@ -58,16 +66,19 @@ class Search:
     first: int | None  # the run that found the bug, if one did
     conditions: int  # distinct coverage conditions its runs reached
     hours: float  # of search, shrinking and replays not counted
-    reproduced: int | None  # of REPLAYS, where it found the bug
+    reproduced: int | None  # replays of its reproducer that broke the promise, where it found it
+    replays: int  # that ran (up to REPLAYS, as the budget left room)
     other: str = ""  # a first finding that was not the planted bug's, as explore said it
+    commit: str = ""  # of the lab that searched
 
 
 def search(
-    env: LocalEnvironment, out: Path, bug: str, strategy: str, seed: int, budget_s: int
+    env: LocalEnvironment, out: Path, bug: str, strategy: str, seed: int, budget: Budget
 ) -> Search:
     asked = plan(runtime="listener", variants=[BUGS[bug]], kinds=None, backend=env.abilities,
-                 budget=f"{budget_s}s", seed=seed, out=out, findings=1, replays=REPLAYS,
-                 strategy=strategy)  # fmt: skip
+                 budget=f"{budget.search_s + budget.shrink_s}s", seed=seed, out=out, findings=1,
+                 replays=REPLAYS, strategy=strategy)  # fmt: skip
+    asked = replace(asked, search_s=budget.search_s)  # runs start in the search's share only
     started = time.monotonic()
     state = explore(env, asked, progress=lambda _line: None, stop=threading.Event())
     searched = max(1.0, time.monotonic() - started - state.shrinking_s) / 3600
@@ -78,7 +89,29 @@ def search(
         other, found = "; ".join(map(str, found.violations)), None
     return Search(bug, strategy, seed, len(state.runs), found.run if found else None,
                   len(reached(state.runs).conditions), searched,
-                  found.reproduced if found else None, other)  # fmt: skip
+                  found.reproduced if found else None, found.replays if found else 0, other,
+                  commit())  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Budget:
+    search_s: int  # for starting runs, until the first finding
+    shrink_s: int  # more, for shrinking it and replaying its reproducer
+
+
+def commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=project_root(),
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    return done.stdout.strip() or "unknown"
+
+
+def resumed(out: Path) -> Search | None:
+    """A search an earlier benchmark of this lab's commit finished into ``out`` (--keep)."""
+    saved = out / SAVED
+    if not saved.exists():
+        return None
+    found = Search(**json.loads(saved.read_text()))
+    return found if found.commit == commit() else None
 
 
 def table(searches: list[Search]) -> list[str]:
@@ -98,7 +131,7 @@ def table(searches: list[Search]) -> list[str]:
             worst = f"{'>' if missed else ''}{max(runs)}"
             per_hour = statistics.median(s.conditions / s.hours for s in mine)
             replays = ", ".join(
-                f"{s.reproduced}/{REPLAYS}" for s in mine if s.reproduced is not None
+                f"{s.reproduced}/{s.replays}" for s in mine if s.reproduced is not None
             )
             found = sum(s.first is not None for s in mine)
             median = statistics.median(runs)
@@ -110,17 +143,19 @@ def table(searches: list[Search]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("seeds", type=int, nargs="?", default=5)
-    parser.add_argument("budget_s", type=int, nargs="?", default=600)
+    parser.add_argument("search_s", type=int, nargs="?", default=300)
+    parser.add_argument("--shrink-s", type=int, default=300)
     parser.add_argument("--bugs", default=",".join(BUGS))
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument(
         "--keep",
         type=Path,
-        help="keep each search's folder (its explore.md "
-        "and reproducers) under this one; by default they are thrown away",
+        help="keep each search's folder (its explore.md and reproducers) under this one, and "
+        "take the searches of this commit found there as done; by default they are thrown away",
     )
     args = parser.parse_args()
     bugs, strategies = args.bugs.split(","), args.strategies.split(",")
+    budget = Budget(args.search_s, args.shrink_s)
     keep = args.keep.resolve() if args.keep else None  # before the chdir: relative to the caller
     # The planted variants are the tests' module: importable from the project's folder, by this
     # process and by the consumers it starts there.
@@ -133,15 +168,21 @@ def main() -> None:
                 for strategy in strategies:  # side by side: each seed's pair one after the other
                     out = (keep or Path(tmp)) / f"{bug}-{strategy}-{seed}"
                     began = time.monotonic()
-                    done = search(env, out, bug, strategy, seed, args.budget_s)
+                    done = resumed(out)
+                    if done is None:
+                        shutil.rmtree(out, ignore_errors=True)
+                        done = search(env, out, bug, strategy, seed, budget)
+                        (out / SAVED).write_text(json.dumps(asdict(done)))
                     searches.append(done)
                     found = f"found at run {done.first}" if done.first else "not found"
                     if done.other:
                         found = f"not found: its first finding was another bug's: {done.other}"
                     print(f"  {bug} {strategy} seed {seed}: {found} of {done.runs}; "
-                          f"{done.conditions} conditions; replays failed {done.reproduced}; "
+                          f"{done.conditions} conditions; replays failed {done.reproduced} of "
+                          f"{done.replays}; "
                           f"{time.monotonic() - began:.0f} s in all", flush=True)  # fmt: skip
-    print(f"\nguided against random, {args.seeds} seeds, {args.budget_s} s each, the listener, "
+    print(f"\nguided against random, {args.seeds} seeds, {args.search_s} s of search each (and "
+          f"{args.shrink_s} s more to shrink a finding), the listener, "
           "every drawable fault kind:")  # fmt: skip
     print("\n".join(table(searches)))
 
