@@ -18,6 +18,11 @@ from confluent_kafka import Message
 from harness.environment import process, state
 from harness.environment.base import Environment
 from harness.environment.process import ProcessHandle
+from harness.faults.base import Fault, Target
+from harness.faults.nemesis import Nemesis
+from harness.faults.schedule import plan
+from harness.history.events import HistoryWriter
+from harness.pipeline.runtimes import LISTENER
 from harness.readiness import NotReady, wait_for
 
 _counter = itertools.count()
@@ -129,6 +134,16 @@ def leader_in_view(env: Environment, topic: str, partition: int = 0) -> int:
 # root) and then says so in this variable; there, and under CI=true, a test that finds one
 # missing fails: a skip would hide a broken install behind a green run.
 TOOLS_VAR = "CHAOSLAB_TOOLS"
+
+
+def nemesis_of(
+    env: Environment, fault: Fault, history_dir: Path, topic: str
+) -> tuple[Nemesis, HistoryWriter]:
+    """A nemesis for ``fault`` alone on ``env``'s servers (no consumers), writing a listener
+    lane's history into ``history_dir``."""
+    history = HistoryWriter(history_dir, "nemesis", "naive")
+    target = Target(history, supervisor=None, run_dir=history_dir, runtime=LISTENER)  # type: ignore[arg-type]
+    return Nemesis(env, plan((fault,), 1), [target], topic=topic), history
 
 
 def lacking(reason: str) -> NoReturn:

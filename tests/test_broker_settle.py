@@ -10,13 +10,10 @@ from pathlib import Path
 import pytest
 
 from harness.environment.local import LocalEnvironment
-from harness.faults.base import Target
 from harness.faults.kinds import parse_fault
-from harness.faults.nemesis import Nemesis
-from harness.faults.schedule import plan
-from harness.history.events import EventKind, HistoryWriter, read_history
+from harness.history.events import EventKind, read_history
 from harness.kafka.clients import create_topic
-from harness.pipeline.runtimes import LISTENER
+from tests.support import nemesis_of
 
 
 @pytest.mark.servers
@@ -29,13 +26,7 @@ def test_a_broker_killed_in_the_run_is_back_before_the_run_ends(
     fault = parse_fault(
         {"kind": "broker-kill", "at": 0, "duration": 60, "broker": {"leader-of": 0}}, "kill"
     )
-    history = HistoryWriter(tmp_path, "nemesis", "naive")
-    nemesis = Nemesis(
-        lab_env,
-        plan((fault,), 1),
-        [Target(history, supervisor=None, run_dir=tmp_path, runtime=LISTENER)],  # type: ignore[arg-type]
-        topic=topic,
-    )
+    nemesis, history = nemesis_of(lab_env, fault, tmp_path, topic)
     started = time.monotonic()
     try:
         while not any(e.kind is EventKind.FAULT_STEP for e in read_history(tmp_path)):

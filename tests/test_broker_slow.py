@@ -10,19 +10,17 @@ from confluent_kafka import Producer
 
 from harness.environment.base import BackendAbilities, Link
 from harness.environment.local import LocalEnvironment
-from harness.faults.base import END, START, Setting, Target
+from harness.faults.base import END, START, Setting
 from harness.faults.families.broker import Do
 from harness.faults.families.broker_slow import OFF, ON, BrokerSlow
 from harness.faults.kinds import example, parse_fault
-from harness.faults.nemesis import Nemesis
 from harness.faults.schedule import plan
-from harness.history.events import EventKind, HistoryWriter, read_history
+from harness.history.events import EventKind, read_history
 from harness.history.windows import fault_windows
 from harness.kafka.clients import create_topic, producer_config
-from harness.pipeline.runtimes import LISTENER
 from harness.run.runner import run_scenario
 from harness.scenario import ScenarioError, parse_scenario, runnable
-from tests.support import leader_in_view
+from tests.support import leader_in_view, nemesis_of
 
 LOCAL = BackendAbilities("local", nodes=(1, 2, 3), link_faults=True)
 NO_PROXY = BackendAbilities("bare", nodes=(1, 2, 3), link_faults=False)
@@ -117,14 +115,8 @@ def test_the_leader_answers_late_while_it_lasts(lab_env: LocalEnvironment, tmp_p
         },
         "slow",
     )
-    history = HistoryWriter(tmp_path, "nemesis", "naive")
     # The fault acts on the servers only: no consumers are needed.
-    nemesis = Nemesis(
-        lab_env,
-        plan((fault,), 1),
-        [Target(history, supervisor=None, run_dir=tmp_path, runtime=LISTENER)],  # type: ignore[arg-type]
-        topic=topic,
-    )
+    nemesis, history = nemesis_of(lab_env, fault, tmp_path, topic)
     try:
         nemesis.tick(0.0, 0)  # start, then the delay on the leader's links
         assert produce_seconds(producer, topic) >= 2 * 0.300  # the request, then the answer
