@@ -69,6 +69,11 @@ def test_before_any_run_a_crash_mid_write_aims_at_a_consumer_killed_mid_write() 
     assert "a consumer killed mid-write, never seen" not in dict(
         unreached_aims(trial(BEFORE_WRITE), reached([]))
     )
+    # A pause at that point stops the consumer there; it kills nothing.
+    paused = {**MID_WRITE, "kind": "consumer-pause", "name": "consumer-pause#1", "duration": 5.0}
+    aims = dict(unreached_aims(trial(paused), reached([])))
+    assert "crash point mid_write, never reached" in aims
+    assert "a consumer killed mid-write, never seen" not in aims
 
 
 def test_it_keeps_the_candidate_aimed_at_what_no_run_reached() -> None:

@@ -53,6 +53,7 @@ PRIOR: Mapping[str, frozenset[Condition]] = {
     "connect-task-restart": frozenset({C.REDELIVERED}),
 }
 MID_WRITE = "mid_write"
+CRASH = "consumer-crash"  # of the kinds with a point, the one that kills there (a pause stops)
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def unreached_aims(trial: Trial, so_far: Reached) -> tuple[tuple[str, float], ..
         if isinstance(point, str):
             if point not in so_far.points:
                 found.setdefault(f"crash point {point}, never reached", AIM_WEIGHT)
-            if point == MID_WRITE:
+            if point == MID_WRITE and kind == CRASH:
                 predicted.add(C.KILLED_MID_WRITE)
         predicted |= PRIOR.get(kind, frozenset()) | so_far.brought.get(kind, frozenset())
     for c in sorted(predicted - so_far.conditions):
