@@ -14,8 +14,8 @@ more: a finding is shrunk as well whenever it came. Prints, per bug and strategy
 the first finding (median and worst over the seeds; a search that found nothing counts as its
 runs + 1, marked ``>``), the distinct coverage conditions its runs reached per hour of search,
 and how many of each written reproducer's replays failed. Hours: 4 bugs x 2 strategies x 5
-seeds of up to 10 minutes; with --keep, a search this commit finished there is not run again
-(a benchmark stopped part-way goes on where it was).
+seeds of up to 10 minutes; with --keep, a search the same lab (its harness and planted bugs)
+finished there is not run again (a benchmark stopped part-way goes on where it was).
 """
 
 from __future__ import annotations
@@ -45,13 +45,15 @@ BUGS = {
     "retry-mints-id": "tests.planted_variant:RetryMintsId",
     "expiring-dedup": "tests.planted_variant:ExpiringDedup",
 }
-# What each bug breaks: a finding that breaks none of it is not the planted bug (a fixture's
-# second bug, or the lab's), reported as such and not counted as found.
+# What each bug breaks: a first finding that breaks none of it is not the planted bug (a
+# fixture's second bug, or the lab's), printed and not counted as found.
+LOSS = frozenset({"lost", "stale"})  # stale: an order's latest change lost with its projection
+COPIES = frozenset({"duplicates", "duplicated_keys"})
 BREAKS = {
-    "mark-before-data": "lost",
-    "commit-before-write": "lost",
-    "retry-mints-id": "duplicates",
-    "expiring-dedup": "duplicates",
+    "mark-before-data": LOSS,
+    "commit-before-write": LOSS,
+    "retry-mints-id": COPIES,
+    "expiring-dedup": COPIES,
 }
 REPLAYS = 5
 SAVED = "search.json"  # a finished search's record, in its folder under --keep
@@ -63,13 +65,19 @@ class Search:
     strategy: str
     seed: int
     runs: int  # the search's runs (shrinking's and the replays' not counted)
-    first: int | None  # the run that found the bug, if one did
+    first: int | None  # the run of its first finding, if it made one
+    broke: tuple[str, ...]  # what that finding broke ("lost", "stale")
+    said: str  # that finding, as explore said it
     conditions: int  # distinct coverage conditions its runs reached
     hours: float  # of search, shrinking and replays not counted
-    reproduced: int | None  # replays of its reproducer that broke the promise, where it found it
+    reproduced: int | None  # replays of that finding's reproducer that broke the promise
     replays: int  # that ran (up to REPLAYS, as the budget left room)
-    other: str = ""  # a first finding that was not the planted bug's, as explore said it
-    commit: str = ""  # of the lab that searched
+    lab: str  # what decided the search (``lab()``)
+
+    @property
+    def found(self) -> bool:
+        """Whether its first finding was its bug."""
+        return self.first is not None and bool(BREAKS[self.bug] & set(self.broke))
 
 
 def search(
@@ -83,14 +91,12 @@ def search(
     state = explore(env, asked, progress=lambda _line: None, stop=threading.Event())
     searched = max(1.0, time.monotonic() - started - state.shrinking_s) / 3600
     found = state.findings[0] if state.findings else None
-    other = ""
-    if found and not any(b.startswith(f"{BREAKS[bug]} ") for v in found.violations
-                         for b in v.broken):  # fmt: skip
-        other, found = "; ".join(map(str, found.violations)), None
+    broke = sorted({b.split()[0] for v in found.violations for b in v.broken}) if found else []
     return Search(bug, strategy, seed, len(state.runs), found.run if found else None,
+                  tuple(broke), "; ".join(map(str, found.violations)) if found else "",
                   len(reached(state.runs).conditions), searched,
-                  found.reproduced if found else None, found.replays if found else 0, other,
-                  commit())  # fmt: skip
+                  found.reproduced if found else None, found.replays if found else 0,
+                  lab())  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -99,19 +105,23 @@ class Budget:
     shrink_s: int  # more, for shrinking it and replaying its reproducer
 
 
-def commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=project_root(),
-                          capture_output=True, text=True, check=False)  # fmt: skip
-    return done.stdout.strip() or "unknown"
+def lab() -> str:
+    """What decides a search: the commit's lab and planted bugs (git's hashes of them), not
+    this file's table."""
+    asked = ["git", "rev-parse", "HEAD:harness", "HEAD:tests/planted_variant.py"]
+    done = subprocess.run(asked, cwd=project_root(), capture_output=True, text=True, check=False)
+    return ":".join(h[:12] for h in done.stdout.split()) or "unknown"
 
 
 def resumed(out: Path) -> Search | None:
-    """A search an earlier benchmark of this lab's commit finished into ``out`` (--keep)."""
+    """A search an earlier benchmark of the same lab finished into ``out`` (--keep)."""
     saved = out / SAVED
     if not saved.exists():
         return None
-    found = Search(**json.loads(saved.read_text()))
-    return found if found.commit == commit() else None
+    raw = json.loads(saved.read_text())
+    if raw.get("lab") != lab():
+        return None
+    return Search(**{**raw, "broke": tuple(raw["broke"])})
 
 
 def table(searches: list[Search]) -> list[str]:
@@ -126,14 +136,12 @@ def table(searches: list[Search]) -> list[str]:
             if not mine:
                 continue
             # A search that did not find it counts as one run more than it made (a lower bound).
-            runs = [s.first if s.first is not None else s.runs + 1 for s in mine]
-            missed = any(s.first is None for s in mine)
+            runs = [s.first if s.found and s.first else s.runs + 1 for s in mine]
+            missed = not all(s.found for s in mine)
             worst = f"{'>' if missed else ''}{max(runs)}"
             per_hour = statistics.median(s.conditions / s.hours for s in mine)
-            replays = ", ".join(
-                f"{s.reproduced}/{s.replays}" for s in mine if s.reproduced is not None
-            )
-            found = sum(s.first is not None for s in mine)
+            replays = ", ".join(f"{s.reproduced}/{s.replays}" for s in mine if s.found)
+            found = sum(s.found for s in mine)
             median = statistics.median(runs)
             lines.append(f"| {bug} | {strategy} | {found}/{len(mine)} | {median:g}, {worst} | "
                          f"{per_hour:.0f} | {replays or '-'} |")  # fmt: skip
@@ -174,9 +182,9 @@ def main() -> None:
                         done = search(env, out, bug, strategy, seed, budget)
                         (out / SAVED).write_text(json.dumps(asdict(done)))
                     searches.append(done)
-                    found = f"found at run {done.first}" if done.first else "not found"
-                    if done.other:
-                        found = f"not found: its first finding was another bug's: {done.other}"
+                    found = f"found at run {done.first}" if done.found else "not found"
+                    if done.said and not done.found:
+                        found = f"not found: its first finding was another bug's: {done.said}"
                     print(f"  {bug} {strategy} seed {seed}: {found} of {done.runs}; "
                           f"{done.conditions} conditions; replays failed {done.reproduced} of "
                           f"{done.replays}; "
