@@ -145,7 +145,15 @@ def _shrink(
     last_failing: list[RunRecord] = [record]
     progress(f"  found: {'; '.join(map(str, record.violations))}; shrinking")
 
+    def per_run() -> float:
+        """What a run of the smallest failing trial takes."""
+        return statistics.median(r.seconds for r in last_failing[-3:])
+
     def replay(trial: Trial) -> Replay:
+        # The finding's own replays come after the shrink: a candidate's (up to plan.replays of
+        # them between two checks of out_of_time) does not eat into their time.
+        if state.left() < (plan.replays + 1) * per_run() + SHORTEST_RUN_S / 2:
+            return Replay(Verdict.UNJUDGED, "the finding's replays need the rest of the budget")
         try:
             attempt = run_one(env, trial, folder / "shrink" / f"try-{next(tries):03d}", 0, stop)
         except KeyboardInterrupt:  # Ctrl-C while shrinking keeps the smallest failing so far
@@ -167,7 +175,7 @@ def _shrink(
     search_after = plan.findings is None or number < plan.findings
 
     def out_of_time() -> bool:
-        replays = plan.replays * statistics.median(r.seconds for r in last_failing[-3:])
+        replays = plan.replays * per_run()
         spent = state.shrinking_s + time.monotonic() - started
         return (
             bool(state.interrupted)
