@@ -149,10 +149,14 @@ def _shrink(
         """What a run of the smallest failing trial takes."""
         return statistics.median(r.seconds for r in last_failing[-3:])
 
+    def no_room() -> bool:
+        """Whether one more run would leave too little for the finding's own replays."""
+        return state.left() < (plan.replays + 1) * per_run() + SHORTEST_RUN_S / 2
+
     def replay(trial: Trial) -> Replay:
-        # The finding's own replays come after the shrink: a candidate's (up to plan.replays of
-        # them between two checks of out_of_time) does not eat into their time.
-        if state.left() < (plan.replays + 1) * per_run() + SHORTEST_RUN_S / 2:
+        # The finding's replays come after the shrink: a candidate's (up to plan.replays of them
+        # between two checks of out_of_time) do not eat into their time.
+        if no_room():
             return Replay(Verdict.UNJUDGED, "the finding's replays need the rest of the budget")
         try:
             attempt = run_one(env, trial, folder / "shrink" / f"try-{next(tries):03d}", 0, stop)
@@ -180,7 +184,7 @@ def _shrink(
         return (
             bool(state.interrupted)
             or stop.is_set()
-            or state.left() < replays + SHORTEST_RUN_S
+            or no_room()
             or (search_after and spent + replays > SHRINK_SHARE * plan.budget_s)
         )
 
