@@ -9,7 +9,6 @@ and the report is written whatever happened - Ctrl-C included.
 from __future__ import annotations
 
 import math
-import statistics
 import threading
 import time
 from dataclasses import replace
@@ -55,6 +54,7 @@ CTRL_C = "Ctrl-C"
 # itself until, at the rate seen, all its runs hold one time in 1 / RACE_MISS, and no more often
 # than RACE_REPLAYS_MAX (a 5% race would need 90).
 RACE_MISS = 0.01
+REPLAY_SLACK = 1.25  # what a replay may take over the failing runs before it (the shrink's room)
 RACE_REPLAYS_MAX = 20
 
 
@@ -146,8 +146,10 @@ def _shrink(
     progress(f"  found: {'; '.join(map(str, record.violations))}; shrinking")
 
     def per_run() -> float:
-        """What a run of the smallest failing trial takes."""
-        return statistics.median(r.seconds for r in last_failing[-3:])
+        """What a replay of the smallest failing trial may take: the slowest of the last
+        failing runs, and a quarter more (a large minimal's replays ran longer than its tries,
+        and the last of them was cut by the budget's end)."""
+        return REPLAY_SLACK * max(r.seconds for r in last_failing[-3:])
 
     def no_room() -> bool:
         """Whether one more run would leave too little for the finding's own replays."""
