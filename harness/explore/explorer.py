@@ -54,8 +54,8 @@ CTRL_C = "Ctrl-C"
 # itself until, at the rate seen, all its runs hold one time in 1 / RACE_MISS, and no more often
 # than RACE_REPLAYS_MAX (a 5% race would need 90).
 RACE_MISS = 0.01
-REPLAY_SLACK = 1.25  # what a replay may take over the failing runs before it (the shrink's room)
 RACE_REPLAYS_MAX = 20
+REPLAY_SLACK = 1.25  # what a replay may take over the failing runs before it (the shrink's room)
 
 
 def explore(

@@ -21,6 +21,7 @@ from harness.environment.base import Environment
 from harness.faults.base import END, START, Actor, Context, FaultStuck, Step, Target
 from harness.faults.schedule import FaultPlan
 from harness.history.events import EventKind
+from harness.readiness import DeadlineExceeded, NotReady, wait_for
 
 CHECK_EVERY_S = 0.5  # how often a waiting step asks the cluster (a Metadata request or so)
 # A node not gone, or not back, by then is a broken environment; a wait with a deadline of its
@@ -206,9 +207,13 @@ class Nemesis:
         starting when the run's stream was done: the next run on the environment (explore's, a
         matrix's, a repeat's) starts on a whole cluster, not one that refuses its topic's
         replicas (INVALID_REPLICATION_FACTOR). What is still not back at the deadline."""
-        deadline = time.monotonic() + timeout
-        while True:
-            left = [what for p in self._progress for what in p.actor.unsettled()]
-            if not left or time.monotonic() >= deadline:
-                return left
-            time.sleep(0.5)
+
+        def back() -> None:
+            if left := [what for p in self._progress for what in p.actor.unsettled()]:
+                raise NotReady(", ".join(left))
+
+        try:
+            wait_for(back, what="what the faults started again", timeout=timeout)
+        except DeadlineExceeded:
+            return [what for p in self._progress for what in p.actor.unsettled()]
+        return []
