@@ -5,7 +5,7 @@ budgets and seeds side by side on one local environment.
 
     make bench      # or: .venv/bin/python tests/benchmarks/bench_guided.py [SEEDS] [SEARCH_S]
                     #     [--shrink-s S] [--bugs mark-before-data,...]
-                    #     [--strategies random,guided] [--keep DIR]
+                    #     [--strategies random,guided] [--cover-s S] [--keep DIR]
 
 For each bug, strategy and seed (1..SEEDS, 5 by default): ``explore`` of that variant alone on
 the listener, every drawable fault kind, starting runs until its first finding or SEARCH_S (300
@@ -13,9 +13,12 @@ by default), then shrinking that finding with what is left of SEARCH_S and --shr
 more: a finding is shrunk as well whenever it came. Prints, per bug and strategy: the runs to
 the first finding (median and worst over the seeds; a search that found nothing counts as its
 runs + 1, marked ``>``), the distinct coverage conditions its runs reached per hour of search,
-and how many of each written reproducer's replays failed. Hours: 4 bugs x 2 strategies x 5
-seeds of up to 10 minutes; with --keep, a search the same lab (its harness and planted bugs)
-finished there is not run again (a benchmark stopped part-way goes on where it was).
+and how many of each written reproducer's replays failed. Then, for each strategy and seed, a
+window of --cover-s (180) over a lab variant with nothing planted: the conditions, pairs of
+them and fault targets each reached in the same time. Hours: 4 bugs x 2 strategies x 5 seeds
+of up to 10 minutes, and 10 windows; with --keep, a search the same lab (its harness and
+planted bugs) finished there is not run again (a benchmark stopped part-way goes on where it
+was).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from harness.environment.local import LocalEnvironment
 from harness.explore.explorer import explore
@@ -105,6 +109,60 @@ class Budget:
     shrink_s: int  # more, for shrinking it and replaying its reproducer
 
 
+# The coverage arm: a lab variant with nothing planted, so that no finding ends its window: what
+# each strategy reaches in the same time (the bug searches stop at their first finding, and
+# their conditions per hour say more of when it came than of how far the search went).
+COVERED = "idempotent"
+
+
+@dataclass(frozen=True)
+class Cover:
+    strategy: str
+    seed: int
+    window_s: int
+    runs: int
+    conditions: int  # distinct coverage conditions its runs reached
+    pairs: int  # distinct pairs of conditions reached in one run
+    targets: int  # fault kind x target fired
+    hours: float  # of search, shrinking and replays (of a finding, a result) not counted
+    findings: tuple[str, ...]  # a variant with nothing planted that broke its promise: a result
+    lab: str
+
+
+def cover(env: LocalEnvironment, out: Path, strategy: str, seed: int, cover_s: int) -> Cover:
+    asked = plan(runtime="listener", variants=[COVERED], kinds=None, backend=env.abilities,
+                 budget=f"{cover_s}s", seed=seed, out=out, replays=REPLAYS,
+                 strategy=strategy)  # fmt: skip
+    started = time.monotonic()
+    state = explore(env, asked, progress=lambda _line: None, stop=threading.Event())
+    searched = max(1.0, time.monotonic() - started - state.shrinking_s) / 3600
+    so_far = reached(state.runs)
+    findings = tuple("; ".join(map(str, f.violations)) for f in state.findings)
+    return Cover(strategy, seed, cover_s, len(state.runs), len(so_far.conditions),
+                 len(so_far.pairs), len(so_far.fired), searched, findings, lab())  # fmt: skip
+
+
+def cover_table(covers: list[Cover]) -> list[str]:
+    lines = [
+        "| strategy | runs | conditions | pairs of conditions | fault targets fired | "
+        "conditions per hour |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for strategy in dict.fromkeys(c.strategy for c in covers):
+        mine = [c for c in covers if c.strategy == strategy]
+
+        def median(of: list[float]) -> str:
+            return f"{statistics.median(of):g} ({min(of):g}-{max(of):g})"
+
+        lines.append(
+            f"| {strategy} | {median([c.runs for c in mine])} | "
+            f"{median([c.conditions for c in mine])} | {median([c.pairs for c in mine])} | "
+            f"{median([c.targets for c in mine])} | "
+            f"{statistics.median(c.conditions / c.hours for c in mine):.0f} |"
+        )
+    return lines
+
+
 def lab() -> str:
     """What decides a search: the commit's lab and planted bugs (git's hashes of them), not
     this file's table."""
@@ -115,13 +173,16 @@ def lab() -> str:
 
 def resumed(out: Path) -> Search | None:
     """A search an earlier benchmark of the same lab finished into ``out`` (--keep)."""
+    raw = saved_by_this_lab(out)
+    return None if raw is None else Search(**{**raw, "broke": tuple(raw["broke"])})
+
+
+def saved_by_this_lab(out: Path) -> dict[str, Any] | None:
     saved = out / SAVED
     if not saved.exists():
         return None
-    raw = json.loads(saved.read_text())
-    if raw.get("lab") != lab():
-        return None
-    return Search(**{**raw, "broke": tuple(raw["broke"])})
+    raw: dict[str, Any] = json.loads(saved.read_text())
+    return raw if raw.get("lab") == lab() else None
 
 
 def table(searches: list[Search]) -> list[str]:
@@ -153,7 +214,13 @@ def main() -> None:
     parser.add_argument("seeds", type=int, nargs="?", default=5)
     parser.add_argument("search_s", type=int, nargs="?", default=300)
     parser.add_argument("--shrink-s", type=int, default=300)
-    parser.add_argument("--bugs", default=",".join(BUGS))
+    parser.add_argument("--bugs", default=",".join(BUGS), help="'' for none")
+    parser.add_argument(
+        "--cover-s",
+        type=int,
+        default=180,
+        help=f"each strategy and seed's window over {COVERED} (nothing planted); 0: none",
+    )
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument(
         "--keep",
@@ -162,7 +229,8 @@ def main() -> None:
         "take the searches of this commit found there as done; by default they are thrown away",
     )
     args = parser.parse_args()
-    bugs, strategies = args.bugs.split(","), args.strategies.split(",")
+    bugs = [b for b in args.bugs.split(",") if b]
+    strategies = args.strategies.split(",")
     budget = Budget(args.search_s, args.shrink_s)
     keep = args.keep.resolve() if args.keep else None  # before the chdir: relative to the caller
     # The planted variants are the tests' module: importable from the project's folder, by this
@@ -189,10 +257,40 @@ def main() -> None:
                           f"{done.conditions} conditions; replays failed {done.reproduced} of "
                           f"{done.replays}; "
                           f"{time.monotonic() - began:.0f} s in all", flush=True)  # fmt: skip
-    print(f"\nguided against random, {args.seeds} seeds, {args.search_s} s of search each (and "
-          f"{args.shrink_s} s more to shrink a finding), the listener, "
-          "every drawable fault kind:")  # fmt: skip
-    print("\n".join(table(searches)))
+        covers = [
+            covered(env, keep or Path(tmp), strategy, seed, args.cover_s)
+            for seed in range(1, args.seeds + 1 if args.cover_s else 1)
+            for strategy in strategies
+        ]
+    if searches:
+        print(f"\nguided against random, {args.seeds} seeds, {args.search_s} s of search each "
+              f"(and {args.shrink_s} s more to shrink a finding), the listener, "
+              "every drawable fault kind:")  # fmt: skip
+        print("\n".join(table(searches)))
+    if covers:
+        print(f"\nwhat each reached over {COVERED} (nothing planted) in {args.cover_s} s, median "
+              f"(fewest-most) of {args.seeds} seeds:")  # fmt: skip
+        print("\n".join(cover_table(covers)))
+        for c in covers:
+            for said in c.findings:
+                print(f"  found over {COVERED}, {c.strategy} seed {c.seed}: {said}")
+
+
+def covered(env: LocalEnvironment, keep: Path, strategy: str, seed: int, cover_s: int) -> Cover:
+    """One strategy and seed's window over COVERED, or the one this lab kept (--keep)."""
+    out = keep / f"cover-{strategy}-{seed}"
+    began = time.monotonic()
+    raw = saved_by_this_lab(out)
+    if raw is not None and raw.get("window_s") == cover_s:
+        done = Cover(**{**raw, "findings": tuple(raw["findings"])})
+    else:
+        shutil.rmtree(out, ignore_errors=True)
+        done = cover(env, out, strategy, seed, cover_s)
+        (out / SAVED).write_text(json.dumps(asdict(done)))
+    print(f"  cover {strategy} seed {seed}: {done.runs} runs; {done.conditions} conditions, "
+          f"{done.pairs} pairs, {done.targets} fault targets; {len(done.findings)} findings; "
+          f"{time.monotonic() - began:.0f} s in all", flush=True)  # fmt: skip
+    return done
 
 
 if __name__ == "__main__":
