@@ -214,6 +214,13 @@ def main() -> None:
     parser.add_argument("seeds", type=int, nargs="?", default=5)
     parser.add_argument("search_s", type=int, nargs="?", default=300)
     parser.add_argument("--shrink-s", type=int, default=300)
+    parser.add_argument(
+        "--first-seed",
+        type=int,
+        default=1,
+        help="seeds FIRST_SEED..SEEDS only: another process, with the same --keep, may do the "
+        "others side by side",
+    )
     parser.add_argument("--bugs", default=",".join(BUGS), help="'' for none")
     parser.add_argument(
         "--cover-s",
@@ -240,7 +247,7 @@ def main() -> None:
     searches: list[Search] = []
     with tempfile.TemporaryDirectory() as tmp, LocalEnvironment(Path(tmp) / "env") as env:
         for bug in bugs:
-            for seed in range(1, args.seeds + 1):
+            for seed in range(args.first_seed, args.seeds + 1):
                 for strategy in strategies:  # side by side: each seed's pair one after the other
                     out = (keep or Path(tmp)) / f"{bug}-{strategy}-{seed}"
                     began = time.monotonic()
@@ -259,7 +266,7 @@ def main() -> None:
                           f"{time.monotonic() - began:.0f} s in all", flush=True)  # fmt: skip
         covers = [
             covered(env, keep or Path(tmp), strategy, seed, args.cover_s)
-            for seed in range(1, args.seeds + 1 if args.cover_s else 1)
+            for seed in range(args.first_seed, args.seeds + 1 if args.cover_s else 1)
             for strategy in strategies
         ]
     if searches:
