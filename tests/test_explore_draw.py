@@ -18,7 +18,7 @@ from harness.environment.options import LOCAL_ABILITIES
 from harness.errors import BadInput
 from harness.explore import report
 from harness.explore.coverage import Condition, exercised, unreached
-from harness.explore.explorer import race_replays, write_scenario
+from harness.explore.explorer import no_room_left, race_replays, replay_s, write_scenario
 from harness.explore.inputs import default_variants, plan
 from harness.explore.model import (
     Aim,
@@ -433,7 +433,7 @@ def test_the_report_counts_the_shrink_tries_that_said_nothing(tmp_path: Path) ->
     )
     found = Finding(1, 1, (), trial, trail, reproduced=1, replays=1, directory=tmp_path / "f")
     page = report.write(Exploration(planned, findings=[found])).read_text()
-    assert "Shrunk in 3 tries (1 kept, 1 not judged)" in page
+    assert "Shrunk in 3 tries (1 kept, 1 not judged: consumer-crash#1 never fired 1)" in page
     assert str(trail[1].replay) == "not judged (consumer-crash#1 never fired)"
 
 
@@ -623,3 +623,15 @@ def test_a_search_share_stops_starting_runs_and_leaves_the_rest_to_shrinking() -
     assert searching.left() > 500  # shrinking's, after the search
     over = Exploration(replace(asked, search_s=60, started=asked.started - 61))
     assert over.search_left() < 0 < over.left()
+
+
+def test_the_shrink_keeps_room_for_the_findings_replays_at_its_slowest_last_run() -> None:
+    # Tries of 28-34 s: a replay is taken as the slowest of the last three, and a quarter more
+    # (a minimal's replays ran slower than its tries), not their median; the first, slower
+    # run of the search no longer counts once three tries failed after it.
+    assert replay_s([60.0, 28.0, 34.0, 30.0]) == pytest.approx(42.5)
+    assert replay_s([40.0]) == pytest.approx(50.0)
+    # 5 replays and one more try at 42.5 s each, and half the shortest run to spare.
+    need = 6 * 42.5 + 10
+    assert no_room_left(need - 1, 5, 42.5) and not no_room_left(need, 5, 42.5)
+    assert not no_room_left(need, 5, 30.0) and no_room_left(need, 10, 30.0)

@@ -14,6 +14,7 @@ from harness.explore.coverage import Condition, Exercised
 from harness.explore.guide import (
     CANDIDATES,
     STRATEGIES,
+    aimed_text,
     candidates,
     draw_guided,
     reached,
@@ -129,3 +130,14 @@ def test_each_run_of_the_page_says_what_it_was_aimed_at(tmp_path: Path) -> None:
     assert "guided draws" in page
     assert "| a consumer killed mid-write, never seen | every promise kept |" in page
     assert "| - | every promise kept |" in page
+
+
+def test_a_runs_line_names_two_pairs_of_conditions_and_counts_the_rest() -> None:
+    aims = [a for a, _worth in unreached_aims(trial(MID_WRITE), reached([]))]
+    pairs = [a for a in aims if a.endswith(", never together")]
+    assert len(pairs) >= 3  # a crash mid-write is expected to bring about three conditions
+    line = aimed_text(aims)
+    assert "a consumer killed mid-write, never seen" in line
+    assert f"{pairs[0]}; {pairs[1]}; {len(pairs) - 2} more pairs, never together" in line
+    assert pairs[2] not in line
+    assert aimed_text(aims[:1]) == aims[0] and aimed_text([]) == ""

@@ -34,7 +34,7 @@ from harness.report.timeline import (
     idle_stretches,
     windows_of,
 )
-from harness.results.model import ScenarioResult, UntimedFault, load
+from harness.results.model import RateCheck, ScenarioResult, UntimedFault, load
 from harness.results.soak import Role, soak_cells
 from harness.workload.events import Kind
 from harness.workload.ledger import LedgerRow, LedgerWriter
@@ -832,3 +832,18 @@ def test_where_the_bad_records_went_is_in_the_dlq_cell_and_a_table_by_shape(
         "nowhere else): 108 good records (WriteSkippedException: ), from partition 0 offset 42: "
         "skipped after the refused write of key-as-string b-1 (partition 0, offset 41)"
     ) in text
+
+
+def test_the_matrix_line_counts_the_runs_that_broke_a_race_expectation() -> None:
+    # A race's reproducer expects its promise as a rate: each of its runs passes on its own,
+    # and the line under the table says which broke it (their verdict is given over the runs).
+    run = in_memory_run()
+    rate = "lost == 0 in 100% of runs"
+    held, broke = (RateCheck(rate, True),), (RateCheck(rate, False),)
+    runs = [
+        replace(run, variants=tuple(replace(v, rates=r) for v in run.variants[:1]))
+        for r in (held, broke, broke)
+    ]
+    last = render_matrix_table(runs).splitlines()[-1]
+    assert last.endswith("; 2 broke an expectation judged over the runs")
+    assert "judged over" not in render_matrix_table(runs[:1])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from harness.environment.base import Environment
 from harness.errors import LabError
 from harness.explore import report
 from harness.explore.coverage import Exercised, exercised
-from harness.explore.guide import STRATEGIES
+from harness.explore.guide import STRATEGIES, aimed_text
 from harness.explore.model import (
     FOUND,
     SOURCE_VIOLATOR,
@@ -58,6 +59,19 @@ RACE_REPLAYS_MAX = 20
 REPLAY_SLACK = 1.25  # what a replay may take over the failing runs before it (the shrink's room)
 
 
+def replay_s(failing_s: Sequence[float]) -> float:
+    """What a replay of the smallest failing trial may take: the slowest of the last three
+    failing runs, and a quarter more (a large minimal's replays ran longer than its tries, and
+    the last of them was cut by the budget's end)."""
+    return REPLAY_SLACK * max(failing_s[-3:])
+
+
+def no_room_left(left_s: float, replays: int, per_run_s: float) -> bool:
+    """Whether one more shrink run would leave too little of ``left_s`` for the finding's own
+    ``replays`` (its replays come after the shrink, and are what the reproducer's rate is of)."""
+    return left_s < (replays + 1) * per_run_s + SHORTEST_RUN_S / 2
+
+
 def explore(
     env: Environment, plan: Plan, *, progress: Progress = print, stop: threading.Event
 ) -> Exploration:
@@ -82,7 +96,7 @@ def explore(
                 progress(f"run {number}: skipped, the backend cannot play it: {problem}")
                 continue
             if drawn.aimed_at:
-                progress(f"run {number:>3} aimed at: {'; '.join(drawn.aimed_at)}")
+                progress(f"run {number:>3} aimed at: {aimed_text(drawn.aimed_at)}")
             record = run_one(env, trial, plan.out / "runs" / f"{number:03d}", number, stop)
             record = replace(record, aimed_at=drawn.aimed_at)
             state.runs.append(record)
@@ -146,14 +160,10 @@ def _shrink(
     progress(f"  found: {'; '.join(map(str, record.violations))}; shrinking")
 
     def per_run() -> float:
-        """What a replay of the smallest failing trial may take: the slowest of the last
-        failing runs, and a quarter more (a large minimal's replays ran longer than its tries,
-        and the last of them was cut by the budget's end)."""
-        return REPLAY_SLACK * max(r.seconds for r in last_failing[-3:])
+        return replay_s([r.seconds for r in last_failing])
 
     def no_room() -> bool:
-        """Whether one more run would leave too little for the finding's own replays."""
-        return state.left() < (plan.replays + 1) * per_run() + SHORTEST_RUN_S / 2
+        return no_room_left(state.left(), plan.replays, per_run())
 
     def replay(trial: Trial) -> Replay:
         # The finding's replays come after the shrink: a candidate's (up to plan.replays of them

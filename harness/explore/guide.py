@@ -96,6 +96,19 @@ class Drawn:
     score: float = 0.0
 
 
+NEVER_TOGETHER = ", never together"
+PAIRS_SHOWN = 2  # a run's line names this many pairs, and counts the rest
+
+
+def aimed_text(aimed_at: Sequence[str]) -> str:
+    """What a run was aimed at, in a line: every fault target, crash point and condition, and
+    the first pairs of conditions (a draw predicting six conditions aims at fifteen pairs)."""
+    pairs = [a for a in aimed_at if a.endswith(NEVER_TOGETHER)]
+    shown = [a for a in aimed_at if a not in pairs[PAIRS_SHOWN:]]
+    more = len(pairs) - PAIRS_SHOWN
+    return "; ".join(shown + ([f"{more} more pairs{NEVER_TOGETHER}"] if more > 0 else []))
+
+
 def unreached_aims(trial: Trial, so_far: Reached) -> tuple[tuple[str, float], ...]:
     """What ``trial`` aims at that no run reached, each with its worth, in a fixed order."""
     found: dict[str, float] = {}
@@ -115,7 +128,7 @@ def unreached_aims(trial: Trial, so_far: Reached) -> tuple[tuple[str, float], ..
         found[f"{c.value}, never seen"] = CONDITION_WEIGHT
     for a, b in combinations(sorted(predicted), 2):
         if frozenset((a, b)) not in so_far.pairs:
-            found[f"{a.value} with {b.value}, never together"] = PAIR_WEIGHT
+            found[f"{a.value} with {b.value}{NEVER_TOGETHER}"] = PAIR_WEIGHT
     return tuple(found.items())
 
 

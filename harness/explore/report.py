@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.explore.coverage import Condition, Exercised, unreached
+from harness.explore.guide import aimed_text
 from harness.explore.model import Exploration, Finding, RunRecord, aims
 from harness.explore.shrink import Tried, Verdict
 from harness.sources.spec import SourceKind
@@ -110,7 +111,7 @@ def _run(r: RunRecord) -> str:
     workload = f"{s.events} ev, {s.partitions} p, {s.consumers} c, batch {s.batch_size}" + (
         f", {s.settings}" if s.mongo else ""
     )
-    aimed = "; ".join(r.aimed_at) or "-"
+    aimed = aimed_text(r.aimed_at) or "-"
     return (
         f"| {r.number} | {workload} | {r.trial.schedule()} | {aimed} | {r.verdict} "
         f"| {r.seconds:.0f} |"
@@ -118,6 +119,11 @@ def _run(r: RunRecord) -> str:
 
 
 def _kept(trail: tuple[Tried, ...]) -> str:
-    """``3 kept``, and how many said nothing (``1 not judged``) where some did."""
-    unjudged = sum(t.replay.verdict is Verdict.UNJUDGED for t in trail)
-    return f"{sum(t.kept for t in trail)} kept" + (f", {unjudged} not judged" if unjudged else "")
+    """``3 kept``, and how many said nothing and why where some did (``2 not judged:
+    consumer-crash#1 never fired 1, the finding's replays need the rest of the budget 1``)."""
+    why = Counter(t.replay.why for t in trail if t.replay.verdict is Verdict.UNJUDGED)
+    unjudged = sum(why.values())
+    reasons = ", ".join(f"{reason or 'no reason given'} {n}" for reason, n in why.most_common())
+    return f"{sum(t.kept for t in trail)} kept" + (
+        f", {unjudged} not judged: {reasons}" if unjudged else ""
+    )

@@ -242,6 +242,11 @@ def summary_line(runs: Sequence[ScenarioResult]) -> str:
     missing = [run.name for run in runs if run.error]
     text = f"{len(runs)} scenarios, {total} variant runs: "
     text += f"{len(failed)} failed" + (f" ({', '.join(failed)})" if failed else "")
+    # A race's expectation is judged over the runs, not in one: a run that broke it still
+    # reads "pass", so the line says how many did.
+    broke = sum(any(not r.held for r in v.rates) for run in runs for v in run.variants)
+    if broke:
+        text += f"; {broke} broke an expectation judged over the runs"
     if missing:
         text += f"; no results from {', '.join(missing)}"
     return text
