@@ -433,7 +433,7 @@ def test_the_report_counts_the_shrink_tries_that_said_nothing(tmp_path: Path) ->
     )
     found = Finding(1, 1, (), trial, trail, reproduced=1, replays=1, directory=tmp_path / "f")
     page = report.write(Exploration(planned, findings=[found])).read_text()
-    assert "Shrunk in 3 tries (1 kept, 1 not judged: consumer-crash#1 never fired 1)" in page
+    assert "Shrunk in 3 tries (1 kept, 1 not judged: 1x consumer-crash#1 never fired)" in page
     assert str(trail[1].replay) == "not judged (consumer-crash#1 never fired)"
 
 

@@ -119,11 +119,11 @@ def _run(r: RunRecord) -> str:
 
 
 def _kept(trail: tuple[Tried, ...]) -> str:
-    """``3 kept``, and how many said nothing and why where some did (``2 not judged:
-    consumer-crash#1 never fired 1, the finding's replays need the rest of the budget 1``)."""
+    """``3 kept``, and how many said nothing and why where some did (``2 not judged: 1x
+    consumer-crash#1 never fired, 1x the finding's replays need the rest of the budget``)."""
     why = Counter(t.replay.why for t in trail if t.replay.verdict is Verdict.UNJUDGED)
     unjudged = sum(why.values())
-    reasons = ", ".join(f"{reason or 'no reason given'} {n}" for reason, n in why.most_common())
+    reasons = ", ".join(f"{n}x {reason or 'no reason given'}" for reason, n in why.most_common())
     return f"{sum(t.kept for t in trail)} kept" + (
         f", {unjudged} not judged: {reasons}" if unjudged else ""
     )
