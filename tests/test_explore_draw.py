@@ -441,8 +441,8 @@ def test_a_run_that_breaks_a_promise_by_a_shrunk_cause_is_counted_with_its_findi
     tmp_path: Path,
 ) -> None:
     # The cause: the lane, the clauses it broke, the kind and point of each fault the finding
-    # was shrunk to. A later run with that fault among others, breaking the same clause, is the
-    # same cause; another point, another lane or another clause is not.
+    # was shrunk to. A later run with that fault among others, breaking a clause it broke, is the
+    # same cause; another point, another lane or only other clauses is not.
     mid = {"kind": "consumer-crash", "name": "consumer-crash#1", "point": "mid_write",
            "at_batch": 2, "after_docs": 1}  # fmt: skip
     late = {**mid, "point": "after_write_before_commit", "after_docs": None}
@@ -462,6 +462,11 @@ def test_a_run_that_breaks_a_promise_by_a_shrunk_cause_is_counted_with_its_findi
     assert not same_cause(found, record([slow, late], lost))  # another point
     assert not same_cause(found, record([mid], replace(lost, variant="listener/transactional")))
     assert not same_cause(found, record([mid], replace(lost, broken=("duplicates 3",))))
+    # A clause in common is the same cause: a crash that lost changes, and with them an order's
+    # latest, left its projection stale as well.
+    and_stale = replace(lost, broken=("lost 42", "stale 5"))
+    assert same_cause(found, record([mid, slow], and_stale))
+    assert not same_cause(found, record([late], and_stale))
     counted = replace(found, also=(9, 12))
     assert counted.runs == (4, 9, 12)
     planned = plan(runtime="listener", variants=["idempotent"], kinds=None, backend=LOCAL,

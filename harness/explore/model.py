@@ -142,12 +142,17 @@ def fault_aims(trial: Trial) -> frozenset[tuple[str, str]]:
 
 def same_cause(finding: Finding, record: RunRecord) -> bool:
     """Whether ``record`` broke a promise by the cause ``finding`` was shrunk to: each of its
-    violations a lane and clauses the finding broke, and every fault of the finding's minimal
-    schedule, by kind and point or target, among the run's."""
-    broke = {(v.variant, broken_clauses(v)) for v in finding.violations}
-    return all((v.variant, broken_clauses(v)) in broke for v in record.violations) and (
-        fault_aims(finding.minimal) <= fault_aims(record.trial)
-    )
+    violations a lane the finding broke, in a clause the finding broke there, and every fault
+    of the finding's minimal schedule, by kind and point or target, among the run's. A clause
+    in common, not all of them: a crash mid-write that loses changes leaves a projection stale
+    too only where an order's latest change was among them (one cause, lost or lost and
+    stale)."""
+    broke: dict[str, set[str]] = {}
+    for v in finding.violations:
+        broke.setdefault(v.variant, set()).update(broken_clauses(v))
+    return all(
+        broke.get(v.variant, set()) & set(broken_clauses(v)) for v in record.violations
+    ) and (fault_aims(finding.minimal) <= fault_aims(record.trial))
 
 
 def promises(scenario: Scenario) -> dict[str, Promise]:
