@@ -755,6 +755,16 @@ def test_an_expectation_over_seeds_is_judged_by_its_share_of_the_runs() -> None:
     assert (figure.held, figure.runs, figure.passed) == (9, 10, True)
     assert naive.figure == "detected 9/10 (95%: 60-98%)"
     assert str(figure) == f"{rate}: 9/10 (95%: 60-98%), holds"
+    # A lane with only expectations over seeds (a race's reproducer) held where they did.
+    race = "lost == 0 in 100% of runs"
+
+    def replay(seed: int, held: bool) -> ScenarioResult:
+        return soak_run(seed, {"expectations": [race], "rates": [{"expectation": race,
+                                                                   "held": held}]}, {})  # fmt: skip
+
+    (other, _guard) = soak_cells([replay(10, held=False), replay(11, held=True)])
+    assert other.role is Role.OTHER and other.held == 2
+    assert other.figure.startswith("held 1/2")
     short = soak_cells([run(s, held=s < 17) for s in range(10, 20)])[0].rates[0]
     assert (short.held, short.passed) == (7, False)
     assert "crash listener/naive: " + str(short) in render_soak_table(soak_cells(
