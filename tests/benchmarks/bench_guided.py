@@ -42,6 +42,7 @@ from harness.explore.explorer import explore
 from harness.explore.guide import STRATEGIES, reached
 from harness.explore.inputs import plan
 from harness.paths import project_root
+from harness.report.markdown import table as markdown_table
 
 BUGS = {
     "mark-before-data": "tests.planted_variant:MarkBeforeData",
@@ -142,25 +143,22 @@ def cover(env: LocalEnvironment, out: Path, strategy: str, seed: int, cover_s: i
                  len(so_far.pairs), len(so_far.fired), searched, findings, lab())  # fmt: skip
 
 
+COVER_HEADER = ("strategy", "runs", "conditions", "pairs of conditions", "fault targets fired",
+                "conditions per hour")  # fmt: skip
+
+
 def cover_table(covers: list[Cover]) -> list[str]:
-    lines = [
-        "| strategy | runs | conditions | pairs of conditions | fault targets fired | "
-        "conditions per hour |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
+    def spread(of: list[int]) -> str:
+        return f"{statistics.median(of):g} ({min(of)}-{max(of)})"
+
+    rows = []
     for strategy in dict.fromkeys(c.strategy for c in covers):
         mine = [c for c in covers if c.strategy == strategy]
-
-        def median(of: list[float]) -> str:
-            return f"{statistics.median(of):g} ({min(of):g}-{max(of):g})"
-
-        lines.append(
-            f"| {strategy} | {median([c.runs for c in mine])} | "
-            f"{median([c.conditions for c in mine])} | {median([c.pairs for c in mine])} | "
-            f"{median([c.targets for c in mine])} | "
-            f"{statistics.median(c.conditions / c.hours for c in mine):.0f} |"
-        )
-    return lines
+        per_hour = statistics.median(c.conditions / c.hours for c in mine)
+        rows.append([strategy, spread([c.runs for c in mine]),
+                     spread([c.conditions for c in mine]), spread([c.pairs for c in mine]),
+                     spread([c.targets for c in mine]), f"{per_hour:.0f}"])  # fmt: skip
+    return markdown_table(COVER_HEADER, rows, numbers=COVER_HEADER[1:])
 
 
 def lab() -> str:
@@ -185,12 +183,12 @@ def saved_by_this_lab(out: Path) -> dict[str, Any] | None:
     return raw if raw.get("lab") == lab() else None
 
 
+HEADER = ("bug", "strategy", "found", "runs to the first finding (median, worst)",
+          "conditions per hour", "reproducers' replays that failed")  # fmt: skip
+
+
 def table(searches: list[Search]) -> list[str]:
-    lines = [
-        "| bug | strategy | found | runs to the first finding (median, worst) | conditions "
-        "per hour | reproducers' replays that failed |",
-        "| --- | --- | ---: | ---: | ---: | --- |",
-    ]
+    rows = []
     for bug in dict.fromkeys(s.bug for s in searches):
         for strategy in dict.fromkeys(s.strategy for s in searches):
             mine = [s for s in searches if s.bug == bug and s.strategy == strategy]
@@ -204,9 +202,9 @@ def table(searches: list[Search]) -> list[str]:
             replays = ", ".join(f"{s.reproduced}/{s.replays}" for s in mine if s.found)
             found = sum(s.found for s in mine)
             median = statistics.median(runs)
-            lines.append(f"| {bug} | {strategy} | {found}/{len(mine)} | {median:g}, {worst} | "
-                         f"{per_hour:.0f} | {replays or '-'} |")  # fmt: skip
-    return lines
+            rows.append([bug, strategy, f"{found}/{len(mine)}", f"{median:g}, {worst}",
+                         f"{per_hour:.0f}", replays or "-"])  # fmt: skip
+    return markdown_table(HEADER, rows, numbers=HEADER[2:5])
 
 
 def main() -> None:
