@@ -108,6 +108,22 @@ def test_what_a_kind_brought_about_is_learned_from_the_runs_it_fired_in() -> Non
     assert "a batch redelivered with a commit failed after its write, never together" in aims
 
 
+def test_a_kind_that_fired_twice_without_what_it_is_for_is_no_longer_aimed_at_it() -> None:
+    # A timed consumer-kill is for a kill mid-write, among others; one that fired in two runs
+    # and never landed in a write is not expected to any more (a crash at mid_write still is).
+    kill = {"kind": "consumer-kill", "name": "consumer-kill#1", "at": 1.0}
+    killed = trial(kill)
+    once = reached([run(1, killed, {Condition.RESTARTED})])
+    assert "a consumer killed mid-write, never seen" in dict(unreached_aims(killed, once))
+    twice = reached([run(1, killed, {Condition.RESTARTED}), run(2, killed, {Condition.RESTARTED})])
+    assert twice.fired_in["consumer-kill"] == 2
+    assert twice.expected("consumer-kill") == {Condition.RESTARTED}
+    assert "a consumer killed mid-write, never seen" not in dict(unreached_aims(killed, twice))
+    assert "a consumer killed mid-write, never seen" in dict(
+        unreached_aims(trial(MID_WRITE), twice)
+    )
+
+
 def test_a_strategy_the_lab_has_not_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(BadInput) as refused:
         plan(runtime="listener", variants=[], kinds=None, backend=LOCAL, budget="60",

@@ -5,8 +5,8 @@ Random search finds what its dice happen to reach. The guided draw takes several
 trials for a run and keeps the one that aims at the most that no run has reached yet: a fault
 kind on a target that never fired, a crash point never reached, a history condition never seen
 (``coverage.Condition``), and two conditions never seen in one run together. What a fault kind
-brings about is read from the runs so far, and before a kind has fired, from what it is for
-(``PRIOR``). The feedback is the history's, as Mallory steers Jepsen's nemesis by what the
+brings about is read from the runs so far, and until a kind has fired in a few runs, from what
+it is for (``PRIOR``). The feedback is the history's, as Mallory steers Jepsen's nemesis by what the
 system was observed doing (CCS 2023).
 
 A registry of strategies, as papermill's of engines: ``STRATEGIES[name](explored, seed, number,
@@ -15,6 +15,7 @@ runs)``.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -52,6 +53,7 @@ PRIOR: Mapping[str, frozenset[Condition]] = {
     "connect-worker-kill": frozenset({C.REDELIVERED, C.MOVED_IN_FLIGHT, C.RESTARTED}),
     "connect-task-restart": frozenset({C.REDELIVERED}),
 }
+PRIOR_RUNS = 2  # a kind's prior is its guess until it has fired in this many runs
 MID_WRITE = "mid_write"
 CRASH = "consumer-crash"  # of the kinds with a point, the one that kills there (a pause stops)
 
@@ -66,23 +68,36 @@ class Reached:
     points: frozenset[str] = frozenset()  # crash points reached
     # The conditions seen in the runs where each kind fired: what it brought about, measured.
     brought: Mapping[str, frozenset[Condition]] = field(default_factory=dict)
+    fired_in: Mapping[str, int] = field(default_factory=dict)  # runs each kind fired in
+
+    def expected(self, kind: str) -> frozenset[Condition]:
+        """What ``kind`` is expected to bring about: what it did, and its prior until it has
+        fired in PRIOR_RUNS runs without bringing that about (a timed kill rarely lands in a
+        write: aimed at one, it took a guided search's runs one after another)."""
+        prior = (
+            PRIOR.get(kind, frozenset()) if self.fired_in.get(kind, 0) < PRIOR_RUNS else frozenset()
+        )
+        return prior | self.brought.get(kind, frozenset())
 
 
 def reached(runs: Sequence[RunRecord]) -> Reached:
     """What ``runs`` reached, from their histories and their faults' firing."""
     seen: list[Exercised] = [e for r in runs for _, e in r.exercised]
     brought: dict[str, set[Condition]] = {}
+    fired_in: Counter[str] = Counter()
     for r in runs:
         in_run = set().union(*(e.conditions for _, e in r.exercised))
-        for a in r.aimed:
-            if a.fired:
-                brought.setdefault(a.kind, set()).update(in_run)
+        fired = {a.kind for a in r.aimed if a.fired}
+        fired_in.update(fired)
+        for kind in fired:
+            brought.setdefault(kind, set()).update(in_run)
     return Reached(
         conditions=frozenset(c for e in seen for c in e.conditions),
         pairs=frozenset(frozenset(p) for e in seen for p in combinations(e.conditions, 2)),
         fired=frozenset((a.kind, a.target) for r in runs for a in r.aimed if a.fired),
         points=frozenset(p for e in seen for p in e.crash_points),
         brought={k: frozenset(v) for k, v in brought.items()},
+        fired_in=dict(fired_in),
     )
 
 
@@ -123,7 +138,7 @@ def unreached_aims(trial: Trial, so_far: Reached) -> tuple[tuple[str, float], ..
                 found.setdefault(f"crash point {point}, never reached", AIM_WEIGHT)
             if point == MID_WRITE and kind == CRASH:
                 predicted.add(C.KILLED_MID_WRITE)
-        predicted |= PRIOR.get(kind, frozenset()) | so_far.brought.get(kind, frozenset())
+        predicted |= so_far.expected(kind)
     for c in sorted(predicted - so_far.conditions):
         found[f"{c.value}, never seen"] = CONDITION_WEIGHT
     for a, b in combinations(sorted(predicted), 2):
