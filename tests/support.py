@@ -117,9 +117,9 @@ SPARK = pytest.mark.xdist_group("spark")
 
 
 def leader_in_view(env: Environment, topic: str, partition: int = 0) -> int:
-    """The partition's leader, once the environment's cluster view knows it: a topic just
-    created has leaders on the broker ``create_topic`` asked, and is not yet in the metadata
-    of the broker the view asks (a fresh-clone suite read None there once)."""
+    """The partition's leader, once the environment's cluster view knows it (a fresh-clone
+    suite read None there once, before ``create_topic`` waited for every broker to know a
+    topic; a partition between leaders reads None too)."""
 
     def known() -> int:
         leader = env.cluster_view().leader_of(topic, partition)

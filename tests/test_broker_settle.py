@@ -12,7 +12,7 @@ import pytest
 from harness.environment.local import LocalEnvironment
 from harness.faults.kinds import parse_fault
 from harness.history.events import EventKind, read_history
-from harness.kafka.clients import create_topic
+from harness.kafka.topics import create_topic
 from tests.support import nemesis_of
 
 

@@ -17,7 +17,8 @@ from harness.faults.kinds import example, parse_fault
 from harness.faults.schedule import plan
 from harness.history.events import EventKind, read_history
 from harness.history.windows import fault_windows
-from harness.kafka.clients import create_topic, producer_config
+from harness.kafka.clients import producer_config
+from harness.kafka.topics import create_topic
 from harness.run.runner import run_scenario
 from harness.scenario import ScenarioError, parse_scenario, runnable
 from tests.support import leader_in_view, nemesis_of

@@ -36,12 +36,12 @@ from harness.kafka.clients import (
     HARNESS_CLIENT,
     PRODUCER_CLIENT,
     consumer_config,
-    create_topic,
     end_offsets,
     partition_offset,
     producer_config,
 )
 from harness.kafka.protocol import FAILABLE_APIS, ApiKey, api_name
+from harness.kafka.topics import create_topic
 from harness.kafka.wire import Malformed
 from harness.readiness import NotReady, wait_for
 from tests.support import leader_in_view, unique, value_text

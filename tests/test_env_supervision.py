@@ -18,7 +18,8 @@ import pytest
 from harness.environment import process
 from harness.environment.base import EnvironmentBusy, Link, LinkRule, ServerStartError
 from harness.environment.local import LocalEnvironment
-from harness.kafka.clients import create_topic, end_offsets
+from harness.kafka.clients import end_offsets
+from harness.kafka.topics import create_topic
 from harness.readiness import NotReady, wait_for
 from tests.support import (
     chaoslab,

@@ -39,9 +39,9 @@ from harness.kafka.clients import (
     PRODUCER_CLIENT,
     admin,
     consumer_config,
-    create_topic,
     producer_config,
 )
+from harness.kafka.topics import create_topic
 from harness.kafka.wire import Malformed, Writer
 from harness.readiness import NotReady, wait_for
 from tests.support import unique, value_text

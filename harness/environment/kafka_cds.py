@@ -27,7 +27,8 @@ from harness.environment.servers.kafka import (
     format_command,
     node_command,
 )
-from harness.kafka.clients import HARNESS_SETTINGS, create_topic
+from harness.kafka.clients import HARNESS_SETTINGS
+from harness.kafka.topics import create_topic
 from harness.readiness import wait_for
 
 STOP_TIMEOUT_S = 60.0

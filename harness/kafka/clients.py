@@ -1,4 +1,4 @@
-"""Kafka client settings tuned for the lab, and topic administration.
+"""Kafka client settings tuned for the lab, and the reads the lab makes with them.
 
 librdkafka's defaults suit a data centre: a 45 s session timeout and backoffs of up to 10 s
 mean a bounced broker or a killed consumer takes a minute to notice. The lab wants faults and
@@ -16,11 +16,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import (
-    NewTopic,  # where it is defined: confluent_kafka.admin re-exports it implicitly
-)
 
-from harness.errors import LabError
 from harness.readiness import NotReady, wait_for
 
 # Every client names its role in client.id: the environment's Kafka-aware fault proxy tells the
@@ -100,32 +96,6 @@ def consumer_config(bootstrap: str, group: str, **overrides: Any) -> dict[str, A
 
 def admin(bootstrap: str) -> AdminClient:
     return AdminClient({**_COMMON, "bootstrap.servers": bootstrap, **HARNESS_SETTINGS})
-
-
-def create_topic(bootstrap: str, name: str, partitions: int, *, timeout: float = 30.0) -> None:
-    """Create ``name`` and wait until its metadata shows every partition with a leader."""
-    client = admin(bootstrap)
-    futures = client.create_topics([NewTopic(name, num_partitions=partitions)])
-    try:
-        futures[name].result(timeout=timeout)
-    except KafkaException as exc:  # the cluster refused it: a run's error, not the lab's crash
-        raise LabError(f"creating topic {name}: {exc.args[0]}") from exc
-
-    def has_leaders() -> None:
-        topic = client.list_topics(name, timeout=5).topics.get(name)
-        if topic is None or topic.error is not None or len(topic.partitions) != partitions:
-            raise NotReady(f"topic {name} metadata: {topic.error if topic else 'missing'}")
-        if any(p.leader < 0 for p in topic.partitions.values()):
-            raise NotReady(f"topic {name} has partitions without a leader")
-
-    wait_for(has_leaders, what=f"topic {name}", timeout=timeout)
-
-
-def delete_topics(bootstrap: str, names: list[str], *, timeout: float = 30.0) -> None:
-    """Delete ``names`` and wait until the cluster has."""
-    client = admin(bootstrap)
-    for future in client.delete_topics(names, operation_timeout=timeout).values():
-        future.result(timeout=timeout)
 
 
 class Watermarks:

@@ -129,6 +129,50 @@ def quorum_leader(host: str, port: int, *, timeout: float = 10.0) -> int | None:
     return leader if leader >= 0 else None
 
 
+def topic_leaders(host: str, port: int, topic: str, *, timeout: float = 5.0) -> dict[int, int]:
+    """Each partition's leader (-1: none) of ``topic`` as one broker's metadata has it: Metadata
+    (v12) to that broker alone; {} while it does not know the topic. The Admin API asks any
+    broker, and a broker learns of a new topic from the controller a moment after another."""
+    body = (
+        Writer()
+        .uvarint(2)  # one topic
+        .raw(bytes(16))  # no topic id: by name
+        .nullable_string(topic, compact=True)
+        .uvarint(0)
+        .boolean(False)  # allow_auto_topic_creation
+        .boolean(False)  # include_topic_authorized_operations
+        .uvarint(0)
+    )
+    r = _ask(host, port, ApiKey.METADATA, 12, body, timeout)
+    r.int32()  # throttle time
+
+    def broker() -> None:
+        r.int32(), r.string(compact=True), r.int32(), r.nullable_string(compact=True)
+        r.skip_tagged_fields()
+
+    def partition() -> tuple[int, int] | None:
+        error, index, leader = r.int16(), r.int32(), r.int32()
+        r.int32()  # leader epoch
+        for _ in range(3):  # replicas, in-sync replicas, offline replicas
+            r.array(r.int32, compact=True)
+        r.skip_tagged_fields()
+        return None if error else (index, leader)
+
+    r.array(broker, compact=True)
+    r.nullable_string(compact=True)  # cluster id
+    r.int32()  # controller id
+    leaders: dict[int, int] = {}
+    for _ in range(r.uvarint() - 1):
+        error = r.int16()
+        r.nullable_string(compact=True), r.uuid(), r.int8()  # name, id, is_internal
+        found = r.array(partition, compact=True)
+        r.int32()  # authorized operations
+        r.skip_tagged_fields()
+        if not error:
+            leaders.update(p for p in found if p is not None)
+    return leaders
+
+
 def group_states(host: str, port: int, *, timeout: float = 5.0) -> dict[str, str]:
     """The consumer groups one broker coordinates, by their state as Kafka names it
     (``Stable``, ``PreparingRebalance``...): ListGroups (v4) to that broker alone.

@@ -90,6 +90,9 @@ class Reader:
             raise Malformed(f"array of {count} items in {len(self.data) - self.offset} bytes")
         return [item() for _ in range(count)]
 
+    def uuid(self) -> bytes:
+        return self._take(16)
+
     def skip_tagged_fields(self) -> None:
         for _ in range(self.uvarint()):
             self.uvarint()  # tag

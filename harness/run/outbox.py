@@ -36,7 +36,8 @@ from harness.errors import LabError
 from harness.faults.base import Target
 from harness.history.events import EventKind, HistoryEvent, HistoryTail, HistoryWriter, read_history
 from harness.history.windows import fault_windows
-from harness.kafka.clients import StoredRecord, create_topic, past_last_records, read_topic
+from harness.kafka.clients import StoredRecord, past_last_records, read_topic
+from harness.kafka.topics import create_topic
 from harness.outbox.relay import RELAYED, target, token_topic
 from harness.outbox.stages import published_changes, published_snapshot, written_ledger
 from harness.outbox.workload import generate_writes

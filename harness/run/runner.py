@@ -44,7 +44,7 @@ from harness.faults.nemesis import SETTLE_TIMEOUT_S, Nemesis
 from harness.faults.schedule import FaultPlan, plan
 from harness.history.events import EventKind, HistoryEvent, HistoryTail, HistoryWriter, read_history
 from harness.history.windows import fault_windows
-from harness.kafka.clients import create_topic, delete_topics
+from harness.kafka.topics import create_topic, delete_topics
 from harness.outbox.writer import SOURCE
 from harness.pipeline import kafka_log
 from harness.pipeline.batch import dead_letter_topic

@@ -40,13 +40,8 @@ from harness.environment.base import Environment, Link
 from harness.errors import LabError
 from harness.faults.base import Target
 from harness.history.events import EventKind, HistoryEvent, HistoryWriter
-from harness.kafka.clients import (
-    StoredRecord,
-    Watermarks,
-    create_topic,
-    past_last_records,
-    read_topic,
-)
+from harness.kafka.clients import StoredRecord, Watermarks, past_last_records, read_topic
+from harness.kafka.topics import create_topic
 from harness.pipeline import observer
 from harness.pipeline.connect import settings as connect
 from harness.pipeline.connect.settings import ConnectSettings
