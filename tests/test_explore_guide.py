@@ -22,7 +22,16 @@ from harness.explore.guide import (
     unreached_aims,
 )
 from harness.explore.inputs import plan
-from harness.explore.model import GUIDED, RANDOM, Aimed, Exploration, RunRecord, aim_of
+from harness.explore.model import (
+    GUIDED,
+    RANDOM,
+    Aimed,
+    Exploration,
+    Reach,
+    RunRecord,
+    Unreached,
+    aim_of,
+)
 from harness.explore.trial import Explored, Shape, Trial, draw_trial, drawable
 
 LOCAL = BackendAbilities("local", (1, 2, 3), link_faults=True)
@@ -53,6 +62,10 @@ def run(
     return RunRecord(number, t, 10.0, exercised=(("listener/idempotent", seen),), aimed=fired)
 
 
+def texts(aims: tuple[Unreached, ...]) -> set[str]:
+    return {a.text for a in aims}
+
+
 def test_the_guided_draw_is_pure_and_its_first_candidate_is_the_random_draw() -> None:
     first = [draw_guided(LISTENER, 7, n, []) for n in range(1, 12)]
     assert first == [draw_guided(LISTENER, 7, n, []) for n in range(1, 12)]
@@ -63,16 +76,16 @@ def test_the_guided_draw_is_pure_and_its_first_candidate_is_the_random_draw() ->
 
 
 def test_before_any_run_a_crash_mid_write_aims_at_a_consumer_killed_mid_write() -> None:
-    aims = dict(unreached_aims(trial(MID_WRITE), reached([])))
+    aims = texts(unreached_aims(trial(MID_WRITE), reached([])))
     assert "a consumer killed mid-write, never seen" in aims
     assert "crash point mid_write, never reached" in aims
     assert "consumer-crash on a consumer at mid_write, never fired" in aims
-    assert "a consumer killed mid-write, never seen" not in dict(
+    assert "a consumer killed mid-write, never seen" not in texts(
         unreached_aims(trial(BEFORE_WRITE), reached([]))
     )
     # A pause at that point stops the consumer there; it kills nothing.
     paused = {**MID_WRITE, "kind": "consumer-pause", "name": "consumer-pause#1", "duration": 5.0}
-    aims = dict(unreached_aims(trial(paused), reached([])))
+    aims = texts(unreached_aims(trial(paused), reached([])))
     assert "crash point mid_write, never reached" in aims
     assert "a consumer killed mid-write, never seen" not in aims
 
@@ -85,10 +98,10 @@ def test_it_keeps_the_candidate_aimed_at_what_no_run_reached() -> None:
         run(1, before, {Condition.REDELIVERED, Condition.RESTARTED}, frozenset({"before_write"}))
     ]
     so_far = reached(runs)
-    assert dict(unreached_aims(before, so_far)) == {}
+    assert texts(unreached_aims(before, so_far)) == set()
     drawn = steer([before, trial(MID_WRITE)], so_far)
     assert drawn.trial == trial(MID_WRITE)
-    assert "a consumer killed mid-write, never seen" in drawn.aimed_at
+    assert "a consumer killed mid-write, never seen" in texts(drawn.aimed_at)
     # Of candidates that aim at nothing new, the first: the random draw.
     assert steer([before, before], so_far).trial is before
 
@@ -101,7 +114,7 @@ def test_what_a_kind_brought_about_is_learned_from_the_runs_it_fired_in() -> Non
     so_far = reached(runs)
     assert Condition.MOVED_IN_FLIGHT in so_far.brought["commit-failure"]
     assert so_far.fired == {("commit-failure", aim_of(COMMIT_FAILURE))}
-    aims = dict(unreached_aims(failing, so_far))
+    aims = texts(unreached_aims(failing, so_far))
     # Its prior's redelivery is still unseen, and with each condition it brought, never together.
     assert "a batch redelivered, never seen" in aims
     assert "a commit failed after its write, never seen" not in aims
@@ -114,12 +127,12 @@ def test_a_kind_that_fired_twice_without_what_it_is_for_is_no_longer_aimed_at_it
     kill = {"kind": "consumer-kill", "name": "consumer-kill#1", "at": 1.0}
     killed = trial(kill)
     once = reached([run(1, killed, {Condition.RESTARTED})])
-    assert "a consumer killed mid-write, never seen" in dict(unreached_aims(killed, once))
+    assert "a consumer killed mid-write, never seen" in texts(unreached_aims(killed, once))
     twice = reached([run(1, killed, {Condition.RESTARTED}), run(2, killed, {Condition.RESTARTED})])
     assert twice.fired_in["consumer-kill"] == 2
     assert twice.expected("consumer-kill") == {Condition.RESTARTED}
-    assert "a consumer killed mid-write, never seen" not in dict(unreached_aims(killed, twice))
-    assert "a consumer killed mid-write, never seen" in dict(
+    assert "a consumer killed mid-write, never seen" not in texts(unreached_aims(killed, twice))
+    assert "a consumer killed mid-write, never seen" in texts(
         unreached_aims(trial(MID_WRITE), twice)
     )
 
@@ -139,7 +152,8 @@ def test_each_run_of_the_page_says_what_it_was_aimed_at(tmp_path: Path) -> None:
                     seed=1, out=tmp_path, strategy=GUIDED)  # fmt: skip
     state = Exploration(explored)
     aimed = replace(
-        run(1, trial(MID_WRITE), set()), aimed_at=("a consumer killed mid-write, never seen",)
+        run(1, trial(MID_WRITE), set()),
+        aimed_at=(Unreached(Reach.CONDITION, "a consumer killed mid-write, never seen"),),
     )
     state.runs += [aimed, run(2, trial(BEFORE_WRITE), set())]
     page = report.write(state).read_text()
@@ -149,11 +163,11 @@ def test_each_run_of_the_page_says_what_it_was_aimed_at(tmp_path: Path) -> None:
 
 
 def test_a_runs_line_names_two_pairs_of_conditions_and_counts_the_rest() -> None:
-    aims = [a for a, _worth in unreached_aims(trial(MID_WRITE), reached([]))]
-    pairs = [a for a in aims if a.endswith(", never together")]
+    aims = unreached_aims(trial(MID_WRITE), reached([]))
+    pairs = [a.text for a in aims if a.reach is Reach.PAIR]
     assert len(pairs) >= 3  # a crash mid-write is expected to bring about three conditions
     line = aimed_text(aims)
     assert "a consumer killed mid-write, never seen" in line
     assert f"{pairs[0]}; {pairs[1]}; {len(pairs) - 2} more pairs, never together" in line
     assert pairs[2] not in line
-    assert aimed_text(aims[:1]) == aims[0] and aimed_text([]) == ""
+    assert aimed_text(aims[:1]) == aims[0].text and aimed_text([]) == ""

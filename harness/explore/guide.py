@@ -21,15 +21,18 @@ from dataclasses import dataclass, field
 from itertools import combinations
 
 from harness.explore.coverage import Condition, Exercised
-from harness.explore.model import GUIDED, RANDOM, RunRecord, aim_of
+from harness.explore.model import GUIDED, RANDOM, Reach, RunRecord, Unreached, aim_of
 from harness.explore.trial import Explored, Trial, draw_trial
 
 CANDIDATES = 8  # trials drawn for each guided run; the first is the random strategy's
-# What a target is worth: a condition is what a promise needs tested; a pair of them in one
-# run less than either alone.
-CONDITION_WEIGHT = 2.0
-AIM_WEIGHT = 1.0
-PAIR_WEIGHT = 0.5
+# What each is worth: a condition is what a promise needs tested; a pair of them in one run
+# less than either alone.
+WORTH: Mapping[Reach, float] = {
+    Reach.CONDITION: 2.0,
+    Reach.FAULT: 1.0,
+    Reach.POINT: 1.0,
+    Reach.PAIR: 0.5,
+}
 
 C = Condition
 # What each fault kind is for: the conditions it can bring about, before a run has shown which
@@ -107,44 +110,43 @@ class Drawn:
     (empty for a random draw)."""
 
     trial: Trial
-    aimed_at: tuple[str, ...] = ()
+    aimed_at: tuple[Unreached, ...] = ()
     score: float = 0.0
 
 
-NEVER_TOGETHER = ", never together"
 PAIRS_SHOWN = 2  # a run's line names this many pairs, and counts the rest
 
 
-def aimed_text(aimed_at: Sequence[str]) -> str:
+def aimed_text(aimed_at: Sequence[Unreached]) -> str:
     """What a run was aimed at, in a line: every fault target, crash point and condition, and
     the first pairs of conditions (a draw predicting six conditions aims at fifteen pairs)."""
-    pairs = [a for a in aimed_at if a.endswith(NEVER_TOGETHER)]
-    shown = [a for a in aimed_at if a not in pairs[PAIRS_SHOWN:]]
+    pairs = [a for a in aimed_at if a.reach is Reach.PAIR]
+    shown = [a.text for a in aimed_at if a not in pairs[PAIRS_SHOWN:]]
     more = len(pairs) - PAIRS_SHOWN
-    return "; ".join(shown + ([f"{more} more pairs{NEVER_TOGETHER}"] if more > 0 else []))
+    return "; ".join(shown + ([f"{more} more pairs, never together"] if more > 0 else []))
 
 
-def unreached_aims(trial: Trial, so_far: Reached) -> tuple[tuple[str, float], ...]:
-    """What ``trial`` aims at that no run reached, each with its worth, in a fixed order."""
-    found: dict[str, float] = {}
+def unreached_aims(trial: Trial, so_far: Reached) -> tuple[Unreached, ...]:
+    """What ``trial`` aims at that no run reached, in a fixed order."""
+    found: dict[Unreached, None] = {}  # ordered, without repeats
     predicted: set[Condition] = set()
     for entry in trial.faults:
         kind, target = str(entry["kind"]), aim_of(entry)
         if (kind, target) not in so_far.fired:
-            found.setdefault(f"{kind} on {target}, never fired", AIM_WEIGHT)
+            found[Unreached(Reach.FAULT, f"{kind} on {target}, never fired")] = None
         point = entry.get("point")
         if isinstance(point, str):
             if point not in so_far.points:
-                found.setdefault(f"crash point {point}, never reached", AIM_WEIGHT)
+                found[Unreached(Reach.POINT, f"crash point {point}, never reached")] = None
             if point == MID_WRITE and kind == CRASH:
                 predicted.add(C.KILLED_MID_WRITE)
         predicted |= so_far.expected(kind)
     for c in sorted(predicted - so_far.conditions):
-        found[f"{c.value}, never seen"] = CONDITION_WEIGHT
+        found[Unreached(Reach.CONDITION, f"{c.value}, never seen")] = None
     for a, b in combinations(sorted(predicted), 2):
         if frozenset((a, b)) not in so_far.pairs:
-            found[f"{a.value} with {b.value}{NEVER_TOGETHER}"] = PAIR_WEIGHT
-    return tuple(found.items())
+            found[Unreached(Reach.PAIR, f"{a.value} with {b.value}, never together")] = None
+    return tuple(found)
 
 
 def steer(candidates: Sequence[Trial], so_far: Reached) -> Drawn:
@@ -152,9 +154,9 @@ def steer(candidates: Sequence[Trial], so_far: Reached) -> Drawn:
     best: Drawn | None = None
     for trial in candidates:
         aims = unreached_aims(trial, so_far)
-        score = sum(w for _, w in aims)
+        score = sum(WORTH[a.reach] for a in aims)
         if best is None or score > best.score:
-            best = Drawn(trial, tuple(what for what, _ in aims), score)
+            best = Drawn(trial, aims, score)
     if best is None:
         raise ValueError("no candidate to steer between")
     return best

@@ -6,6 +6,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,26 @@ class Aimed:
     fired: bool
 
 
+class Reach(StrEnum):
+    """What a guided draw can aim at that no run reached."""
+
+    FAULT = "fault"  # a fault kind on a target, never fired
+    POINT = "point"  # a crash point, never reached
+    CONDITION = "condition"  # a history condition, never seen
+    PAIR = "pair"  # two conditions, never seen in one run
+
+
+@dataclass(frozen=True)
+class Unreached:
+    """One thing a run was aimed at, as its line says it."""
+
+    reach: Reach
+    text: str  # "a consumer killed mid-write, never seen"
+
+    def __str__(self) -> str:
+        return self.text
+
+
 @dataclass(frozen=True)
 class RunRecord:
     number: int
@@ -69,7 +90,7 @@ class RunRecord:
     aimed: tuple[Aimed, ...] = ()
     # Why its schedule was drawn: what it aimed at that no run before it had reached (a guided
     # exploration's; empty for a random draw).
-    aimed_at: tuple[str, ...] = ()
+    aimed_at: tuple[Unreached, ...] = ()
 
     @property
     def verdict(self) -> str:
