@@ -41,6 +41,7 @@ from harness.environment.local import LocalEnvironment
 from harness.explore.explorer import explore
 from harness.explore.guide import STRATEGIES, reached
 from harness.explore.inputs import plan
+from harness.explore.model import Exploration, Plan
 from harness.paths import project_root
 from harness.report.markdown import table as markdown_table
 
@@ -85,6 +86,13 @@ class Search:
         return self.first is not None and bool(BREAKS[self.bug] & set(self.broke))
 
 
+def explored(env: LocalEnvironment, asked: Plan) -> tuple[Exploration, float]:
+    """The exploration ``asked``, quietly, and its hours of search (shrinking's not counted)."""
+    started = time.monotonic()
+    state = explore(env, asked, progress=lambda _line: None, stop=threading.Event())
+    return state, max(1.0, time.monotonic() - started - state.shrinking_s) / 3600
+
+
 def search(
     env: LocalEnvironment, out: Path, bug: str, strategy: str, seed: int, budget: Budget
 ) -> Search:
@@ -92,9 +100,7 @@ def search(
                  budget=f"{budget.search_s + budget.shrink_s}s", seed=seed, out=out, findings=1,
                  replays=REPLAYS, strategy=strategy)  # fmt: skip
     asked = replace(asked, search_s=budget.search_s)  # runs start in the search's share only
-    started = time.monotonic()
-    state = explore(env, asked, progress=lambda _line: None, stop=threading.Event())
-    searched = max(1.0, time.monotonic() - started - state.shrinking_s) / 3600
+    state, searched = explored(env, asked)
     found = state.findings[0] if state.findings else None
     broke = sorted({b.split()[0] for v in found.violations for b in v.broken}) if found else []
     return Search(bug, strategy, seed, len(state.runs), found.run if found else None,
@@ -134,9 +140,7 @@ def cover(env: LocalEnvironment, out: Path, strategy: str, seed: int, cover_s: i
     asked = plan(runtime="listener", variants=[COVERED], kinds=None, backend=env.abilities,
                  budget=f"{cover_s}s", seed=seed, out=out, replays=REPLAYS,
                  strategy=strategy)  # fmt: skip
-    started = time.monotonic()
-    state = explore(env, asked, progress=lambda _line: None, stop=threading.Event())
-    searched = max(1.0, time.monotonic() - started - state.shrinking_s) / 3600
+    state, searched = explored(env, asked)
     so_far = reached(state.runs)
     findings = tuple("; ".join(map(str, f.violations)) for f in state.findings)
     return Cover(strategy, seed, cover_s, len(state.runs), len(so_far.conditions),
