@@ -29,7 +29,7 @@ from harness.environment.backends import (
 from harness.environment.base import BackendAbilities, Environment, EnvironmentStatus, NoEnvironment
 from harness.environment.doctor import component_versions
 from harness.environment.servers import kafka as kafka_node
-from harness.environment.signals import ctrl_c_unwrapped, stop_on_termination
+from harness.environment.signals import stop_on_termination, stops_unwrapped
 from harness.errors import BadInput, LabError
 from harness.explore import inputs as explore_inputs
 from harness.explore import report as explore_report
@@ -944,7 +944,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(format="chaoslab: %(message)s", level=logging.WARNING)
     handler: Callable[[argparse.Namespace], int] = args.handler  # set by each subcommand
     try:
-        with ctrl_c_unwrapped():
+        with stops_unwrapped():
             return handler(args)
     except LabError as exc:
         # Bad input is one problem per line (FILE: FIELD: problem), each worth its prefix; a

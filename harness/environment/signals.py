@@ -2,7 +2,8 @@
 
 SIGINT already raises KeyboardInterrupt; a harness killed by SIGTERM (CI cancelling a job, a
 container stopping) would otherwise die without running any cleanup. Ctrl-C that lands inside
-confluent-kafka's C code comes out disguised; ``ctrl_c_unwrapped`` gives it back its name.
+confluent-kafka's C code comes out disguised, as does SIGTERM's ``Terminated``;
+``stops_unwrapped`` gives each back its name.
 """
 
 from __future__ import annotations
@@ -43,16 +44,19 @@ def stop_on_termination() -> Iterator[None]:
 
 
 @contextmanager
-def ctrl_c_unwrapped() -> Iterator[None]:
-    """Ctrl-C raised inside confluent-kafka's C code leaves as KeyboardInterrupt.
+def stops_unwrapped() -> Iterator[None]:
+    """Ctrl-C or SIGTERM raised inside confluent-kafka's C code leaves as KeyboardInterrupt or
+    ``Terminated``.
 
-    When SIGINT arrives while the extension calls back into Python (creating a topic's future,
-    logging), the KeyboardInterrupt is raised in that call and the extension returns with it
+    When the signal arrives while the extension calls back into Python (creating a topic's
+    future, logging), its exception is raised in that call and the extension returns with it
     still set, so Python raises ``SystemError`` caused by it (confluent-kafka-python#1708): the
-    code that stops a run on Ctrl-C would take it for a crash."""
+    code that stops a run on Ctrl-C or SIGTERM would take it for a crash."""
     try:
         yield
     except SystemError as exc:
         if isinstance(exc.__cause__, KeyboardInterrupt):
             raise KeyboardInterrupt from exc
+        if isinstance(exc.__cause__, Terminated):
+            raise Terminated(exc.__cause__.signum) from exc
         raise

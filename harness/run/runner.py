@@ -36,7 +36,7 @@ from harness.checker.explain import Explanation, explain
 from harness.checker.model import LedgerArrays, RelayStage, SinkSnapshot, Verdict
 from harness.checker.state import check_state
 from harness.environment.base import Environment, Link, tail
-from harness.environment.signals import ctrl_c_unwrapped
+from harness.environment.signals import stops_unwrapped
 from harness.environment.spark import SparkCluster, SparkSettings
 from harness.errors import LabError
 from harness.faults.base import Target
@@ -112,8 +112,8 @@ def run_scenario(
             out_dir,
         )
 
-    # Ctrl-C inside the Kafka client's C code is still Ctrl-C to the caller.
-    with ctrl_c_unwrapped():
+    # Ctrl-C or SIGTERM inside the Kafka client's C code is still that to the caller.
+    with stops_unwrapped():
         try:
             # Side by side, every runtime's variants share one topic and one broker's weather
             # (as seed 002's three channels did), under one fault schedule; one at a time, each
