@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from harness.explore.shrink import (
     PASSED,
     PASSES,
     STILL_FAILS,
+    Candidate,
     Replay,
     Tried,
     Verdict,
@@ -130,9 +131,9 @@ def test_a_backend_without_proxies_or_server_control_is_never_given_their_faults
         assert not kinds & {"network", "commit-failure", "broker-kill", "mongo-restart"}
 
 
-def judged(fails: Callable[[Trial], bool]) -> Callable[[Trial], Replay]:
-    """A replay that always judges: it fails or it passes."""
-    return lambda t: STILL_FAILS if fails(t) else PASSED
+def judged(fails: Callable[[Trial], bool]) -> Callable[[Trial, int], Replay]:
+    """A replay that always judges, once: it fails or it passes."""
+    return lambda t, _at_least: STILL_FAILS if fails(t) else PASSED
 
 
 def _trial(*faults: Mapping[str, Any]) -> Trial:
@@ -239,7 +240,7 @@ def test_a_candidate_whose_fault_never_fired_is_tried_again_once_the_trial_chang
              "at_batch": 2, "after_docs": 1, "times": 1}  # fmt: skip
     trial = _trial(mid, early)
 
-    def replay(t: Trial) -> Replay:
+    def replay(t: Trial, _at_least: int) -> Replay:
         crash = next((f for f in t.faults if f["point"] == "mid_write"), None)
         if crash is None:
             return PASSED
@@ -415,7 +416,7 @@ def test_explore_varies_the_consumers_mongodb_settings_and_shrinks_them_back_to_
     # All back to defaults first: one replay where no setting matters.
     tries = [t.what for t in trail if t.what.startswith("mongo")]
     assert tries[0] == "mongo retryWrites=false socketTimeoutMS=2000 -> defaults"
-    independent, trail = shrink(trial, ("naive",), lambda t: STILL_FAILS, valid=lambda t: True,
+    independent, trail = shrink(trial, ("naive",), judged(lambda t: True), valid=lambda t: True,
                                 out_of_time=lambda: False, clock=lambda: 0.0)  # fmt: skip
     assert independent.shape.mongo == ()
     assert len([t for t in trail if t.what.startswith("mongo")]) == 1
@@ -520,20 +521,22 @@ def test_a_races_scenario_says_so_and_expects_its_promise_in_every_replay(tmp_pa
 
 
 @pytest.mark.parametrize(
-    ("shown", "runs", "verdict", "ran"),
+    ("shown", "runs", "at_least", "verdict", "ran"),
     [
-        ("FFFF", 5, Verdict.FAILS, 4),  # a sure failure: kept at its fourth, not replayed a fifth
-        ("FPFFF", 5, Verdict.FAILS, 5),  # 4 of 5
-        ("FPFP", 5, Verdict.PASSES, 4),  # at most 3 of 5 now: not kept for being smaller
-        ("PP", 5, Verdict.PASSES, 2),
-        ("FFU", 5, Verdict.UNJUDGED, 3),  # a run that said nothing says nothing of it
-        ("FF", 2, Verdict.FAILS, 2),  # --replays 2: both
-        ("P", 2, Verdict.PASSES, 1),
-        ("F", 1, Verdict.FAILS, 1),
+        ("FFFFF", 5, 0, Verdict.FAILS, 5),  # a sure failure: every replay, its rate known
+        ("FPFFF", 5, 0, Verdict.FAILS, 5),  # 4 of 5
+        ("FPFP", 5, 0, Verdict.PASSES, 4),  # at most 3 of 5 now: not kept for being smaller
+        ("PP", 5, 0, Verdict.PASSES, 2),
+        ("FFU", 5, 0, Verdict.UNJUDGED, 3),  # a run that said nothing says nothing of it
+        ("FP", 5, 5, Verdict.PASSES, 2),  # what it replaces failed in every replay: it must too
+        ("FFFFF", 5, 5, Verdict.FAILS, 5),
+        ("FF", 2, 0, Verdict.FAILS, 2),  # --replays 2: both
+        ("P", 2, 0, Verdict.PASSES, 1),
+        ("F", 1, 0, Verdict.FAILS, 1),
     ],
 )
-def test_a_candidate_is_kept_only_where_it_fails_in_four_of_five_replays(
-    shown: str, runs: int, verdict: Verdict, ran: int
+def test_a_candidate_is_kept_only_where_it_fails_in_four_of_five_replays_and_as_often(
+    shown: str, runs: int, at_least: int, verdict: Verdict, ran: int
 ) -> None:
     replays = iter({"F": STILL_FAILS, "P": PASSED, "U": Replay(Verdict.UNJUDGED, "x")}[c]
                    for c in shown)  # fmt: skip
@@ -543,10 +546,38 @@ def test_a_candidate_is_kept_only_where_it_fails_in_four_of_five_replays(
         calls.append(1)
         return next(replays)
 
-    judged = reliably(once, runs)
+    judged = reliably(once, runs, at_least)
     assert (judged.verdict, len(calls)) == (verdict, ran)
     if verdict is not Verdict.UNJUDGED:
         assert judged.runs == ran and judged.failed == shown.count("F")
+
+
+def test_a_shrink_never_trades_a_reproducer_that_always_fails_for_one_that_mostly_does() -> None:
+    # A pause past a de-duplication window: 9 s and 6 s fail in every replay, 5.5 s (near the
+    # window's 5 s) in 4 of 5, 1 s in none. Kept at 6 s: 5.5 s would fail less often.
+    pause = {"kind": "consumer-pause", "name": "consumer-pause#1", "point": "after_write",
+             "duration": 9.0}  # fmt: skip
+    rates = {9.0: 5, 6.0: 5, 5.5: 4, 1.0: 0}
+
+    def replay(t: Trial, at_least: int) -> Replay:
+        (fault,) = t.faults
+        failing = rates.get(float(fault["duration"]), 5)
+        return reliably(iter([STILL_FAILS] * failing + [PASSED] * 5).__next__, 5, at_least)
+
+    candidates = iter([6.0, 5.5])
+
+    def halve(t: Trial, _violators: tuple[str, ...]) -> Iterator[Candidate]:
+        for duration in candidates:
+            yield Candidate(t.with_faults([{**pause, "duration": duration}]), f"-> {duration}")
+
+    minimal, trail = shrink(_trial(pause), ("naive",), replay, valid=lambda t: True,
+                            out_of_time=lambda: False, clock=lambda: 0.0,
+                            passes=[halve])  # fmt: skip
+    assert minimal.faults[0]["duration"] == 6.0
+    assert [(t.what, t.replay.failed, t.kept) for t in trail] == [
+        ("-> 6.0", 5, True),
+        ("-> 5.5", 4, False),
+    ]
 
 
 def test_a_timed_fault_is_tried_at_the_record_count_the_producer_had_reached_by_then() -> None:

@@ -203,7 +203,7 @@ def _shrink(
     minimal, trail = shrink(
         record.trial,
         violators,
-        lambda trial: reliably(lambda: replay(trial), plan.replays),
+        lambda trial, at_least: reliably(lambda: replay(trial), plan.replays, at_least),
         valid=lambda t: not refused(t, plan.explored.backend),
         out_of_time=out_of_time,
         clock=time.monotonic,

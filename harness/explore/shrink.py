@@ -10,7 +10,9 @@ earlier, softer); put the MongoDB client settings back to the driver's defaults;
 workload.
 
 A candidate is kept only where it fails reliably: ``reliably`` replays it until it has failed in
-``KEEP_SHARE`` of the exploration's replays (4 of 5 by default) or can no longer, so a
+``KEEP_SHARE`` of the exploration's replays (4 of 5 by default) - and in as many as the trial it
+would replace did, so that a trial that failed in every replay is never traded for a smaller one
+that does not (shortening a pause toward a window's edge does that) - or can no longer, so a
 reproducer a user runs once fails as the finding did. A pass that made
 progress runs again on what it made; the round repeats until none does, or time is up. The
 candidates are pure functions of the trial; only ``replay`` runs anything.
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
@@ -86,13 +88,14 @@ class Replay:
         return f"{shown} ({self.why})" if self.why else shown
 
 
-def reliably(replay: Callable[[], Replay], runs: int) -> Replay:
-    """Replay a candidate, at most ``runs`` times, until it has failed in ``KEEP_SHARE`` of
-    them (FAILS) or can no longer (PASSES), or at once where a run said nothing (UNJUDGED):
-    4 of 5, so a flaky candidate is not kept for being smaller."""
-    need = math.ceil(KEEP_SHARE * runs)
+def reliably(replay: Callable[[], Replay], runs: int, at_least: int = 0) -> Replay:
+    """Replay a candidate ``runs`` times, or until it can no longer fail in ``KEEP_SHARE`` of
+    them and in ``at_least`` (PASSES), or at once where a run said nothing (UNJUDGED); FAILS
+    where it did. Every replay of one that fails is run: how many failed is what a later
+    candidate must reach."""
+    need = min(runs, max(math.ceil(KEEP_SHARE * runs), at_least))
     failed = passed = 0
-    while failed < need and passed <= runs - need:
+    while failed + passed < runs and passed <= runs - need:
         shown = replay()
         if shown.verdict is Verdict.UNJUDGED:
             return shown
@@ -225,21 +228,25 @@ PASSES: tuple[Pass, ...] = (
 def shrink(
     trial: Trial,
     violators: tuple[str, ...],
-    replay: Callable[[Trial], Replay],
+    replay: Callable[[Trial, int], Replay],
     *,
     valid: Callable[[Trial], bool],
     out_of_time: Callable[[], bool],
     clock: Callable[[], float],
     said: Callable[[str], None] = lambda _line: None,
+    passes: Sequence[Pass] | None = None,
 ) -> tuple[Trial, tuple[Tried, ...]]:
     """The smallest trial the passes reach whose ``replay`` still fails, and the trail of
-    tries."""
+    tries. ``replay(candidate, at_least)`` judges a candidate that must fail in ``at_least`` of
+    its replays: as many as the last one kept did. ``passes``: PASSES, in order, by default."""
     current, trail = trial, []
+    bar = 0  # the replays the last kept candidate failed in
     passed: set[str] = set()  # candidates replayed that did not fail: not replayed again
 
     def first_failing(shrink_pass: Pass) -> tuple[Trial | None, bool]:
         """The pass's first candidate on ``current`` that still fails, if any, and whether a
         try of it was not judged."""
+        nonlocal bar
         unjudged = False
         for candidate in shrink_pass(current, violators):
             if out_of_time():
@@ -248,10 +255,11 @@ def shrink(
             if candidate.trial == current or key in passed or not valid(candidate.trial):
                 continue
             started = clock()
-            shown = replay(candidate.trial)
+            shown = replay(candidate.trial, bar)
             trail.append(Tried(candidate.what, shown, clock() - started))
             said(f"  shrink: {candidate.what}: {shown}")
             if shown.verdict is Verdict.FAILS:
+                bar = max(bar, shown.failed)
                 return candidate.trial, unjudged
             if shown.verdict is Verdict.PASSES:
                 passed.add(key)
@@ -260,12 +268,12 @@ def shrink(
 
     progress = True
     while progress and not out_of_time():
-        progress, unjudged, passes = False, False, list(PASSES)
-        while passes and not out_of_time():
-            accepted, not_judged = first_failing(passes[0])
+        progress, unjudged, left = False, False, list(PASSES if passes is None else passes)
+        while left and not out_of_time():
+            accepted, not_judged = first_failing(left[0])
             unjudged = unjudged or not_judged
             if accepted is None:
-                passes.pop(0)  # it made nothing: the next pass (one that made something runs again)
+                left.pop(0)  # it made nothing: the next pass (one that made something runs again)
                 continue
             current, progress = accepted, True
             if unjudged:
