@@ -29,7 +29,7 @@ from harness.sources.sql_workload import RowChange, Transaction, split, transact
 from harness.sources.stages import snapshots, source_change
 from harness.sources.truth import lsn_number
 from harness.workload.events import Kind, Op, change_event_id
-from harness.workload.ledger import read_ledger
+from harness.workload.ledger import LedgerRow, read_ledger
 from harness.workload.producer import aborted_ledger
 from harness.workload.shapes import TRACE
 from tests.support import SPARK, chaoslab
@@ -216,16 +216,26 @@ RESTARTED_INSIDE = re.compile(
 )
 
 
+def debezium_source_run(row: dict[str, Any]) -> tuple[list[LedgerRow], Counter[int], str]:
+    """A Debezium-sourced lane's ledger, how many committed rows share each LSN (a COPY's
+    rows all do), and the source's Connect log."""
+    ledger = list(read_ledger(Path(row["ledger"])))
+    shared = Counter(change_lsn(r.event_id) for r in ledger if r.kind is Kind.NORMAL)
+    log = (Path(row["directory"]).parent / "source" / "connect" / "connect-0.log").read_text()
+    return ledger, shared, log
+
+
+def change_lsn(event_id: str) -> int:
+    return int(event_id.split("-")[1])  # lsn-LSN-ORDER
+
+
 def assert_copies_are_debeziums_resume_inside_a_copy(row: dict[str, Any]) -> None:
     """Each copy of a change on a Debezium source's topic is a row of a COPY (an LSN several
     committed rows share) at whose LSN Debezium's own log says it restarted, skipping the rows
     its offset counted as processed (3.7.0's resume inside one LSN's rows, which puts one row
     on the topic again; docs/cdc-source.md) - no other copy, and at most one per restart."""
-    ledger = list(read_ledger(Path(row["ledger"])))
-    lsn = lambda event_id: int(event_id.split("-")[1])  # noqa: E731  (lsn-LSN-ORDER)
-    shared = Counter(lsn(r.event_id) for r in ledger if r.kind is Kind.NORMAL)
-    copies = [lsn(r.event_id) for r in ledger if r.kind is Kind.COPY]
-    log = (Path(row["directory"]).parent / "source" / "connect" / "connect-0.log").read_text()
+    ledger, shared, log = debezium_source_run(row)
+    copies = [change_lsn(r.event_id) for r in ledger if r.kind is Kind.COPY]
     restarts = Counter(lsn_number(text) for text in RESTARTED_INSIDE.findall(log))
     assert len(copies) == row["relay"]["published"]["duplicates"], (copies, row["variant"])
     assert all(shared[c] > 1 for c in copies), (copies, shared)
@@ -246,11 +256,10 @@ def assert_losses_are_debeziums_restart_after_one(row: dict[str, Any]) -> None:
     was, and otherwise resumes after the LSN, past the COPY's other rows (3.7.1 counts one too;
     docs/cdc-source.md). With exactly-once those rows were in the transaction the kill aborted:
     lost - all of them, and no other change. The lanes lose nothing more."""
-    ledger = list(read_ledger(Path(row["ledger"])))
-    lsn = lambda event_id: int(event_id.split("-")[1])  # noqa: E731  (lsn-LSN-ORDER)
-    shared = Counter(lsn(r.event_id) for r in ledger if r.kind is Kind.NORMAL)
-    never = Counter(lsn(r.event_id) for r in ledger if r.kind is Kind.NORMAL and r.partition < 0)
-    log = (Path(row["directory"]).parent / "source" / "connect" / "connect-0.log").read_text()
+    ledger, shared, log = debezium_source_run(row)
+    never = Counter(
+        change_lsn(r.event_id) for r in ledger if r.kind is Kind.NORMAL and r.partition < 0
+    )
     restarts = {lsn_number(at) for at in RESTARTED_AFTER_ONE.findall(log)}
     assert sum(never.values()) == row["relay"]["published"]["lost"], (never, row["variant"])
     for at, count in never.items():
