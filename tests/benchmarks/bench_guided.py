@@ -5,7 +5,7 @@ budgets and seeds side by side on one local environment.
 
     make bench      # or: .venv/bin/python tests/benchmarks/bench_guided.py [SEEDS] [SEARCH_S]
                     #     [--shrink-s S] [--bugs mark-before-data,...]
-                    #     [--strategies random,guided] [--cover-s S] [--keep DIR]
+                    #     [--strategies random,guided] [--cover-s S] [--reruns N] [--keep DIR]
 
 For each bug, strategy and seed (1..SEEDS, 5 by default): ``explore`` of that variant alone on
 the listener, every drawable fault kind, starting runs until its first finding or SEARCH_S (300
@@ -13,12 +13,14 @@ by default), then shrinking that finding with what is left of SEARCH_S and --shr
 more: a finding is shrunk as well whenever it came. Prints, per bug and strategy: the runs to
 the first finding (median and worst over the seeds; a search that found nothing counts as its
 runs + 1, marked ``>``), the distinct coverage conditions its runs reached per hour of search,
-and how many of each written reproducer's replays failed. Then, for each strategy and seed, a
+how many of each written reproducer's replays failed (explore's own, which decide whether it is
+a race), and how it did when run afresh as its user would (``chaoslab run``, --reruns times; a
+race's scenario replays itself, so once: its verdict). Then, for each strategy and seed, a
 window of --cover-s (180) over a lab variant with nothing planted: the conditions, pairs of
 them and fault targets each reached in the same time. Hours: 4 bugs x 2 strategies x 5 seeds
-of up to 10 minutes, and 10 windows; with --keep, a search the same lab (its harness and
-planted bugs) finished there is not run again (a benchmark stopped part-way goes on where it
-was).
+of up to 10 minutes, each reproducer's fresh runs (about half a minute each), and 10 windows;
+with --keep, a search (or fresh runs) the same lab (its harness and planted bugs) finished
+there is not run again (a benchmark stopped part-way goes on where it was).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -63,6 +66,7 @@ BREAKS = {
 }
 REPLAYS = 5
 SAVED = "search.json"  # a finished search's record, in its folder under --keep
+RERUN = "rerun.json"  # its reproducer's fresh runs, beside it
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,47 @@ def search(
 class Budget:
     search_s: int  # for starting runs, until the first finding
     shrink_s: int  # more, for shrinking it and replaying its reproducer
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """A written reproducer run afresh, as its user would: ``chaoslab run`` of its scenario.
+    Not explore's replays, which decided what it is: a check of them."""
+
+    race: bool  # explore saw it fail in some replays only: its scenario replays itself
+    failed: int  # runs that failed (a race's: the one run's verdict over its own replays)
+    runs: int
+    lab: str
+
+    def __str__(self) -> str:
+        if self.race:
+            return "race: " + ("fails" if self.failed else "passes")
+        return f"{self.failed}/{self.runs}"
+
+
+def rerun(env: LocalEnvironment, out: Path, times: int) -> Rerun | None:
+    """``out``'s written reproducer (its first finding's), run ``times`` times on ``env`` (a
+    race's once), or what this lab kept of that; None where the search wrote none."""
+    scenario = out / "found-1" / "scenario.yaml"
+    if not scenario.exists() or times <= 0:
+        return None
+    raw = saved_by_this_lab(out, RERUN)
+    race = "\nreplays: " in scenario.read_text()  # its scenario replays itself: a race's
+    if raw is not None and (race or raw["runs"] >= times):
+        return Rerun(**raw)
+    failed = 0
+    for k in range(1 if race else times):
+        folder = out / "rerun" / str(k + 1)
+        shutil.rmtree(folder, ignore_errors=True)
+        asked = [sys.executable, "-m", "harness.cli", "run", str(scenario), "--env",
+                 str(env.directory), "--out", str(folder)]  # fmt: skip
+        done = subprocess.run(asked, capture_output=True, text=True, check=False)
+        if done.returncode not in (0, 1):  # neither held nor broke its promise: no count
+            raise SystemExit(f"{' '.join(asked)} exited {done.returncode}:\n{done.stderr[-2000:]}")
+        failed += done.returncode == 1
+    made = Rerun(race, failed, 1 if race else times, lab())
+    (out / RERUN).write_text(json.dumps(asdict(made)))
+    return made
 
 
 # The coverage arm: a lab variant with nothing planted, so that no finding ends its window: what
@@ -179,8 +224,8 @@ def resumed(out: Path) -> Search | None:
     return None if raw is None else Search(**{**raw, "broke": tuple(raw["broke"])})
 
 
-def saved_by_this_lab(out: Path) -> dict[str, Any] | None:
-    saved = out / SAVED
+def saved_by_this_lab(out: Path, name: str = SAVED) -> dict[str, Any] | None:
+    saved = out / name
     if not saved.exists():
         return None
     raw: dict[str, Any] = json.loads(saved.read_text())
@@ -188,10 +233,14 @@ def saved_by_this_lab(out: Path) -> dict[str, Any] | None:
 
 
 HEADER = ("bug", "strategy", "found", "runs to the first finding (median, worst)",
-          "conditions per hour", "reproducers' replays that failed")  # fmt: skip
+          "conditions per hour", "reproducers' replays that failed",
+          "reproducers run afresh: failed")  # fmt: skip
 
 
-def table(searches: list[Search]) -> list[str]:
+def table(searches: list[Search], reruns: Mapping[Search, Rerun] | None = None) -> list[str]:
+    """Per bug and strategy; ``reruns``: the written reproducers run afresh, of the searches
+    that have them."""
+    reruns = reruns or {}
     rows = []
     for bug in dict.fromkeys(s.bug for s in searches):
         for strategy in dict.fromkeys(s.strategy for s in searches):
@@ -204,10 +253,11 @@ def table(searches: list[Search]) -> list[str]:
             worst = f"{'>' if missed else ''}{max(runs)}"
             per_hour = statistics.median(s.conditions / s.hours for s in mine)
             replays = ", ".join(f"{s.reproduced}/{s.replays}" for s in mine if s.found)
+            afresh = ", ".join(str(reruns[s]) for s in mine if s.found and s in reruns)
             found = sum(s.found for s in mine)
             median = statistics.median(runs)
             rows.append([bug, strategy, f"{found}/{len(mine)}", f"{median:g}, {worst}",
-                         f"{per_hour:.0f}", replays or "-"])  # fmt: skip
+                         f"{per_hour:.0f}", replays or "-", afresh or "-"])  # fmt: skip
     return markdown_table(HEADER, rows, numbers=HEADER[2:5])
 
 
@@ -232,6 +282,12 @@ def main() -> None:
     )
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument(
+        "--reruns",
+        type=int,
+        default=REPLAYS,
+        help="runs of each written reproducer afresh (chaoslab run; a race's once); 0: none",
+    )
+    parser.add_argument(
         "--keep",
         type=Path,
         help="keep each search's folder (its explore.md and reproducers) under this one, and "
@@ -247,6 +303,7 @@ def main() -> None:
     os.chdir(project_root())
     sys.path.insert(0, str(project_root()))
     searches: list[Search] = []
+    reruns: dict[Search, Rerun] = {}
     with tempfile.TemporaryDirectory() as tmp, LocalEnvironment(Path(tmp) / "env") as env:
         for bug in bugs:
             for seed in range(args.first_seed, args.seeds + 1):
@@ -259,12 +316,16 @@ def main() -> None:
                         done = search(env, out, bug, strategy, seed, budget)
                         (out / SAVED).write_text(json.dumps(asdict(done)))
                     searches.append(done)
+                    again = rerun(env, out, args.reruns) if done.found else None
+                    if again is not None:
+                        reruns[done] = again
                     found = f"found at run {done.first}" if done.found else "not found"
                     if done.said and not done.found:
                         found = f"not found: its first finding was another bug's: {done.said}"
                     print(f"  {bug} {strategy} seed {seed}: {found} of {done.runs}; "
                           f"{done.conditions} conditions; replays failed {done.reproduced} of "
-                          f"{done.replays}; "
+                          f"{done.replays}"
+                          f"{f'; run afresh: {again}' if again is not None else ''}; "
                           f"{time.monotonic() - began:.0f} s in all", flush=True)  # fmt: skip
         covers = [
             covered(env, keep or Path(tmp), strategy, seed, args.cover_s)
@@ -275,7 +336,7 @@ def main() -> None:
         print(f"\nguided against random, {args.seeds} seeds, {args.search_s} s of search each "
               f"(and {args.shrink_s} s more to shrink a finding), the listener, "
               "every drawable fault kind:")  # fmt: skip
-        print("\n".join(table(searches)))
+        print("\n".join(table(searches, reruns)))
     if covers:
         print(f"\nwhat each reached over {COVERED} (nothing planted) in {args.cover_s} s, median "
               f"(fewest-most) of {args.seeds} seeds:")  # fmt: skip
