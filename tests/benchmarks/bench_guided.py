@@ -333,13 +333,14 @@ def main() -> None:
             for strategy in strategies
         ]
     if searches:
-        print(f"\nguided against random, {args.seeds} seeds, {args.search_s} s of search each "
+        seeds = len({s.seed for s in searches})  # --first-seed: fewer than SEEDS
+        print(f"\nguided against random, {seeds} seeds, {args.search_s} s of search each "
               f"(and {args.shrink_s} s more to shrink a finding), the listener, "
               "every drawable fault kind:")  # fmt: skip
         print("\n".join(table(searches, reruns)))
     if covers:
         print(f"\nwhat each reached over {COVERED} (nothing planted) in {args.cover_s} s, median "
-              f"(fewest-most) of {args.seeds} seeds:")  # fmt: skip
+              f"(fewest-most) of {len({c.seed for c in covers})} seeds:")  # fmt: skip
         print("\n".join(cover_table(covers)))
         for c in covers:
             for said in c.findings:
