@@ -894,9 +894,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument(
         "--strategy",
         default=DEFAULT_STRATEGY,
-        help="how each run's schedule is drawn: random, or guided (toward the fault targets, "
-        f"crash points and history conditions no run has reached yet) (default: "
-        f"{DEFAULT_STRATEGY})",
+        help="how each run's schedule is drawn: guided (toward the fault targets, crash points "
+        "and history conditions no run has reached yet), or random (from the seed alone: the "
+        f"same seed, the same schedules) (default: {DEFAULT_STRATEGY})",
     )
     ex.add_argument(
         "--findings", type=int, help="stop after this many findings (default: use the budget)"

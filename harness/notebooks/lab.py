@@ -29,7 +29,7 @@ from harness.environment.backends import attach, open_environment
 from harness.errors import LabError
 from harness.explore import inputs as explore_inputs
 from harness.explore.explorer import explore
-from harness.explore.model import REPLAYS, Exploration, aims
+from harness.explore.model import DEFAULT_STRATEGY, REPLAYS, Exploration, aims
 from harness.notebooks.execute import RESULTS, Check
 from harness.paths import find_scenario, project_root, runs_dir
 from harness.pipeline.runtimes import DEFAULT as DEFAULT_RUNTIME
@@ -107,6 +107,7 @@ class Lab:
         faults: list[str] | None = None,
         findings: int | None = None,
         replays: int = REPLAYS,
+        strategy: str = DEFAULT_STRATEGY,
     ) -> Exploration:
         """``chaoslab explore`` on this notebook's environment: runs until the budget ends (or
         ``findings`` were found), one line per run; the report goes to ``out_dir/explore-SEED``."""
@@ -120,6 +121,7 @@ class Lab:
             out=self.out_dir / f"explore-{seed}-{time.strftime('%H%M%S')}",
             findings=findings,
             replays=replays,
+            strategy=strategy,
         )
         return explore(self.env, plan, progress=print, stop=threading.Event())
 
