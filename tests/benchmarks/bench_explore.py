@@ -50,6 +50,12 @@ def main() -> None:
     print(f"  runs per hour: {per_hour:.0f} (goal >= {GOAL_PER_HOUR})")
     if runs:
         print(f"  a run: median {statistics.median(runs):.0f} s, {min(runs):.0f}-{max(runs):.0f} s")
+    # A built-in variant that broke its promise is a result, not noise: say what and how (the
+    # exploration's folder goes with the temporary one).
+    for f in state.findings:
+        print(f"  found at run {f.run}: {'; '.join(map(str, f.violations))}; minimal: "
+              f"{f.minimal.schedule()} (seed {f.minimal.seed}), reproduced in "
+              f"{f.reproduced} of {f.replays}")  # fmt: skip
 
 
 if __name__ == "__main__":
