@@ -40,6 +40,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from harness.environment.local import LocalEnvironment
 from harness.explore.explorer import explore
 from harness.explore.guide import STRATEGIES, reached
@@ -143,7 +145,7 @@ def rerun(env: LocalEnvironment, out: Path, times: int) -> Rerun | None:
     if not scenario.exists() or times <= 0:
         return None
     raw = saved_by_this_lab(out, RERUN)
-    race = "\nreplays: " in scenario.read_text()  # its scenario replays itself: a race's
+    race = yaml.safe_load(scenario.read_text()).get("replays", 1) > 1  # it replays itself
     if raw is not None and (race or raw["runs"] >= times):
         return Rerun(**raw)
     failed = 0
