@@ -28,7 +28,7 @@ from harness.scenario import Scenario, VariantSpec, load_scenario
 from harness.sources.sql_workload import RowChange, Transaction, split, transactions
 from harness.sources.stages import snapshots, source_change
 from harness.sources.truth import lsn_number
-from harness.workload.events import Kind, Op, change_event_id
+from harness.workload.events import Kind, Op, change_event_id, change_lsn
 from harness.workload.ledger import LedgerRow, read_ledger
 from harness.workload.producer import aborted_ledger
 from harness.workload.shapes import TRACE
@@ -223,10 +223,6 @@ def debezium_source_run(row: dict[str, Any]) -> tuple[list[LedgerRow], Counter[i
     shared = Counter(change_lsn(r.event_id) for r in ledger if r.kind is Kind.NORMAL)
     log = (Path(row["directory"]).parent / "source" / "connect" / "connect-0.log").read_text()
     return ledger, shared, log
-
-
-def change_lsn(event_id: str) -> int:
-    return int(event_id.split("-")[1])  # lsn-LSN-ORDER
 
 
 def assert_copies_are_debeziums_resume_inside_a_copy(row: dict[str, Any]) -> None:

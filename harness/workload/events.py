@@ -113,6 +113,11 @@ def change_event_id(lsn: int, order_id: int) -> str:
     return f"lsn-{lsn}-{order_id}"
 
 
+def change_lsn(event_id: str) -> int:
+    """The LSN in a database change's identity (``change_event_id``'s)."""
+    return int(event_id.split("-")[1])
+
+
 def debezium_change(payload: dict[str, Any]) -> DebeziumChange:
     """The change in a Debezium record's ``payload``; KeyError, TypeError or ValueError if it
     is not one."""

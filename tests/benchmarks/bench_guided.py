@@ -26,6 +26,7 @@ there is not run again (a benchmark stopped part-way goes on where it was).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -40,8 +41,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from harness.environment.local import LocalEnvironment
 from harness.explore.explorer import explore
 from harness.explore.guide import STRATEGIES, reached
@@ -49,6 +48,7 @@ from harness.explore.inputs import plan
 from harness.explore.model import Exploration, Plan
 from harness.paths import project_root
 from harness.report.markdown import table as markdown_table
+from harness.scenario import load_scenario
 
 BUGS = {
     "mark-before-data": "tests.planted_variant:MarkBeforeData",
@@ -145,7 +145,7 @@ def rerun(env: LocalEnvironment, out: Path, times: int) -> Rerun | None:
     if not scenario.exists() or times <= 0:
         return None
     raw = saved_by_this_lab(out, RERUN)
-    race = yaml.safe_load(scenario.read_text()).get("replays", 1) > 1  # it replays itself
+    race = load_scenario(scenario).replays > 1  # its scenario replays itself
     if raw is not None and (race or raw["runs"] >= times):
         return Rerun(**raw)
     failed = 0
@@ -212,6 +212,7 @@ def cover_table(covers: list[Cover]) -> list[str]:
     return markdown_table(COVER_HEADER, rows, numbers=COVER_HEADER[1:])
 
 
+@functools.cache  # the code this process loaded: a checkout changed under it is not its lab
 def lab() -> str:
     """What decides a search: the commit's lab and planted bugs (git's hashes of them), not
     this file's table."""
