@@ -23,13 +23,6 @@ jars: $(STAMP)
 demo: $(STAMP) jars
 	$(BIN)/chaoslab demo
 
-# The whole library at full size, two scenarios at a time where they may share the environment
-# (`make test` runs each scenario's cut); keeps the measured times --shard balances by.
-# `make library SHARD=1/2` runs one of two balanced shares, as CI's sharded job does; a shard
-# does not write the times, or the next shard run on the same machine would split by others.
-library: $(STAMP) jars
-	$(BIN)/chaoslab matrix --together 2 $(if $(SHARD),--shard $(SHARD),--durations scenarios/durations.json)
-
 # The JupyterLab screenshot test opens a notebook in Debian's Chromium, driven by Playwright (which
 # would otherwise download a browser of its own, which these machines cannot). Installed once, on
 # Debian as root; elsewhere install chromium yourself (the test says what it misses).
@@ -71,10 +64,6 @@ $(POSTGRES_STAMP):
 	else echo "note: no PostgreSQL and no way to install it here; the CDC tests will skip"; fi
 	@mkdir -p $(VENV) && touch $@
 
-# Two workers: the suite waits on servers (group joins, fault windows, JVM start-up) far more
-# than it computes, and every scenario test has its own environment. Tests that start Spark
-# share one worker (xdist_group "spark", see tests/support.py; pytest is kept below 9.2 for it,
-# pyproject.toml says why, tests/test_grouping.py checks it).
 # The containers backend's images (a no-op once built for this version of the lab; a few minutes
 # on a machine that has none).
 .PHONY: images
@@ -85,8 +74,25 @@ images: $(STAMP) jars $(CONTAINERS_STAMP)
 # that finds it missing fails instead of skipping (tests/support.py: lacking).
 TOOLS := $(shell command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && echo required)
 
+# The second tier (docs/ci.md): every test marked `library` - the library's scenarios at full
+# size, the notebooks at their own parameters, the containers backend's full tests and the long
+# tests `make test`'s budget cannot hold. Whole, it keeps each test's seconds in
+# tests/durations.json, which `make library SHARD=K/N` splits by into N balanced shares (as CI's
+# sharded job runs it); a shard does not write them, or the next shard run on the same machine
+# would split by others.
+LIBRARY_OUT := runs/library$(if $(SHARD),-$(subst /,of,$(SHARD)))
+library: $(STAMP) jars $(CHROMIUM_STAMP) $(CONTAINERS_STAMP) $(POSTGRES_STAMP) images
+	CHAOSLAB_TOOLS=$(TOOLS) $(BIN)/python -m pytest -n 2 --dist loadgroup -m library \
+		--junitxml=$(LIBRARY_OUT)/junit.xml \
+		$(if $(SHARD),--shard $(SHARD),--record-times tests/durations.json)
+
+# The first tier: lint and every test not marked `library`, a budget of 25 minutes of pytest on
+# 2 cores (docs/ci.md); its tests' seconds go to .chaoslab/suite-times/ (make bench). Two
+# workers, the machine's two cores: the suite is CPU-bound (docs/performance.md). Tests that
+# start Spark share one worker (xdist_group "spark", see tests/support.py; pytest is kept below
+# 9.2 for it, pyproject.toml says why, tests/test_grouping.py checks it).
 test: $(STAMP) jars $(CHROMIUM_STAMP) $(CONTAINERS_STAMP) $(POSTGRES_STAMP) images lint
-	CHAOSLAB_TOOLS=$(TOOLS) $(BIN)/python -m pytest -n 2 --dist loadgroup
+	CHAOSLAB_TOOLS=$(TOOLS) $(BIN)/python -m pytest -n 2 --dist loadgroup -m "not library"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -98,6 +104,7 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 
 bench: $(STAMP) jars
+	$(BIN)/python tests/benchmarks/bench_suite.py
 	$(BIN)/python tests/benchmarks/bench_startup.py
 	$(BIN)/python tests/benchmarks/bench_checker.py
 	$(BIN)/python tests/benchmarks/bench_runtimes.py

@@ -10,12 +10,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaException
 
 from harness.environment.local import LocalEnvironment
 from harness.environment.process import ProcessHandle
 from harness.environment.servers import postgres
+from harness.errors import BadInput
+from harness.kafka.clients import admin
+from harness.kafka.topics import delete_topics
 from harness.readiness import NotReady, wait_for
+from harness.run.shards import Shard
 from harness.sources import database
+from tests import tiers
 from tests.support import (
     lacking,
     private_registry,
@@ -28,12 +34,42 @@ SLOW_S = 60.0
 _SUITE_STARTED = time.monotonic()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("chaoslab", "the suite's tiers (tests/tiers.py)")
+    group.addoption(
+        "--shard",
+        metavar="K/N",
+        help="run the K-th of N shares of the selected tests, balanced by tests/durations.json",
+    )
+    group.addoption(
+        "--record-times",
+        metavar="FILE",
+        type=Path,
+        help="keep the passing tests' seconds in FILE (make library: tests/durations.json)",
+    )
+
+
+@pytest.hookimpl(trylast=True)  # after -m has deselected the other tier
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    text = config.getoption("--shard")
+    if not text:
+        return
+    try:
+        shard = Shard.parse(text)
+    except BadInput as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    mine = tiers.share([i.nodeid for i in items], shard, tiers.load_times(tiers.TIMES))
+    config.hook.pytest_deselected(items=[i for i in items if i.nodeid not in mine])
+    items[:] = [i for i in items if i.nodeid in mine]
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """A failure, or a slow test, named the moment it ends: CI's time limit kills the suite
     before pytest's summary, and a killed log otherwise shows dots and F's but no names."""
     config = _CONFIG.get("config")
     if config is None or hasattr(config, "workerinput"):
         return  # a worker: its controller reports
+    _TIMING.add(report)
     slow = report.when == "call" and report.duration >= SLOW_S
     if not (report.failed or slow):
         return
@@ -52,10 +88,27 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 _CONFIG: dict[str, pytest.Config] = {}
+_TIMING = tiers.Timing()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     _CONFIG["config"] = config
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A whole tier's times for make bench; with --record-times, the split's times too."""
+    config = session.config
+    if hasattr(config, "workerinput") or not _TIMING.seconds:
+        return
+    tier = tiers.tier_of(config.getoption("markexpr") or "")
+    whole = config.args_source is pytest.Config.ArgsSource.TESTPATHS
+    if tier is not None and whole and not config.getoption("keyword"):
+        shard = config.getoption("--shard")
+        _TIMING.write_last(
+            tier + (f"-shard-{shard.replace('/', 'of')}" if shard else ""), exitstatus
+        )
+    if (record := config.getoption("--record-times")) is not None:
+        _TIMING.record(record)
 
 
 # A margin over a stopped node's start and its partitions' catching up on 2 cores
@@ -80,13 +133,34 @@ def _shared_env_left_running(request: pytest.FixtureRequest) -> Iterator[None]:
     """After each test of the shared environment: a server it left down or paused, or a link
     rule it left in force, is undone and fails that test. Left as it was, every later test of
     the worker waited out scenario_env's deadline and failed too, and the suite ran past CI's
-    limit instead of naming the one test at fault."""
+    limit instead of naming the one test at fault. The topics the test made are deleted."""
+    env: LocalEnvironment | None = (
+        request.getfixturevalue("lab_env") if "lab_env" in request.fixturenames else None
+    )
+    before = _topics(env) if env is not None else set()
     yield
-    if "lab_env" not in request.fixturenames:
+    if env is None:
         return
-    env: LocalEnvironment = request.getfixturevalue("lab_env")
-    if undone := env.restore():
+    undone = env.restore()
+    _delete_made(env, before)
+    if undone:
         pytest.fail(f"left the shared environment with {', '.join(undone)}: undone")
+
+
+def _topics(env: LocalEnvironment) -> set[str]:
+    return set(admin(env.kafka_bootstrap).list_topics(timeout=30).topics)
+
+
+def _delete_made(env: LocalEnvironment, before: set[str]) -> None:
+    """Delete the topics a test made on the shared environment (``chaoslab run`` keeps a run's
+    for its user to read): each broker's idle work grows with the partitions it holds - 1,200
+    more took an idle node from 3.6% to 6.8% of a core - and the suite is CPU-bound."""
+    made = sorted(_topics(env) - before)
+    if made:
+        try:
+            delete_topics(env.kafka_bootstrap, made)
+        except KafkaException as exc:  # the next test's topics are its own either way
+            print(f"note: the topics a test made were not all deleted: {exc}")
 
 
 def _whole(env: LocalEnvironment) -> None:

@@ -14,6 +14,7 @@ from harness.pipeline.connect.settings import ConnectSettings
 from harness.pipeline.runtime import RuntimeConfig
 from harness.run.runner import run_scenario
 from harness.scenario import parse_scenario
+from tests.tiers import LIBRARY
 
 DELAY_S = 15  # the scheduled rebalance's delay: the tasks move 10 s (the workers' session) later
 SCENARIO: dict[str, Any] = {
@@ -52,6 +53,7 @@ SCENARIO: dict[str, Any] = {
 }  # fmt: skip
 
 
+@LIBRARY  # connect-worker-loss's cut loses a worker and follows its tasks in make test
 def test_a_lost_workers_tasks_are_started_elsewhere_before_the_run_ends(
     scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:

@@ -23,7 +23,7 @@ from pymongo import MongoClient, errors
 
 from harness.environment import process, state
 from harness.environment.containers import images
-from harness.environment.containers.engine import engine_problem
+from harness.environment.containers.engine import engine_for_building, engine_problem
 from harness.environment.containers.environment import ContainersEnvironment
 from harness.environment.containers.official import (
     MONGO_MEMBERS,
@@ -41,6 +41,7 @@ from harness.scenario import load_scenario
 from tests.connect_plugin import SINK, build_plugin, orders_scenario
 from tests.support import chaoslab, lacking
 from tests.test_library import replayed_by_crashes
+from tests.tiers import LIBRARY
 
 ENGINE_PROBLEM = engine_problem()
 
@@ -206,11 +207,54 @@ def test_a_spark_worker_fault_needs_the_standalone_cluster_in_containers(tmp_pat
     assert "a Spark worker exists when the scenario runs only spark" in result.stderr
 
 
+# -- the suite's smoke: make test (the tests after it are the library tier's) ----------------------
+
+
+@pytest.mark.servers
+@needs_engine
+def test_an_environment_in_containers_runs_a_cut_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    """The backend end to end, once: up in labelled containers on loopback ports, a library
+    cut whose kills happen in the consumers' containers - one lane that must store copies, one
+    that must not -, and after the stop no container, network, process or scratch folder of
+    it left."""
+    directory = tmp_path / "containers"
+    with ContainersEnvironment(directory, progress=print) as env:
+        env_id, status = env.env_id, env.status()
+        assert status.backend == "containers" and status.healthy, status
+        assert status.kafka is not None and sorted(status.kafka.brokers) == [1, 2, 3]
+        client = env.engine.client()
+        try:
+            mine = client.containers.list(filters={"label": f"{LABEL_ENV}={env_id}"})
+            assert len(mine) == 5, [c.name for c in mine]  # three nodes, MongoDB, the proxy
+            for container in mine:
+                for bindings in (container.attrs["HostConfig"]["PortBindings"] or {}).values():
+                    assert all(b["HostIp"] == "127.0.0.1" for b in bindings), container.name
+        finally:
+            client.close()
+        result, report = run_on(
+            env, tmp_path / "run", "run", "cdc-crash-before-ack", "--cut", "ci",
+            "--runtime", "listener",
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+        assert report["backend"] == "containers"
+        rows = {r["variant"]: r for r in report["results"]}
+        assert set(rows) == {"naive", "transactional"}
+        for variant, r in rows.items():
+            assert (r["crashes"], r["lost"], r["phantoms"]) == (3, 0, 0), variant
+        assert rows["naive"]["duplicates"] == replayed_by_crashes(rows["naive"]) > 0
+        assert rows["transactional"]["duplicates"] == 0
+    assert [p.pid for p in process.marked(env_id)] == []
+    assert not state.scratch_dir(env_id).exists()
+    with engine_for_building(tmp_path / "engine") as engine:
+        assert labelled(engine.base_url, env_id) == []
+
+
 # -- on the engine ---------------------------------------------------------------------------------
 
 
 @pytest.mark.servers
 @needs_engine
+@LIBRARY
 def test_the_environment_runs_in_labelled_containers_on_loopback_ports(
     containers_env: ContainersEnvironment,
 ) -> None:
@@ -253,6 +297,7 @@ def run_on(env: ContainersEnvironment, out: Path, *args: str) -> tuple[Any, dict
 
 @pytest.mark.servers
 @needs_engine
+@LIBRARY
 @pytest.mark.parametrize(
     ("name", "variants"),
     [("cdc-crash-before-ack", "naive,transactional"), ("msk-rolling-upgrade", "naive,idempotent"),
@@ -295,6 +340,7 @@ def test_library_scenarios_hold_their_expectations_on_containers(
 
 @pytest.mark.servers
 @needs_engine
+@LIBRARY
 def test_connect_workers_run_in_the_labs_image_with_the_scenarios_plugin_folder(
     containers_env: ContainersEnvironment, tmp_path: Path
 ) -> None:
@@ -319,6 +365,7 @@ def test_connect_workers_run_in_the_labs_image_with_the_scenarios_plugin_folder(
 
 @pytest.mark.servers
 @needs_engine
+@LIBRARY
 def test_a_command_consumer_runs_in_the_labs_image_or_a_users_with_the_same_variables(
     containers_env: ContainersEnvironment, tmp_path: Path
 ) -> None:
@@ -384,6 +431,7 @@ def check_users_image(
 
 @pytest.mark.servers
 @needs_engine
+@LIBRARY
 def test_a_partition_of_the_consumers_containers_shows_on_the_timeline(
     containers_env: ContainersEnvironment, tmp_path: Path
 ) -> None:
@@ -410,6 +458,7 @@ def test_a_partition_of_the_consumers_containers_shows_on_the_timeline(
 
 @pytest.mark.servers
 @needs_engine
+@LIBRARY
 def test_a_spark_worker_container_killed_mid_stream_loses_its_executor_and_nothing_else(
     containers_env: ContainersEnvironment, tmp_path: Path
 ) -> None:
@@ -450,6 +499,7 @@ def _healthy(env: ContainersEnvironment) -> None:
 
 @pytest.mark.servers
 @needs_engine
+@LIBRARY
 def test_container_faults_act_on_the_containers(containers_env: ContainersEnvironment) -> None:
     control = containers_env.containers
     control.pause("kafka-3")
@@ -478,6 +528,7 @@ def _ping(uri: str) -> None:
 
 @pytest.mark.servers
 @needs_engine
+@LIBRARY
 def test_what_a_sigkilled_harness_left_is_removed_by_the_next_up(tmp_path: Path) -> None:
     first, second = tmp_path / "first", tmp_path / "second"
     child = subprocess.Popen(

@@ -44,6 +44,7 @@ from harness.workload import WorkloadSpec, generate
 from harness.workload.ledger import read_ledger
 from harness.workload.producer import Hold, ProducerSpec, ProduceSummary, Reserve, produce
 from tests.support import server_handles, unique, value_text
+from tests.tiers import LIBRARY
 
 T = TypeVar("T")
 
@@ -305,6 +306,7 @@ def test_the_cluster_has_three_nodes_and_replicates_everything_three_times(
         assert configs["offsets.topic.replication.factor"].value == "3"
 
 
+@LIBRARY  # every node restarted: the kill -9 test below holds the offsets' durability in make test
 def test_messages_and_committed_offsets_survive_restarts_of_the_whole_cluster(
     lab_env: LocalEnvironment,
 ) -> None:
@@ -436,6 +438,7 @@ def test_kill_9_of_the_coordinator_while_a_consumer_commits_loses_nothing(
     wait_for(lambda: fully_replicated(lab_env), what="full replication", timeout=120)
 
 
+@LIBRARY  # the rolling-upgrade scenarios' cuts restart the nodes one at a time in make test
 def test_a_clean_rolling_restart_under_produce_and_consume_loses_nothing(
     lab_env: LocalEnvironment,
 ) -> None:

@@ -14,6 +14,7 @@ import pytest
 from harness.environment.local import LocalEnvironment
 from harness.environment.spark import SparkCluster, SparkSettings
 from tests.support import SPARK, server_handles
+from tests.tiers import LIBRARY
 
 pytestmark = [pytest.mark.servers, SPARK]
 
@@ -70,6 +71,7 @@ def test_spark_job_runs_with_the_project_interpreter(lab_env: LocalEnvironment) 
     assert list((lab_env.directory / "logs").glob("spark-driver-*.log"))
 
 
+@LIBRARY  # the standalone cluster's scenarios (spark-executor-loss) run on it in make test
 def test_the_standalone_cluster_starts_when_asked_and_runs_tasks_on_both_workers(
     lab_env: LocalEnvironment,
 ) -> None:

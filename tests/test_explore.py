@@ -18,6 +18,7 @@ from harness import paths
 from harness.environment.local import LocalEnvironment
 from harness.readiness import NotReady, wait_for
 from tests.support import chaoslab, processes_of, sigint_as_in_a_terminal
+from tests.tiers import LIBRARY
 
 PLANTED = "tests.planted_variant:WarmUpInsert"
 # Seed 1785 draws, over these kinds, a crash after the write in its first run, beside a crash
@@ -31,6 +32,9 @@ RANDOM = ["--strategy", "random"]
 pytestmark = pytest.mark.servers
 
 
+# A search of minutes, over three fault kinds: the library tier's (notebook 07, in make test,
+# finds and shrinks the same planted bug over the crash points alone).
+@LIBRARY
 def test_explore_finds_a_planted_bug_shrinks_it_to_one_fault_and_the_scenario_reproduces_it(
     scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:
@@ -84,6 +88,7 @@ DRIFT = "tests.planted_variant:ForgetsAfterDrift"
 DRIFT_SEED = "13"
 
 
+@LIBRARY  # a search of minutes; the shrink of a record window is test_explore_draw's, pure
 def test_explore_draws_bad_record_shapes_and_shrinks_a_loss_to_the_one_record_that_causes_it(
     scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:

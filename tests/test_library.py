@@ -33,6 +33,7 @@ from harness.workload.ledger import LedgerRow, read_ledger
 from harness.workload.producer import aborted_ledger
 from harness.workload.shapes import TRACE
 from tests.support import SPARK, chaoslab
+from tests.tiers import LIBRARY as LIBRARY_TIER
 
 pytestmark = pytest.mark.servers
 
@@ -532,24 +533,43 @@ def test_the_library_has_every_scenario_the_issue_names() -> None:
         assert "what to see" in scenario.description.lower() or scenario.name == "baseline", path
 
 
+def library_params(cut: str | None) -> list[Any]:
+    """One parameter per scenario, run at ``cut`` (None: whole); a scenario with Spark lanes
+    there waits its turn on the Spark worker (SPARK), and its whole run is the library tier's."""
+    params = []
+    for p in LIBRARY:
+        scenario = load_scenario(p)
+        runs = scenario.cut(cut) if cut else scenario
+        marks = [SPARK] if "spark" in runs.runtimes else []
+        params.append(pytest.param(p, marks=marks if cut else [*marks, LIBRARY_TIER], id=p.stem))
+    return params
+
+
 # One test per scenario, at its cut (its ci: or demo: section: the lanes and events that still
-# show its point, judged by the same expectations; the whole library is `make library`), its
-# runtimes side by side as `chaoslab run` and the demo run them; a scenario with Spark lanes in
-# its cut waits its turn on the Spark worker (SPARK).
-@pytest.mark.parametrize(
-    "path",
-    [
-        pytest.param(
-            p, marks=[SPARK] if "spark" in load_scenario(p).cut("ci").runtimes else [], id=p.stem
-        )
-        for p in LIBRARY
-    ],
-)
+# show its point, judged by the same expectations), its runtimes side by side as `chaoslab run`
+# and the demo run them.
+@pytest.mark.parametrize("path", library_params("ci"))
 def test_a_library_scenario_holds_its_expectations(
     scenario_env: LocalEnvironment, tmp_path: Path, path: Path
 ) -> None:
+    check_library_run(scenario_env, tmp_path, path, "ci")
+
+
+# The same checks of every scenario at full size: the library tier (make library).
+@pytest.mark.parametrize("path", library_params(None))
+def test_a_library_scenario_at_full_size_holds_its_expectations(
+    scenario_env: LocalEnvironment, tmp_path: Path, path: Path
+) -> None:
+    check_library_run(scenario_env, tmp_path, path, None)
+
+
+def check_library_run(
+    scenario_env: LocalEnvironment, tmp_path: Path, path: Path, cut: str | None
+) -> None:
+    """``chaoslab run`` of a library scenario (at ``cut``, or whole): its expectations hold,
+    and what each seed's incident should show, shows - recounted apart from the checker."""
     out = tmp_path / "run"
-    result, report = run_cli(scenario_env, out, "run", str(path), "--cut", "ci")
+    result, report = run_cli(scenario_env, out, "run", str(path), *(["--cut", cut] if cut else []))
     failed = [f"{r['runtime']}/{r['variant']}: {r['reason']}" for r in report["results"]
               if r["expectation"] != "pass"]  # fmt: skip
     # A failure in CI is seen once, from its log: which changes it lost or stored stale, and
@@ -566,7 +586,7 @@ def test_a_library_scenario_holds_its_expectations(
     # between the progress lines.
     assert "|FAIL|" not in result.stdout + result.stderr, result.stdout[-2000:]
     rows = {(r["runtime"], r["variant"]): r for r in report["results"]}
-    loaded = load_scenario(path).cut("ci")
+    loaded = load_scenario(path).cut(cut) if cut else load_scenario(path)
     runtimes = loaded.runtimes
     # Every lane of the cut ran, and no other (an outbox scenario's lanes are its relays, but
     # where one relay is the source).
@@ -806,13 +826,14 @@ def test_a_library_scenario_holds_its_expectations(
                 assert any(window[0] <= e.t <= window[1] + 5 for e in unwritten), variant
         # Spark's commit is its checkpoint: its own write of the commit log failed (the lab made
         # the directory unwritable, it raised nothing), and the restarted query replayed the
-        # batch - naive wrote it again.
-        events = read_history(Path(rows[("spark", "naive")]["directory"]) / "history")
-        refused = [e for e in events if e.kind is EventKind.COMMIT_FAILED]
-        assert refused and all("/commits/" in e.detail for e in refused), refused
-        replayed = {e.batch for e in refused}
-        written = [e.batch for e in events if e.kind is EventKind.WRITTEN]
-        assert all(written.count(b) >= 2 for b in replayed), (replayed, written)
+        # batch - naive wrote it again (the whole scenario's Spark lanes; its cut has none).
+        if ("spark", "naive") in rows:
+            events = read_history(Path(rows[("spark", "naive")]["directory"]) / "history")
+            refused = [e for e in events if e.kind is EventKind.COMMIT_FAILED]
+            assert refused and all("/commits/" in e.detail for e in refused), refused
+            replayed = {e.batch for e in refused}
+            written = [e.batch for e in events if e.kind is EventKind.WRITTEN]
+            assert all(written.count(b) >= 2 for b in replayed), (replayed, written)
     if name == "spark-executor-loss":
         for (_, variant), r in rows.items():
             events = read_history(Path(r["directory"]) / "history")
@@ -872,6 +893,7 @@ def test_a_library_scenario_holds_its_expectations(
     assert sum(1 for _ in cases) == len(rows)
 
 
+@LIBRARY_TIER  # a claim over more seeds: the soak's kind of check
 @pytest.mark.parametrize("seed", [32])
 def test_the_relay_crash_holds_over_other_seeds(
     scenario_env: LocalEnvironment, tmp_path: Path, seed: int
@@ -930,6 +952,7 @@ def test_scenarios_that_keep_to_their_runs_run_together_and_the_others_alone(
                 assert client[runtime["database"]].events.count_documents({}) == r["in_sink"]
 
 
+@LIBRARY_TIER  # a second environment of its own: three more Kafka nodes to start
 def test_a_scenario_whose_fault_acts_on_the_environment_runs_on_a_second_one_beside_the_rest(
     tmp_path: Path,
 ) -> None:

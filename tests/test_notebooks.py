@@ -24,6 +24,7 @@ from tests.jupyter_server import (
     run_notebook_cells,
 )
 from tests.support import SPARK, chaoslab, lacking, processes_started_in
+from tests.tiers import LIBRARY
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("[0-9]*.ipynb"))
@@ -83,15 +84,39 @@ def test_the_notebooks_are_committed_without_outputs() -> None:
 def test_a_notebook_runs_and_its_expectations_hold(
     scenario_env: LocalEnvironment, tmp_path: Path, notebook: Path
 ) -> None:
-    # From an unrelated folder; the kernel runs in notebooks/, as JupyterLab starts it.
-    out = tmp_path / "executed"
     # A smaller workload where the notebook takes one (a parameter it does not take is refused).
     parameters = nbformat.read(notebook, as_version=4).cells[1].source
     small = ["-p", "events", "400"] if "\nevents = " in f"\n{parameters}" else []
-    small += SMALLER.get(notebook.stem, [])
+    check_notebook(scenario_env, tmp_path, notebook, [*small, *SMALLER.get(notebook.stem, [])])
+
+
+# Every notebook at its own parameters, as a user runs it: the library tier (make library).
+@pytest.mark.servers
+@LIBRARY
+@pytest.mark.timeout(1800)  # explore's notebook: its 4-minute budget, then 5 replays a finding
+@pytest.mark.parametrize(
+    "notebook",
+    [
+        pytest.param(p, id=p.stem, marks=[SPARK] if p.stem.startswith("04") else [])
+        for p in NOTEBOOKS
+    ],
+)
+def test_a_notebook_at_its_own_parameters_runs_and_its_expectations_hold(
+    scenario_env: LocalEnvironment, tmp_path: Path, notebook: Path
+) -> None:
+    check_notebook(scenario_env, tmp_path, notebook, [])
+
+
+def check_notebook(
+    scenario_env: LocalEnvironment, tmp_path: Path, notebook: Path, parameters: list[str]
+) -> None:
+    """``chaoslab notebooks`` of one notebook with ``parameters`` (``-p NAME VALUE``...), from
+    an unrelated folder (its kernel runs in notebooks/, as JupyterLab starts it): it passes by
+    the expectations it recorded, and what a notebook should show, shows."""
+    out = tmp_path / "executed"
     result = chaoslab(
         "notebooks", str(notebook), "--env", str(scenario_env.directory), "--out", str(out),
-        *small, timeout=900, cwd=tmp_path,
+        *parameters, timeout=1800, cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "1 of 1 notebooks passed" in result.stdout
@@ -253,6 +278,9 @@ def test_quickstart_runs_in_the_jupyter_server_make_lab_starts(tmp_path: Path) -
 
 
 @pytest.mark.servers
+# The quickstart's second run (its first is the JupyterLab test above; every notebook of make
+# test runs from an unrelated folder), with the browser's picture of it: the library tier's.
+@LIBRARY
 def test_a_notebook_runs_with_its_kernel_in_an_unrelated_folder(
     scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:
