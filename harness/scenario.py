@@ -215,6 +215,13 @@ class Cut:
     runtimes: tuple[str, ...] = ()  # its runtimes; all unless given
     events: int | None = None  # the workload's events; the scenario's unless given
     faults: tuple[str, ...] = ()  # the names of the faults it keeps; all unless given
+    # The file's own fields as the cut has them - shorter waits, where its point survives them:
+    # a mapping is merged into the file's (``pipeline``, ``source``, ...), and under
+    # ``faults`` or ``variants`` a fault's name or a variant's label names the entry to merge
+    # into (``{faults: {outage: {duration: 40}}}``). Checked as the file is.
+    settings: dict[str, Any] = field(default_factory=dict)
+    # The lab's: the scenario with the settings in, where the cut has some (parse_scenario).
+    base: Scenario | None = field(default=None, compare=False, repr=False)
 
     def problems(self) -> list[Problem]:
         if self.events is not None and self.events < 1:
@@ -223,14 +230,27 @@ class Cut:
 
     def __str__(self) -> str:
         """What it keeps, as docs/scenarios.md names it: ``naive, transactional on listener;
-        1,200 events; faults: gc pause``, or ``whole``."""
+        1,200 events; faults: gc pause; settings: faults.outage.duration 40``, or ``whole``."""
         on = f" on {', '.join(self.runtimes)}" if self.runtimes else ""
         kept = [f"{', '.join(self.variants) or 'every variant'}{on}"]
         if self.events is not None:
             kept.append(f"{self.events:,} events")
         if self.faults:
             kept.append(f"faults: {', '.join(self.faults)}")
+        if self.settings:
+            kept.append(f"settings: {', '.join(f'{k} {v}' for k, v in _dotted(self.settings))}")
         return "whole" if self == Cut() else "; ".join(kept)
+
+
+def _dotted(settings: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """A cut's nested settings as (dotted key, value) pairs, in the file's order."""
+    pairs: list[tuple[str, Any]] = []
+    for key, value in settings.items():
+        if isinstance(value, Mapping):
+            pairs += _dotted(value, f"{prefix}{key}.")
+        else:
+            pairs.append((f"{prefix}{key}", value))
+    return pairs
 
 
 @dataclass(frozen=True)
@@ -444,19 +464,20 @@ class Scenario:
             return self.ci or self.demo
         return self.demo if which == "demo" else None
 
-    def cut(self, which: str) -> Self:
+    def cut(self, which: str) -> Scenario:
         """The scenario as its ``which`` cut runs it (``CUTS``); itself where it has none."""
         section = self.section(which)
         if section is None:
             return self
-        cut = self.with_overrides(
+        start = self if section.base is None else section.base
+        cut = start.with_overrides(
             events=section.events,
             variants=list(section.variants) or None,
             runtimes=list(section.runtimes) or None,
         )
         if not section.faults:
             return cut
-        faults = [f for f in self.faults if f.name in section.faults]
+        faults = [f for f in start.faults if f.name in section.faults]
         # A burst of the workload (poison, resends) is a fault's: it goes with it.
         return replace(
             cut, faults=tuple(faults), workload=replace(cut.workload, bursts=_bursts(faults))
@@ -518,7 +539,9 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
     if backend is not None and backend not in backend_names():
         pr.add("backend", f"unknown backend {backend!r} ({', '.join(backend_names())})")
     producer = _section(pr, "producer", ProducerSpec, top.get("producer", {}))
-    cuts = {w: _section(pr, w, Cut, top[w]) if w in top else None for w in CUTS}
+    cuts = {
+        w: _section(pr, w, Cut, top[w], frozenset({"base"})) if w in top else None for w in CUTS
+    }
     outbox = _section(pr, "outbox", OutboxSpec, top["outbox"]) if "outbox" in top else None
     source = _section(pr, "source", SourceSpec, SourceSpec.of(top.get("source", {})))
     if source is not None and source.cdc:
@@ -580,6 +603,8 @@ def parse_scenario(raw: Any, path: Path | str = "<scenario>") -> Scenario:
             if runtime not in runtimes:
                 pr.add(f"{which}.runtimes[{i}]", f"not one of its runtimes ({', '.join(runtimes)})")
         _cut_fault_problems(pr, which, cut, [f for f in faults if f is not None])
+        if cut is not None and cut.settings:
+            cuts[which] = _with_settings(pr, path, which, top, cut, faults, variants)
     pr.raise_any()
     assert name is not None and seed is not None and workload is not None
     assert source is not None and replays is not None
@@ -747,6 +772,60 @@ def _sequence_problems(pr: Problems, faults: list[Fault | None]) -> None:
             following = before.after if isinstance(before, Timed) else None
         if following is not None:
             pr.add(f"faults[{i}].after", f"{' -> '.join([*chain, following])}: a cycle")
+
+
+def _with_settings(
+    pr: Problems,
+    path: Path | str,
+    which: str,
+    top: Mapping[str, Any],
+    cut: Cut,
+    faults: Sequence[Fault | None],
+    variants: Sequence[VariantSpec | None],
+) -> Cut:
+    """``cut`` with its ``base``: the file with the cut's settings merged in, parsed as the
+    file is (its problems named under ``which.settings``)."""
+    merged = {k: v for k, v in top.items() if k not in CUTS}
+    named = {
+        "faults": [None if f is None else f.name for f in faults],
+        "variants": [None if v is None else v.label for v in variants],
+    }
+    for key, value in cut.settings.items():
+        where = f"{which}.settings.{key}"
+        if key in CUTS or key in ("name", "path"):
+            pr.add(where, "not a setting a cut changes")
+        elif key in named and isinstance(value, Mapping):
+            entries = list(top.get(key) or [])
+            for entry_name, patch in value.items():
+                if entry_name not in named[key]:
+                    have = ", ".join(str(n) for n in named[key] if n is not None)
+                    pr.add(f"{where}.{entry_name}", f"no such {key[:-1]} (have: {have})")
+                    continue
+                i = named[key].index(entry_name)
+                entry = {"name": entries[i]} if isinstance(entries[i], str) else entries[i]
+                entries[i] = _merged(entry, patch)
+            merged[key] = entries
+        elif isinstance(value, Mapping) and isinstance(top.get(key), Mapping):
+            merged[key] = _merged(top[key], value)
+        else:
+            merged[key] = value
+    try:
+        base = parse_scenario(merged, path)
+    except ScenarioError as exc:
+        for at, problem in exc.problems:
+            pr.add(f"{which}.settings: {at}" if at else f"{which}.settings", problem)
+        return cut
+    return replace(cut, base=base)
+
+
+def _merged(base: Mapping[str, Any], patch: Any) -> Any:
+    """``patch`` merged into ``base``: mappings key by key, anything else replaced."""
+    if not isinstance(patch, Mapping) or not isinstance(base, Mapping):
+        return patch
+    out = dict(base)
+    for key, value in patch.items():
+        out[key] = _merged(out[key], value) if key in out else value
+    return out
 
 
 def _cut_fault_problems(pr: Problems, which: str, cut: Cut | None, faults: list[Fault]) -> None:

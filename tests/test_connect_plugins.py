@@ -17,8 +17,11 @@ from harness.pipeline.runtime import RuntimeConfig
 from harness.results.model import RESULTS
 from tests.connect_plugin import SINK, build_plugin, orders_scenario
 from tests.support import chaoslab
+from tests.tiers import LIBRARY
 
 
+@LIBRARY  # a Connect cluster of its own for a team's plugin; make test's Connect
+# lanes run MongoDB's connector from the lab's plugin folder (the connect-* cuts)
 def test_a_connector_from_the_scenarios_plugin_folder_runs_and_without_it_is_refused(
     scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:

@@ -18,6 +18,7 @@ from harness.errors import BadInput
 from harness.run.runner import run_scenario
 from harness.scenario import ScenarioError, load_scenario, parse_scenario, runnable
 from tests.support import SPARK, chaoslab
+from tests.tiers import LIBRARY
 
 
 def test_bad_settings_are_named_together_before_anything_starts(tmp_path: Path) -> None:
@@ -133,6 +134,8 @@ def _scenario(**changes: Any) -> dict[str, Any]:
 
 @pytest.mark.servers
 @SPARK
+@LIBRARY  # a Spark cluster's drivers through the proxy; make test runs the external backend's
+# up, status and down below, and a listener through a rewriting proxy (test_proxy_addresses)
 def test_the_pipeline_and_its_faults_run_against_a_cluster_the_lab_did_not_start(
     scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:

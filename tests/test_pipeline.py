@@ -22,6 +22,7 @@ from harness.run.runner import run_scenario
 from harness.scenario import parse_scenario
 from harness.workload.ledger import read_ledger
 from tests.support import chaoslab, processes_of, sigint_as_in_a_terminal
+from tests.tiers import LIBRARY
 
 pytestmark = pytest.mark.servers
 
@@ -201,7 +202,15 @@ def connect_workers(env_id: str) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["Ctrl-C", "SIGKILL"])
+# Ctrl-C's clean stop of a run's consumers is test_a_terminated_run_stops_its_runtimes_and_servers'
+# in make test; a Connect cluster's, the library tier's.
+@pytest.mark.parametrize(
+    "sig",
+    [
+        pytest.param(signal.SIGINT, id="Ctrl-C", marks=LIBRARY),
+        pytest.param(signal.SIGKILL, id="SIGKILL"),
+    ],
+)
 def test_a_connect_clusters_workers_are_stopped_on_ctrl_c_and_after_a_sigkill_by_the_next_up(
     tmp_path: Path, sig: int
 ) -> None:

@@ -358,3 +358,53 @@ def test_a_runs_writes_are_followed_only_where_its_bad_records_take_shapes_or_it
 ) -> None:
     s = parse_scenario(yaml.safe_load(f"name: f\nvariants: [naive]\n{extra}\n"))
     assert s.follows_bad_records is followed
+
+
+CUT_SETTINGS = """
+name: waits
+seed: 3
+workload: {events: 900, keys: 90}
+pipeline: {connect: {workers: 2, scheduled.rebalance.max.delay.ms: 60000}}
+variants:
+  - naive
+  - {name: connect-default, config: {tasks.max: 3}}
+faults:
+  - {name: outage, kind: network, link: consumer-mongo, action: reset, at: 3, duration: 90}
+ci:
+  variants: [connect-default]
+  settings:
+    pipeline: {connect: {scheduled.rebalance.max.delay.ms: 15000}}
+    variants: {connect-default: {config: {consumer.override.session.timeout.ms: 10000}}}
+    faults: {outage: {duration: 40}}
+"""
+
+
+def test_a_cuts_settings_are_merged_into_the_file_and_checked_as_the_file_is() -> None:
+    raw = yaml.safe_load(CUT_SETTINGS)
+    scenario = parse_scenario(raw, "waits.yaml")
+    cut = scenario.cut("ci")
+    # Merged key by key: what the cut sets, and the rest of the file's as it was.
+    assert cut.pipeline.connect == {"workers": 2, "scheduled.rebalance.max.delay.ms": 15000}
+    (connector,) = cut.variants
+    config = connector.options["config"]
+    assert config == {"tasks.max": 3, "consumer.override.session.timeout.ms": 10000}
+    (outage,) = cut.faults
+    assert (outage.name, outage.duration, outage.at) == ("outage", 40, 3)  # type: ignore[attr-defined]
+    assert cut.workload.events == 900 and cut.ci is None
+    # The whole scenario keeps its own; the docs' column names every setting.
+    assert scenario.faults[0].duration == 90  # type: ignore[attr-defined]
+    assert str(scenario.ci) == (
+        "connect-default; settings: pipeline.connect.scheduled.rebalance.max.delay.ms 15000, "
+        "variants.connect-default.config.consumer.override.session.timeout.ms 10000, "
+        "faults.outage.duration 40"
+    )
+    # Every problem named at once: an entry that is not there, and a value the file refuses.
+    raw["ci"]["settings"]["faults"] = {"outgae": {"duration": 40}}
+    raw["ci"]["settings"]["workload"] = {"events": -1}
+    raw["ci"]["settings"]["name"] = "other"
+    with pytest.raises(ScenarioError) as refused:
+        parse_scenario(raw, "waits.yaml")
+    assert {w for w, _ in refused.value.problems} == {
+        "ci.settings.faults.outgae", "ci.settings.name", "ci.settings: workload.events",
+    }, refused.value.problems  # fmt: skip
+    assert "no such fault (have: outage)" in str(refused.value)

@@ -15,6 +15,7 @@ from harness.history.events import EventKind, read_history
 from harness.run.runner import run_scenario
 from harness.scenario import ScenarioError, parse_scenario, runnable
 from tests.support import SPARK
+from tests.tiers import LIBRARY
 
 JOB = {"name": "spark-job", "job": "tests.user_job:ingest"}
 
@@ -42,6 +43,7 @@ def test_a_job_is_checked_before_anything_starts() -> None:
 
 @pytest.mark.servers
 @SPARK
+@LIBRARY  # a user's job killed and replayed; make test runs one beside the connector's (below)
 def test_a_users_job_runs_under_cdc_crash_before_acks_faults(
     scenario_env: LocalEnvironment, tmp_path: Path
 ) -> None:
