@@ -91,8 +91,9 @@ library: $(STAMP) jars $(CHROMIUM_STAMP) $(CONTAINERS_STAMP) $(POSTGRES_STAMP) i
 # workers, the machine's two cores: the suite is CPU-bound (docs/performance.md). Tests that
 # start Spark share one worker (xdist_group "spark", see tests/support.py; pytest is kept below
 # 9.2 for it, pyproject.toml says why, tests/test_grouping.py checks it).
+WORKERS ?= 2
 test: $(STAMP) jars $(CHROMIUM_STAMP) $(CONTAINERS_STAMP) $(POSTGRES_STAMP) images lint
-	CHAOSLAB_TOOLS=$(TOOLS) $(BIN)/python -m pytest -n 2 --dist loadgroup -m "not library"
+	CHAOSLAB_TOOLS=$(TOOLS) $(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup -m "not library"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

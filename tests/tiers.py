@@ -49,7 +49,7 @@ def load_times(path: Path) -> dict[str, float]:
     return {str(k): float(v) for k, v in raw.items()}
 
 
-def test_id(nodeid: str) -> str:
+def plain_id(nodeid: str) -> str:
     """A test's id without the ``@group`` pytest-xdist adds under ``--dist loadgroup``."""
     return re.sub(r"@[\w-]+$", "", nodeid)
 
@@ -57,9 +57,9 @@ def test_id(nodeid: str) -> str:
 def share(ids: Sequence[str], shard: Shard, times: Mapping[str, float]) -> set[str]:
     """The tests (of ``ids``) shard ``shard`` runs: split by their ids without a group, so
     that a run with pytest-xdist's groups and one without split alike."""
-    timed = {test_id(i): times.get(test_id(i), UNTIMED_S) for i in ids}
+    timed = {plain_id(i): times.get(plain_id(i), UNTIMED_S) for i in ids}
     mine = set(split(timed, shard.count)[shard.index - 1])
-    return {i for i in ids if test_id(i) in mine}
+    return {i for i in ids if plain_id(i) in mine}
 
 
 _RANK = ["passed", "skipped", "failed"]
@@ -74,7 +74,7 @@ class Timing:
     outcomes: dict[str, str] = field(default_factory=dict)
 
     def add(self, report: pytest.TestReport) -> None:
-        nodeid = test_id(report.nodeid)
+        nodeid = plain_id(report.nodeid)
         self.seconds[nodeid] = self.seconds.get(nodeid, 0.0) + report.duration
         # A test passed if its call did; a skip or a failure in any phase outranks that.
         if report.when == "call" or report.outcome != "passed":

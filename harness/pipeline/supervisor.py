@@ -27,6 +27,7 @@ from harness.pipeline.runtime import RuntimeConfig
 from harness.pipeline.runtimes import Runtime, get_runtime
 from harness.pipeline.variants import make_variant
 from harness.pipeline.variants.base import Place
+from harness.pipeline.variants.connect import Connect
 
 MAX_FAILURES_IN_A_ROW = 3
 
@@ -113,8 +114,16 @@ class RuntimeSupervisor:
             logs=[c.log for c in self.consumers],
             job=variant.cluster_job(place),
             lines=connect.log_lines(config.group) if self.runtime.connect else ERROR_LINE,
-            # A Connect lane's members are its connector's tasks, not the workers started here.
-            instances=None if self.runtime.connect else len(self.consumers),
+            # A Connect lane's members are its connector's tasks, not the workers started here:
+            # ready once every task is in - Connect restarts the tasks as each connector's task
+            # configs land, and a worker killed while its tasks rejoined held no partition.
+            instances=(
+                variant.tasks
+                if isinstance(variant, Connect)
+                else None
+                if self.runtime.connect
+                else len(self.consumers)
+            ),
         )
 
     def _record(self, kind: EventKind, detail: str) -> None:

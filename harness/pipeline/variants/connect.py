@@ -97,6 +97,12 @@ class Connect(Variant):
         return PROMISES[self.promised]
 
     @property
+    def tasks(self) -> int:
+        """The tasks Connect starts for it (``tasks.max``; a sink connector starts them all,
+        each a member of the lane's consumer group, with partitions or without)."""
+        return int(self.config.get("tasks.max", 1))
+
+    @property
     def collection(self) -> str:
         return str(self.config.get(COLLECTION) or "events")
 
